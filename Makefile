@@ -1,0 +1,44 @@
+# hopbench: `make sweep` (the main job) and `make test` each create .venv and install
+# what they need first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HB := $(VENV)/bin/hopbench
+SWEEP ?= configs/sweep.toml
+SWEEP_ARGS ?=
+
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[zmq,ucx,plot]'
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+test: install-dev
+	$(PY) -m pytest -q
+
+test-fast: install-dev
+	$(PY) -m pytest -q -m "not slow and not netns"
+
+sweep: install
+	$(HB) sweep $(SWEEP) $(SWEEP_ARGS)
+
+sweep-quick: install
+	$(HB) sweep $(SWEEP) --quick $(SWEEP_ARGS)
+
+bench-core: install
+	$(PY) benchmarks/bench_core.py
+
+bench-transports: install
+	$(PY) benchmarks/bench_transports.py
+
+clean:
+	rm -rf $(VENV) *.egg-info build

@@ -1,0 +1,3 @@
+from hopbench.cli import main
+
+main()

@@ -1,0 +1,189 @@
+"""The typer CLI: a thin shell. Each command parses flags, calls one core function,
+prints a short summary. HopbenchError -> one red line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hopbench.errors import ConfigError, HopbenchError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="What does one speculative-decoding network hop cost on this link?")
+
+
+class Poll(str, Enum):
+    block = "block"
+    busy = "busy"
+
+
+def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, "0"
+    host = host.strip("[]") or default_host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"bad address {text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ConfigError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{what}: expected positive integers, got {text!r}")
+    return values
+
+
+def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
+    """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
+    from hopbench.shape import log_grid
+
+    if text == "grid":
+        return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)
+    if text.startswith("log:"):
+        parts = text.split(":")[1:]
+        if len(parts) != 3:
+            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
+        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
+        return log_grid(lo, hi, n)
+    return parse_int_list(text, "--bytes")
+
+
+def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
+    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; UCX_* keys belong to ucx."""
+    out: dict[str, dict[str, str]] = {}
+    for item in opts or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
+        out.setdefault("ucx" if key.startswith("UCX_") else "zmq", {})[key] = value
+    return out
+
+
+@app.command()
+def serve(
+    bind: Annotated[str, typer.Option(help="HOST:PORT to listen on; 0.0.0.0 only when asked. Port 0 picks a free port and reports it.")] = "127.0.0.1:5201",
+    once: Annotated[bool, typer.Option(help="Exit after one session.")] = False,
+    max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = 64 * 1024 * 1024,
+    max_cycles: Annotated[int, typer.Option(help="Most round trips per plan.")] = 1_000_000,
+    idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
+    poll: Annotated[Poll, typer.Option(help="Receive path during a session: block or busy-poll.")] = Poll.block,
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: UCX_* keys go to ucx (e.g. UCX_TLS=tcp), others to zmq (copy_threshold=65536).")] = None,
+):
+    """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
+    from hopbench import protocol as P
+    from hopbench.server import Server, ServerConfig
+
+    host, port = parse_hostport(bind)
+    settings = split_options(opt)
+    cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
+                       caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
+                                   max_cycles=max_cycles), transport_settings=settings)
+    server = Server(cfg, log=lambda line: print(line, flush=True))
+    print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
+    server.serve_forever()
+
+
+@app.command()
+def run(
+    peer: Annotated[str, typer.Option(help="HOST:PORT of a `hopbench serve`.")],
+    transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
+    tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,2,3 (61,440 B each).")] = None,
+    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.")] = None,
+    k: Annotated[Optional[int], typer.Option(help="Draft depth K (ids in the reply); default from configs/shape.toml.")] = None,
+    reply_bytes: Annotated[Optional[str], typer.Option(help="Reply size: default K x id bytes; 'same' for symmetric (echo-sized) replies, or a number.")] = None,
+    cycles: Annotated[int, typer.Option(help="Timed cycles per payload.")] = 1000,
+    warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).")] = 100,
+    verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body.")] = False,
+    gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).")] = 0.0,
+    poll: Annotated[Poll, typer.Option(help="Receive path: block or busy-poll.")] = Poll.block,
+    timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.")] = 10.0,
+    out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
+    name: Annotated[str, typer.Option(help="Suffix of the result folder name.")] = "run",
+    results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
+    shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable (UCX_TLS=tcp, copy_threshold=65536).")] = None,
+):
+    """Measure the hop against a server: one row per payload, files in results/."""
+    from hopbench import results as R
+    from hopbench.runner import Payload, run_session
+    from hopbench.shape import load_shape
+
+    scfg = load_shape(shape)
+    sh = scfg.shape
+    k = sh.k if k is None else k
+    if k < 1:
+        raise ConfigError("--k must be at least 1")
+    host, port = parse_hostport(peer)
+    if port == 0:
+        raise ConfigError(f"--peer {peer!r}: give the server's port")
+    token_list = parse_int_list(tokens, "--tokens") if tokens else []
+    byte_list = parse_bytes_grid(bytes_, scfg) if bytes_ else []
+    if not token_list and not byte_list:
+        token_list = list(scfg.tokens)
+
+    def reply_for(req: int) -> int:
+        if reply_bytes is None:
+            return sh.reply_bytes(k)
+        if reply_bytes == "same":
+            return req
+        return parse_int_list(reply_bytes, "--reply-bytes")[0]
+
+    payloads = [Payload(f"T{t}", t, sh.request_bytes(t), reply_for(sh.request_bytes(t))) for t in token_list]
+    payloads += [Payload(f"B{b}", None, b, reply_for(b)) for b in byte_list]
+    folder = R.new_folder(results_dir, name, out)
+    config = {"transport": transport, "k": k, "id_bytes": sh.id_bytes, "cycles": cycles, "warmup": warmup,
+              "verify": verify, "gap_ms": gap_ms, "poll": poll.value, "timeout_s": timeout,
+              "tokens": token_list, "bytes": byte_list, "reply_bytes": reply_bytes,
+              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path}
+    print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
+    print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'95% CI of p50':>19} {'p99 us':>9}  note")
+
+    def show(s: dict) -> None:
+        note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
+        if s.get("n"):
+            print(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
+                  f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
+                  f"{s['p99_ns'] / 1e3:9.1f}  {note}")
+
+    try:
+        run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
+                    cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
+                    timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt))
+    except KeyboardInterrupt:
+        print(f"interrupted: what was measured is in {folder} (status incomplete)", file=sys.stderr)
+        raise typer.Exit(130)
+    except HopbenchError as exc:
+        raise type(exc)(f"{exc} (measured so far kept in {folder})") from None
+    print(f"results: {folder}")
+
+
+@app.command()
+def transports():
+    """List the transports, whether they import here, and how to install them."""
+    from hopbench.transport import describe_transports
+
+    for row in describe_transports():
+        if row["available"]:
+            print(f"{row['name']:6} available  {row['version']}")
+        else:
+            print(f"{row['name']:6} missing    {row['install'] or ''}  ({row['error']})")
+
+
+def main() -> None:
+    try:
+        app()
+    except HopbenchError as exc:
+        typer.secho(f"hopbench: error: {exc}", fg="red", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

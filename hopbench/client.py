@@ -1,0 +1,107 @@
+"""The client side of a session: control connection, handshake, one plan at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench import __version__
+from hopbench import protocol as P
+from hopbench.timing import run_cycles
+from hopbench.transport import TransportOptions, get_transport
+from transports.tcp import TcpChannel, connect_socket
+
+
+@dataclass
+class Measurement:
+    plan: P.Plan
+    samples_ns: np.ndarray  # all round trips in order: [untimed, warm-up..., timed...]
+    completed: int  # how many entries of samples_ns are valid
+    data_info: dict[str, Any]
+    server_info: dict[str, Any]
+    started_unix: float
+    error: str | None = None
+
+    @property
+    def timed(self) -> np.ndarray:
+        first = 1 + self.plan.warmup
+        return self.samples_ns[first:max(first, self.completed)]
+
+
+@dataclass
+class Session:
+    host: str
+    port: int
+    timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    poll: str = "block"
+    transport_settings: dict = field(default_factory=dict)
+    client_env: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s, poll=self.poll)
+        self.control = TcpChannel(connect_socket(self.host, self.port, self.connect_timeout_s), opts)
+        try:
+            P.send_msg(self.control, P.HELLO, {"protocol": P.VERSION, "role": "client",
+                                               "software": f"hopbench {__version__}", "env": self.client_env})
+            _, self.server_hello = P.recv_msg(self.control, P.HELLO)
+        except BaseException:
+            self.control.close()
+            raise
+
+    @property
+    def server_env(self) -> dict:
+        return self.server_hello.get("env", {})
+
+    def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns,
+                gap_s: float = 0.0) -> Measurement:
+        """Run one plan. Transport/verify errors and Ctrl-C propagate with
+        `exc.measurement` attached (the samples measured before it)."""
+        data = None
+        started = time.time()
+        samples = np.zeros(plan.total, dtype=np.int64)
+        m = Measurement(plan, samples, 0, {}, {}, started)
+        body = None
+        if plan.verify:  # a random body, fixed for the plan; the server checks its CRC-32 per cycle
+            body = os.urandom(plan.request_bytes - P.SEQ_BYTES)
+            plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
+        try:
+            transport = None if plan.transport == "tcp" else get_transport(plan.transport)
+            P.send_msg(self.control, P.PLAN, plan.to_wire())
+            _, accept = P.recv_msg(self.control, P.ACCEPT)
+            m.server_info = accept.get("transport_info") or {}
+            if transport is None:
+                data = self.control
+            else:
+                opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
+                                        poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
+                data = transport.connect(self.host, int(accept["data_port"]), opts)
+            m.data_info = dict(data.info)
+            alloc = getattr(data, "alloc", bytearray)
+            request, reply = alloc(plan.request_bytes), alloc(plan.reply_bytes)
+            if body is not None:
+                memoryview(request).cast("B")[P.SEQ_BYTES:] = body
+            m.completed = run_cycles(data, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), samples,
+                                     clock=clock, gap_s=gap_s)
+        except BaseException as exc:
+            m.completed = getattr(exc, "completed_cycles", 0)
+            m.error = str(exc) or exc.__class__.__name__
+            exc.measurement = m  # type: ignore[attr-defined]
+            raise
+        finally:
+            if data is not None and data is not self.control:
+                data.close()
+        return m
+
+    def close(self) -> None:
+        try:
+            P.send_msg(self.control, P.BYE)
+        except Exception:
+            pass
+        self.control.close()

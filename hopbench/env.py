@@ -1,0 +1,105 @@
+"""Environment of one end: host, kernel, CPU, Python and package versions, and the
+interface the route to the peer leaves by (MTU, speed, driver from /sys)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SYS_NET = Path("/sys/class/net")
+PACKAGES = ("hopbench", "numpy", "pyzmq", "ucxx-cu12", "libucx-cu12", "typer")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def package_versions() -> dict[str, str | None]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def route_interface(peer_host: str) -> str | None:
+    """The interface the kernel's route to `peer_host` leaves by (`ip route get`)."""
+    try:
+        addr = socket.gethostbyname(peer_host)
+        out = subprocess.run(["ip", "route", "get", addr], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.split()
+    return words[words.index("dev") + 1] if "dev" in words else None
+
+
+def interface_info(name: str, sys_net: Path = SYS_NET) -> dict[str, Any]:
+    base = sys_net / name
+    speed = _read(base / "speed")
+    driver = None
+    try:
+        driver = os.path.basename(os.readlink(base / "device" / "driver"))
+    except OSError:
+        pass
+    mtu = _read(base / "mtu")
+    return {
+        "name": name,
+        "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+        # speed reads -1 or fails on virtual links (veth, lo): None means "not reported"
+        "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+        "driver": driver,
+        "operstate": _read(base / "operstate"),
+    }
+
+
+def collect(peer_host: str | None = None) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "packages": package_versions(),
+        "tcp_slow_start_after_idle": _read(Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle")),
+        "tcp_congestion_control": _read(Path("/proc/sys/net/ipv4/tcp_congestion_control")),
+        "netns": _netns_name(),
+    }
+    if peer_host:
+        dev = route_interface(peer_host)
+        env["route"] = {"peer": peer_host, "interface": interface_info(dev) if dev else None}
+    return env
+
+
+def _netns_name() -> str | None:
+    """The `ip netns` name this process runs in, if any (ip netns exec bind-mounts it)."""
+    try:
+        me = os.stat("/proc/self/ns/net").st_ino
+        for p in Path("/run/netns").iterdir():
+            if p.stat().st_ino == me:
+                return p.name
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,91 @@
+"""Result folders: report.json, samples.csv, summary.csv — written atomically, never
+overwritten. docs/RESULTS.md documents every field and column."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from hopbench.errors import HopbenchError
+
+SCHEMA = "hopbench.run"
+SCHEMA_VERSION = 1
+
+SAMPLE_COLUMNS = ["payload", "transport", "tokens", "request_bytes", "reply_bytes", "seq", "phase", "warmup", "rtt_ns"]
+SUMMARY_COLUMNS = [
+    "payload", "transport", "tokens", "request_bytes", "reply_bytes", "k", "n",
+    "min_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns", "mean_ns", "std_ns",
+    "p50_ci_lo_ns", "p50_ci_hi_ns", "drift_rel", "drift", "complete",
+]
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def utc_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write via a temporary file in the same folder, fsync, rename: a reader sees the old
+    file or the new one, never a torn one (also when the process is killed mid-write)."""
+    path = Path(path)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def csv_text(columns: list[str], rows: Iterable[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
+    """Create the result folder exclusively; an existing folder is never reused."""
+    path = Path(out) if out else Path(root) / f"{utc_stamp()}-{name}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        raise HopbenchError(f"result folder {path} already exists; refusing to overwrite it (choose another --out)") from None
+    return path
+
+
+def load_report(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / "report.json"
+    try:
+        rep = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HopbenchError(f"{path} not found: not a hopbench result folder") from None
+    except json.JSONDecodeError as exc:
+        raise HopbenchError(f"{path}: not valid JSON ({exc})") from None
+    if rep.get("schema") not in (SCHEMA, "hopbench.sweep") or rep.get("schema_version", 0) > SCHEMA_VERSION:
+        raise HopbenchError(f"{path}: unsupported schema {rep.get('schema')!r} v{rep.get('schema_version')}")
+    return rep
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))

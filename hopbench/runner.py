@@ -1,0 +1,111 @@
+"""`hopbench run`: one session against a server, one plan per payload, results written
+after every payload so an interrupted run keeps what it measured."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hopbench import __version__
+from hopbench import env as envmod
+from hopbench import protocol as P
+from hopbench import results as R
+from hopbench.client import Measurement, Session
+from hopbench.stats import summarize
+
+
+@dataclass(frozen=True)
+class Payload:
+    label: str  # "T3" or "B65536"
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+
+
+def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
+    plan = m.plan
+    base = {"payload": payload.label, "transport": plan.transport, "tokens": payload.tokens,
+            "request_bytes": plan.request_bytes, "reply_bytes": plan.reply_bytes}
+    rows = []
+    first_timed = 1 + plan.warmup
+    for seq in range(m.completed):
+        phase = "untimed" if seq == 0 else ("warmup" if seq < first_timed else "timed")
+        rows.append({**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed),
+                     "rtt_ns": int(m.samples_ns[seq])})
+    summary = {**base, "k": plan.k, **summarize(m.timed),
+               "complete": m.error is None and m.completed == plan.total}
+    return rows, summary
+
+
+class RunWriter:
+    """Accumulates measurements and rewrites the three files atomically after each one."""
+
+    def __init__(self, folder: Path, header: dict[str, Any]):
+        self.folder = folder
+        self.header = header
+        self.samples: list[dict] = []
+        self.summaries: list[dict] = []
+        self.payloads: list[dict] = []
+
+    def add(self, m: Measurement, payload: Payload) -> dict:
+        rows, summary = payload_rows(m, payload)
+        self.samples.extend(rows)
+        self.summaries.append(summary)
+        self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
+                              "completed_cycles": m.completed, "error": m.error, "started_unix": m.started_unix,
+                              "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary})
+        return summary
+
+    def write(self, status: str, error: str | None = None) -> None:
+        report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
+                  "payloads": self.payloads}
+        R.atomic_write(self.folder / "samples.csv", R.csv_text(R.SAMPLE_COLUMNS, self.samples))
+        R.atomic_write(self.folder / "summary.csv", R.csv_text(R.SUMMARY_COLUMNS, self.summaries))
+        R.atomic_write(self.folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+
+
+def run_session(
+    host: str, port: int, payloads: list[Payload], *, folder: Path, transport: str, k: int, id_bytes: int,
+    cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "block",
+    timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
+    config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
+) -> RunWriter:
+    """Measure every payload in one session and write the result folder.
+
+    Errors propagate after the files are written (status "incomplete" / "error")."""
+    client_env = envmod.collect(peer_host=host)
+    session = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll,
+                      transport_settings=transport_settings or {}, client_env=client_env)
+    header = {
+        "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
+        "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": config or {},
+        "client_env": client_env, "server_env": session.server_env,
+        "server_software": session.server_hello.get("software"), "server_caps": session.server_hello.get("caps"),
+        **(extra or {}),
+    }
+    writer = RunWriter(folder, header)
+    status, error = "complete", None
+    try:
+        for p in payloads:
+            plan = P.Plan(transport=transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=k,
+                          id_bytes=id_bytes, cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms,
+                          transport_settings=(transport_settings or {}).get(transport, {}))
+            try:
+                m = session.measure(plan, gap_s=gap_ms / 1000.0)
+            except BaseException as exc:
+                mm = getattr(exc, "measurement", None)
+                if mm is not None:
+                    writer.add(mm, p)
+                status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
+                error = str(exc) or exc.__class__.__name__
+                raise
+            summary = writer.add(m, p)
+            writer.write("running")
+            if on_payload:
+                on_payload(summary)
+    finally:
+        writer.write(status, error)
+        session.close()
+    return writer

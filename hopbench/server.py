@@ -1,0 +1,201 @@
+"""`hopbench serve`: a long-lived server, one client after another (like iperf3 -s).
+
+The control connection is always TCP on the served port; for transport "tcp" the cycles
+run over that same connection, for other transports the server opens a data listener on
+an ephemeral port per plan and announces it in ACCEPT (iperf3's control/data split).
+A client that breaks the protocol gets an ERROR frame (best effort) and is dropped; the
+server logs one line and serves the next one.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hopbench import __version__
+from hopbench import env as envmod
+from hopbench import protocol as P
+from hopbench.errors import HopbenchError, ProtocolError, TransportError
+from hopbench.transport import TransportOptions, get_transport
+from transports.tcp import TcpListener
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    caps: P.Caps = field(default_factory=P.Caps)
+    idle_timeout_s: float = 60.0  # a connected client silent this long is dropped
+    handshake_timeout_s: float = 10.0
+    data_accept_timeout_s: float = 10.0
+    poll: str = "block"
+    transport_settings: dict = field(default_factory=dict)
+    once: bool = False
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop()
+
+
+class Server:
+    def __init__(self, config: ServerConfig, log: Callable[[str], None] = print):
+        self.config = config
+        self.log = log
+        opts = TransportOptions(timeout_s=config.idle_timeout_s, poll="block")
+        self.listener = TcpListener(config.host, config.port, opts)
+        self.address = self.listener.address
+        self.env = envmod.collect()
+        self.sessions = 0
+        self._stopping = False
+
+    def serve_forever(self) -> None:
+        """Serve until SIGINT/SIGTERM, stop(), or after one session with `once`."""
+        import threading
+
+        main = threading.current_thread() is threading.main_thread()
+        old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        try:
+            while not self._stopping:
+                try:
+                    chan = self.listener.accept(None)
+                except HopbenchError as exc:
+                    if self._stopping:
+                        break
+                    self.log(f"accept failed: {exc}")
+                    continue
+                if self._stopping:
+                    chan.close()
+                    break
+                self.serve_session(chan)
+                if self.config.once:
+                    break
+        except (_Stop, KeyboardInterrupt):
+            self.log("server stopping")
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.listener.close()
+
+    def stop(self) -> None:
+        """Stop from another thread: the blocked accept fails and the loop ends."""
+        import socket as _socket
+
+        self._stopping = True
+        try:  # wake the accept by connecting once; closing alone does not interrupt it
+            _socket.create_connection(self.address, timeout=1).close()
+        except OSError:
+            pass
+
+    def serve_session(self, chan) -> dict:
+        """Run one client's session to its end; never raises for client faults."""
+        peer = chan.info.get("peer", "?")
+        t0 = time.monotonic()
+        self.sessions += 1
+        stats = {"peer": peer, "plans": 0, "cycles": 0, "transports": set(), "error": None}
+        try:
+            self._session(chan, stats)
+        except (_Stop, KeyboardInterrupt):
+            raise
+        except HopbenchError as exc:
+            stats["error"] = str(exc)
+            if isinstance(exc, ProtocolError):
+                try:  # tell the client why, if it still listens
+                    P.send_msg(chan, P.ERROR, {"reason": str(exc)})
+                except HopbenchError:
+                    pass
+        except Exception as exc:  # a bug, but one client must never take the server down
+            import traceback
+
+            stats["error"] = f"internal error {exc!r}"
+            traceback.print_exc()
+        finally:
+            chan.close()
+        outcome = "ok" if stats["error"] is None else f"error: {stats['error']}"
+        self.log(
+            f"session {self.sessions} from {peer}: {stats['plans']} plans, {stats['cycles']} cycles, "
+            f"{'/'.join(sorted(stats['transports'])) or '-'}, {time.monotonic() - t0:.2f} s, {outcome}"
+        )
+        return stats
+
+    def _session(self, chan, stats: dict) -> None:
+        cfg = self.config
+        _, hello = P.recv_msg(chan, P.HELLO)
+        if hello.get("protocol") != P.VERSION:
+            P.send_msg(chan, P.REFUSE, {"reason": f"protocol version {hello.get('protocol')!r} not supported (server speaks {P.VERSION})"})
+            raise ProtocolError(f"client speaks protocol {hello.get('protocol')!r}")
+        P.send_msg(chan, P.HELLO, {
+            "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
+            "env": self.env, "caps": {
+                "max_request_bytes": cfg.caps.max_request_bytes,
+                "max_reply_bytes": cfg.caps.max_reply_bytes,
+                "max_cycles": cfg.caps.max_cycles,
+            },
+        })
+        while True:
+            msg_type, obj = P.recv_msg(chan, P.PLAN, P.BYE)
+            if msg_type == P.BYE:
+                return
+            plan = P.Plan.from_wire(obj)
+            reason = cfg.caps.check(plan)
+            transport = None
+            if reason is None and plan.transport != "tcp":
+                try:
+                    transport = get_transport(plan.transport)
+                except HopbenchError as exc:
+                    reason = f"server cannot serve transport {plan.transport!r}: {exc}"
+            if reason is not None:
+                P.send_msg(chan, P.REFUSE, {"reason": reason})
+                raise ProtocolError(f"refused plan: {reason}")
+            stats["plans"] += 1
+            stats["transports"].add(plan.transport)
+            if transport is None:
+                P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": chan.info})
+                self._serve_cycles(chan, plan, stats)
+                continue
+            options = TransportOptions(timeout_s=cfg.idle_timeout_s, poll=cfg.poll,
+                                       settings=cfg.transport_settings.get(plan.transport, {}))
+            listener = transport.listen(cfg.host, 0, options)
+            try:
+                P.send_msg(chan, P.ACCEPT, {"data_port": listener.address[1],
+                                            "transport_info": getattr(listener, "info", {})})
+                data = listener.accept(cfg.data_accept_timeout_s)
+            finally:
+                listener.close()
+            try:
+                self._serve_cycles(data, plan, stats)
+            finally:
+                data.close()
+
+    def _serve_cycles(self, chan, plan: P.Plan, stats: dict) -> None:
+        alloc = getattr(chan, "alloc", bytearray)
+        request = alloc(plan.request_bytes)
+        reply = alloc(plan.reply_bytes)
+        codec = P.ReplyCodec(plan.k, plan.id_bytes)
+        unpack_seq = P.SEQ.unpack_from
+        pack = codec.packer(reply)
+        recv_into, send = chan.recv_into, chan.send
+        crc = plan.payload_crc32 if plan.verify else None
+        body = memoryview(request)[P.SEQ_BYTES:] if crc is not None else None
+        seq = 0
+        try:
+            # The reply for the expected seq is packed before the request arrives, so the
+            # only work between receive and send is one integer comparison.
+            pack(0)
+            for seq in range(plan.total):
+                recv_into(request)
+                if unpack_seq(request, 0)[0] != seq:
+                    raise ProtocolError(f"request carries seq {unpack_seq(request, 0)[0]}, expected {seq}")
+                if crc is not None and zlib.crc32(body) != crc:
+                    codec.pack(reply, seq, corrupt=True)
+                send(reply)
+                pack(seq + 1)
+            seq = plan.total
+        finally:
+            stats["cycles"] += seq

@@ -1,0 +1,94 @@
+"""The speculative hop's shape: tokens -> request bytes, K -> reply bytes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopbench.config import CONFIG_DIR, load_toml, require
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+ID_BYTES = {"int32": 4, "int64": 8, "int16": 2}
+
+
+@dataclass(frozen=True)
+class Shape:
+    aux_layers: tuple[int, ...]
+    hidden: int
+    dtype: str
+    k: int
+    id_dtype: str
+
+    @property
+    def bytes_per_token(self) -> int:
+        return len(self.aux_layers) * self.hidden * DTYPE_BYTES[self.dtype]
+
+    @property
+    def id_bytes(self) -> int:
+        return ID_BYTES[self.id_dtype]
+
+    def request_bytes(self, tokens: int) -> int:
+        return tokens * self.bytes_per_token
+
+    def reply_bytes(self, k: int | None = None) -> int:
+        return (self.k if k is None else k) * self.id_bytes
+
+
+@dataclass(frozen=True)
+class ShapeConfig:
+    shape: Shape
+    tokens: tuple[int, ...]
+    bytes_min: int
+    bytes_max: int
+    bytes_points: int
+    t_draft_ms: float
+    cycle_ms: float
+    tok_s: float
+    operating_tokens: int
+    path: str
+
+
+def load_shape(path: str | Path | None = None) -> ShapeConfig:
+    path = Path(path) if path else CONFIG_DIR / "shape.toml"
+    data = load_toml(path, allowed={"model", "draft", "grid", "decode"})
+    f = str(path)
+    model = require(data, "model", dict, f, allowed={"name", "aux_layers", "hidden", "dtype"})
+    draft = require(data, "draft", dict, f, allowed={"k", "id_dtype"})
+    grid = require(data, "grid", dict, f, allowed={"tokens", "bytes_min", "bytes_max", "bytes_points"})
+    dec = require(data, "decode", dict, f, allowed={"t_draft_ms", "cycle_ms", "tok_s", "operating_tokens"})
+    dtype = require(model, "dtype", str, f, "model.")
+    id_dtype = require(draft, "id_dtype", str, f, "draft.")
+    from hopbench.errors import ConfigError
+
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"{f}: model.dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    if id_dtype not in ID_BYTES:
+        raise ConfigError(f"{f}: draft.id_dtype must be one of {sorted(ID_BYTES)}, got {id_dtype!r}")
+    shape = Shape(
+        aux_layers=tuple(require(model, "aux_layers", list, f, "model.")),
+        hidden=require(model, "hidden", int, f, "model."),
+        dtype=dtype,
+        k=require(draft, "k", int, f, "draft."),
+        id_dtype=id_dtype,
+    )
+    return ShapeConfig(
+        shape=shape,
+        tokens=tuple(require(grid, "tokens", list, f, "grid.")),
+        bytes_min=require(grid, "bytes_min", int, f, "grid."),
+        bytes_max=require(grid, "bytes_max", int, f, "grid."),
+        bytes_points=require(grid, "bytes_points", int, f, "grid."),
+        t_draft_ms=float(require(dec, "t_draft_ms", (int, float), f, "decode.")),
+        cycle_ms=float(require(dec, "cycle_ms", (int, float), f, "decode.")),
+        tok_s=float(require(dec, "tok_s", (int, float), f, "decode.")),
+        operating_tokens=require(dec, "operating_tokens", int, f, "decode."),
+        path=f,
+    )
+
+
+def log_grid(lo: int, hi: int, points: int) -> list[int]:
+    """`points` log-spaced sizes from lo to hi inclusive, rounded to whole bytes, deduplicated."""
+    if points < 2 or lo <= 0 or hi <= lo:
+        return sorted({max(1, lo), max(1, hi)})
+    step = (math.log(hi) - math.log(lo)) / (points - 1)
+    return sorted({int(round(math.exp(math.log(lo) + i * step))) for i in range(points)})

@@ -1,0 +1,47 @@
+import threading
+
+import pytest
+
+from hopbench import protocol as P
+from hopbench.server import Server, ServerConfig
+
+
+class ServerThread:
+    def __init__(self, **kw):
+        kw.setdefault("idle_timeout_s", 5.0)
+        self.lines: list[str] = []
+        self.server = Server(ServerConfig(host="127.0.0.1", port=0, **kw), log=self.lines.append)
+        self.host, self.port = self.server.address
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.stop()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def server():
+    st = ServerThread()
+    yield st
+    st.stop()
+
+
+@pytest.fixture
+def server_factory():
+    made = []
+
+    def make(**kw):
+        st = ServerThread(**kw)
+        made.append(st)
+        return st
+
+    yield make
+    for st in made:
+        st.stop()
+
+
+def small_plan(transport="tcp", request_bytes=61440, reply_bytes=8, cycles=50, warmup=5, **kw):
+    return P.Plan(transport=transport, request_bytes=request_bytes, reply_bytes=reply_bytes, k=2, id_bytes=4,
+                  cycles=cycles, warmup=warmup, **kw)

@@ -1,0 +1,176 @@
+"""Integration over loopback: a real server (port 0) and the client, result files, bad
+clients, caps, and a client written only from docs/PROTOCOL.md."""
+
+import csv
+import json
+import socket
+import struct
+
+import pytest
+
+from hopbench import protocol as P
+from hopbench.client import Session
+from hopbench.errors import ConnectFailed, HopbenchError, ProtocolError, Refused
+from hopbench.runner import Payload, run_session
+from tests.conftest import small_plan
+
+
+def test_session_measures_and_verifies(server):
+    s = Session(server.host, server.port)
+    try:
+        assert s.server_hello["caps"]["max_request_bytes"] == 64 * 1024 * 1024
+        assert s.server_env["hostname"]
+        m = s.measure(small_plan(cycles=100, warmup=10))
+        assert m.completed == m.plan.total == 111 and m.error is None
+        assert len(m.timed) == 100 and (m.timed > 0).all()
+        assert m.data_info["tcp_nodelay"] is True and m.server_info["tcp_nodelay"] is True
+        m2 = s.measure(small_plan(request_bytes=4096, reply_bytes=4096, cycles=20, verify=True))
+        assert m2.completed == 21 + 5
+    finally:
+        s.close()
+
+
+def test_run_writes_complete_files(server, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    payloads = [Payload("T1", 1, 61440, 8), Payload("T3", 3, 184320, 8)]
+    run_session(server.host, server.port, payloads, folder=out, transport="tcp", k=2, id_bytes=4,
+                cycles=40, warmup=4)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "complete" and rep["schema_version"] == 1
+    assert rep["server_env"]["hostname"] and rep["client_env"]["route"]["interface"]["name"] == "lo"
+    summary = list(csv.DictReader(open(out / "summary.csv")))
+    assert [(r["request_bytes"], r["reply_bytes"], r["tokens"]) for r in summary] == [("61440", "8", "1"), ("184320", "8", "3")]
+    samples = list(csv.DictReader(open(out / "samples.csv")))
+    timed = [r for r in samples if r["phase"] == "timed"]
+    assert len(timed) == 80 and len(samples) == 2 * 45
+    assert all(int(r["rtt_ns"]) > 0 for r in samples)
+
+
+def test_over_cap_plan_is_refused_then_server_serves_next(server_factory):
+    st = server_factory(caps=P.Caps(max_request_bytes=100_000))
+    s = Session(st.host, st.port)
+    with pytest.raises(Refused, match="exceeds the server cap of 100000"):
+        s.measure(small_plan(request_bytes=184320))
+    s.close()
+    s = Session(st.host, st.port)
+    assert s.measure(small_plan(request_bytes=61440, cycles=10)).completed == 16
+    s.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # garbage
+    b"HOPB",  # truncated hello header
+    P.pack_header(P.HELLO, 50) + b'{"protocol":',  # truncated hello body
+    P.pack_header(P.HELLO, 9) + b"not json!",  # malformed body
+    struct.pack("<4sHHII", b"HOPB", 1, P.HELLO, 10**8, 0),  # absurd length: must not allocate it
+])
+def test_bad_clients_do_not_hurt_the_server(server_factory, garbage):
+    st = server_factory(idle_timeout_s=0.5)
+    raw = socket.create_connection((st.host, st.port))
+    raw.sendall(garbage)
+    raw.shutdown(socket.SHUT_WR)
+    raw.settimeout(5)
+    reply = b""
+    try:
+        while chunk := raw.recv(4096):
+            reply += chunk
+    except ConnectionResetError:  # unread garbage left in the server's buffer -> RST
+        pass
+    raw.close()
+    if reply:  # the server said why before hanging up
+        assert reply[:4] == b"HOPB" and P.unpack_header(reply[:16])[0] == P.ERROR
+    s = Session(st.host, st.port)
+    assert s.measure(small_plan(cycles=10)).completed == 16
+    s.close()
+    assert any("error" in line for line in st.lines)
+
+
+def test_version_mismatch_is_a_clear_refusal(server):
+    raw = socket.create_connection((server.host, server.port))
+    body = P.encode_body({"protocol": 99})
+    raw.sendall(P.pack_header(P.HELLO, len(body)) + body)
+    raw.settimeout(5)
+    hdr = raw.recv(16, socket.MSG_WAITALL)
+    t, n = P.unpack_header(hdr)
+    assert t == P.REFUSE and b"not supported" in raw.recv(n, socket.MSG_WAITALL)
+    raw.close()
+
+
+def test_unreachable_peer_is_connect_failed():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(ConnectFailed, match="cannot reach"):
+        Session("127.0.0.1", port, connect_timeout_s=1)
+
+
+def test_server_killed_mid_run_keeps_what_was_measured(server_factory, tmp_path):
+    st = server_factory()
+    out = tmp_path / "r"
+    out.mkdir()
+    payloads = [Payload("T1", 1, 61440, 8), Payload("T2", 2, 122880, 8)]
+
+    # after the first payload, the server's end of the connection is shut down
+    with pytest.raises(HopbenchError):
+        run_session(st.host, st.port, payloads, folder=out, transport="tcp", k=2, id_bytes=4,
+                    cycles=30, warmup=2, timeout_s=2, on_payload=lambda s: _kill_session(st))
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "error" and rep["error"]
+    assert rep["payloads"][0]["summary"]["complete"] is True
+    rows = list(csv.DictReader(open(out / "samples.csv")))
+    assert len([r for r in rows if r["payload"] == "T1"]) == 33
+
+
+def _kill_session(st):
+    # shut down every socket the server thread holds open to its client
+    import gc
+
+    for obj in gc.get_objects():
+        if isinstance(obj, socket.socket) and obj.fileno() != -1:
+            try:
+                if obj.getsockname()[1] == st.port and obj.getpeername():
+                    obj.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def test_client_written_from_protocol_doc(server):
+    """A from-scratch client that follows docs/PROTOCOL.md literally."""
+    sock = socket.create_connection((server.host, server.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send_frame(t, obj=None):
+        body = json.dumps(obj).encode() if obj is not None else b""
+        sock.sendall(struct.pack("<4sHHII", b"HOPB", 1, t, len(body), 0) + body)
+
+    def recv_exact(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            assert chunk
+            buf += chunk
+        return buf
+
+    def recv_frame():
+        magic, ver, t, n, _ = struct.unpack("<4sHHII", recv_exact(16))
+        assert magic == b"HOPB" and ver == 1
+        return t, (json.loads(recv_exact(n)) if n else {})
+
+    send_frame(1, {"protocol": 1, "role": "client", "software": "doc-client", "env": {}})
+    t, hello = recv_frame()
+    assert t == 1 and hello["protocol"] == 1 and "env" in hello
+    plan = {"transport": "tcp", "request_bytes": 184320, "reply_bytes": 8, "k": 2, "id_bytes": 4,
+            "cycles": 20, "warmup": 3, "verify": False, "payload_crc32": None}
+    send_frame(2, plan)
+    t, accept = recv_frame()
+    assert t == 3 and accept["data_port"] is None
+    req = bytearray(184320)
+    for seq in range(1 + 3 + 20):
+        struct.pack_into("<Q", req, 0, seq)
+        sock.sendall(req)
+        ids = struct.unpack("<2I", recv_exact(8))
+        assert ids == (seq * 2, seq * 2 + 1)
+    send_frame(5)
+    sock.close()

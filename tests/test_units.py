@@ -1,0 +1,186 @@
+"""Unit tests: shape math, statistics against known distributions, protocol pack/unpack,
+the timing loop with a fake transport and a fake clock."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from hopbench import protocol as P
+from hopbench.errors import PeerClosed, ProtocolError, VerifyError
+from hopbench.shape import load_shape, log_grid
+from hopbench.stats import median_ci, median_ci_ranks, summarize
+from hopbench.timing import run_cycles
+from transports import fake
+
+
+def test_shape_from_config():
+    cfg = load_shape()
+    sh = cfg.shape
+    assert sh.bytes_per_token == 5 * 6144 * 2 == 61440
+    assert sh.request_bytes(3) == 184320
+    assert sh.reply_bytes() == 8  # K=2 int32
+    assert sh.reply_bytes(4) == 16
+    assert cfg.tokens == (1, 2, 3)
+
+
+def test_shape_bad_key_names_key_and_file(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text((load_shape().path and open(load_shape().path).read()).replace("hidden = 6144", "hiden = 6144"))
+    with pytest.raises(Exception) as ei:
+        load_shape(p)
+    assert "hiden" in str(ei.value) and str(p) in str(ei.value)
+
+
+def test_log_grid_spans_and_is_log_spaced():
+    g = log_grid(64, 4 * 1024 * 1024, 17)
+    assert g[0] == 64 and g[-1] == 4 * 1024 * 1024 and len(g) == 17
+    ratios = np.diff(np.log(g))
+    assert np.allclose(ratios, ratios.mean(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("n,lo,hi", [(10, 1, 8), (20, 5, 14), (100, 39, 60)])
+def test_median_ci_ranks_match_tables(n, lo, hi):
+    # reference ranks from the binomial tables (e.g. Conover, Practical Nonparametric Statistics)
+    assert median_ci_ranks(n) == (lo, hi)
+
+
+def test_median_ci_coverage_on_skewed_distribution():
+    rng = np.random.default_rng(1)
+    true_median = np.log(2)  # exponential(1)
+    hits = 0
+    trials = 400
+    for _ in range(trials):
+        x = np.sort(rng.exponential(1.0, 200))
+        lo, hi = median_ci(x)
+        hits += lo <= true_median <= hi
+    assert 0.92 <= hits / trials <= 0.99
+
+
+def test_summary_percentiles_and_drift():
+    rng = np.random.default_rng(2)
+    x = rng.normal(100_000, 1_000, 3000).astype(np.int64)
+    s = summarize(x)
+    assert s["n"] == 3000
+    assert s["p50_ns"] == pytest.approx(np.percentile(x, 50))
+    assert s["min_ns"] <= s["p50_ci_lo_ns"] <= s["p50_ns"] <= s["p50_ci_hi_ns"] <= s["max_ns"]
+    assert not s["drift"]
+    ramp = (x * np.linspace(1.0, 1.3, 3000)).astype(np.int64)  # the seeds' "still warming"
+    r = summarize(ramp)
+    assert r["drift"] and r["drift_rel"] > 0.1
+
+
+def test_header_roundtrip_and_rejections():
+    h = P.pack_header(P.PLAN, 123)
+    assert len(h) == 16 and P.unpack_header(h) == (P.PLAN, 123)
+    with pytest.raises(ProtocolError, match="bad magic"):
+        P.unpack_header(b"GET / HTTP/1.1\r\n")
+    with pytest.raises(ProtocolError, match="version"):
+        P.unpack_header(struct.pack("<4sHHII", b"HOPB", 99, 1, 0, 0))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        P.unpack_header(struct.pack("<4sHHII", b"HOPB", 1, 1, 10**9, 0))
+    with pytest.raises(ProtocolError, match="unknown message type"):
+        P.unpack_header(struct.pack("<4sHHII", b"HOPB", 1, 77, 0, 0))
+
+
+def test_plan_wire_roundtrip_and_validation():
+    plan = P.Plan("tcp", 184320, 8, 2, 4, 100, 10, verify=True, payload_crc32=5)
+    assert P.Plan.from_wire(P.decode_body(P.encode_body(plan.to_wire()))) == P.Plan(
+        "tcp", 184320, 8, 2, 4, 100, 10, verify=True, payload_crc32=5, transport_settings={})
+    bad = plan.to_wire() | {"cycles": -1}
+    with pytest.raises(ProtocolError, match="cycles"):
+        P.Plan.from_wire(bad)
+    with pytest.raises(ProtocolError):
+        P.decode_body(b"\xff\xfe")
+
+
+def test_caps():
+    caps = P.Caps(max_request_bytes=1000, max_cycles=100)
+    assert caps.check(P.Plan("tcp", 1000, 8, 2, 4, 50, 5)) is None
+    assert "exceeds the server cap" in caps.check(P.Plan("tcp", 1001, 8, 2, 4, 50, 5))
+    assert "sequence header" in caps.check(P.Plan("tcp", 4, 8, 2, 4, 50, 5))
+    assert "cannot hold" in caps.check(P.Plan("tcp", 100, 4, 2, 4, 50, 5))
+    assert "round trips" in caps.check(P.Plan("tcp", 100, 8, 2, 4, 99, 5))
+
+
+@pytest.mark.parametrize("k,id_bytes", [(2, 4), (1, 2), (5, 8), (3, 2)])
+def test_codec_fast_and_slow_paths_agree(k, id_bytes):
+    c = P.ReplyCodec(k, id_bytes)
+    buf = bytearray(k * id_bytes + 3)
+    pack, check = c.packer(buf), c.checker(buf)
+    wrap_seq = (c.mask + 1) // k  # seqs around the id wrap-around
+    for seq in [0, 1, 7, 1000, wrap_seq - 1, wrap_seq, wrap_seq + 1]:
+        pack(seq)
+        assert struct.unpack_from(c.struct.format, buf) == c.expected(seq)
+        check(seq)
+        with pytest.raises(VerifyError):
+            check(seq + 1)
+
+
+def test_codec_reports_server_checksum_signal():
+    c = P.ReplyCodec(2, 4)
+    buf = bytearray(8)
+    c.pack(buf, 9, corrupt=True)
+    with pytest.raises(VerifyError, match="checksum"):
+        c.checker(buf)(9)
+
+
+class FakeClock:
+    def __init__(self, step):
+        self.t = 0
+        self.step = step
+
+    def __call__(self):
+        self.t += self.step
+        return self.t
+
+
+def echo_ids(peer, request_bytes, reply_bytes, codec, cycles, stale_at=None):
+    req, rep = bytearray(request_bytes), bytearray(reply_bytes)
+    for _ in range(cycles):
+        try:
+            peer.recv_into(req)
+        except PeerClosed:
+            return
+        seq = P.SEQ.unpack_from(req)[0]
+        codec.pack(rep, seq - 1 if seq == stale_at else seq)
+        peer.send(rep)
+
+
+def test_timing_loop_with_fake_transport_and_clock():
+    import threading
+
+    a, b = fake.pair()
+    codec = P.ReplyCodec(2, 4)
+    t = threading.Thread(target=echo_ids, args=(b, 64, 8, codec, 10))
+    t.start()
+    samples = np.zeros(10, dtype=np.int64)
+    n = run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=FakeClock(500))
+    t.join()
+    assert n == 10
+    assert (samples == 500).all()  # exactly one clock pair per cycle, nothing else timed
+
+
+def test_timing_loop_rejects_stale_reply_and_keeps_prior_samples():
+    import threading
+
+    a, b = fake.pair()
+    codec = P.ReplyCodec(2, 4)
+    t = threading.Thread(target=echo_ids, args=(b, 64, 8, codec, 5, 3))
+    t.start()
+    samples = np.zeros(10, dtype=np.int64)
+    with pytest.raises(VerifyError, match="seq 3") as ei:
+        run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=FakeClock(7))
+    a.close()
+    t.join()
+    assert ei.value.completed_cycles == 3
+    assert list(samples[:4]) == [7, 7, 7, 0]  # the stale reply never became a sample
+
+
+def test_timing_loop_peer_close_mid_run():
+    a, b = fake.pair()
+    b.close()
+    samples = np.zeros(3, dtype=np.int64)
+    with pytest.raises(PeerClosed) as ei:
+        run_cycles(a, bytearray(64), bytearray(8), P.ReplyCodec(2, 4), samples)
+    assert ei.value.completed_cycles == 0

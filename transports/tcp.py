@@ -1,0 +1,240 @@
+"""Stdlib TCP with TCP_NODELAY.
+
+Why each knob:
+- TCP_NODELAY on both ends: the reply (8 B) and the tail of every request would
+  otherwise wait for Nagle + delayed ACK (up to 40 ms on Linux). Read back with
+  getsockopt and recorded in `info`, so a result shows what was in effect.
+- Blocking socket + SO_RCVTIMEO/SO_SNDTIMEO instead of Python's settimeout(): with a
+  Python-level timeout every recv is preceded by a poll() syscall; the kernel-level
+  timeout costs nothing per call and still bounds every blocking call.
+- recv_into with MSG_WAITALL, looped: the kernel returns the whole message in one call
+  unless a timeout or signal cuts it short; the loop covers that case (a single
+  recv_into per message on a stream socket is the classic bug, see STYLE.md).
+- poll="busy": non-blocking socket spun on recv_into, for receivers that must not pay
+  the cross-CPU wake-up (../shared/MEASURED.md); the deadline is checked every 256
+  empty polls so the spin stays cheap.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+
+from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
+from hopbench.transport import TransportOptions
+
+_TIMEVAL = struct.Struct("@ll")
+_WAITALL = socket.MSG_WAITALL
+
+
+def _timeval(seconds: float) -> bytes:
+    sec = int(seconds)
+    return _TIMEVAL.pack(sec, int((seconds - sec) * 1e6))
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+class TcpChannel:
+    """A connected TCP socket as a Channel (see hopbench.transport.Channel)."""
+
+    def __init__(self, sock: socket.socket, options: TransportOptions):
+        self._sock = sock
+        self._timeout = options.timeout_s
+        self._busy = options.poll == "busy"
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)  # blocking at the Python level; the kernel bounds it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(options.timeout_s))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(options.timeout_s))
+        if self._busy:
+            sock.setblocking(False)
+        self._recv_into = sock.recv_into
+        self._sendall = sock.sendall
+        self.send = self._send_busy_msg if self._busy else self._send_block
+        self.recv_into = self._recv_busy_msg if self._busy else self._recv_block
+        self.info = {
+            "transport": "tcp",
+            "tcp_nodelay": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0,
+            "so_sndbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+            "so_rcvbuf": sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            "local": "%s:%d" % sock.getsockname()[:2],
+            "peer": "%s:%d" % sock.getpeername()[:2],
+            "poll": options.poll,
+            "timeout_s": options.timeout_s,
+        }
+
+    @property
+    def socket(self) -> socket.socket:
+        return self._sock
+
+    # send/recv_into are bound per instance to the block or busy variant, so the hot
+    # path carries no mode test.
+    def _send_block(self, buf) -> None:
+        try:
+            self._sendall(buf)
+        except BlockingIOError:
+            raise Timeout(f"send timed out after {self._timeout} s") from None
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerClosed(f"peer closed the connection ({exc.strerror})") from None
+        except OSError as exc:
+            raise TransportError(f"send failed: {exc}") from None
+
+    def _send_busy_msg(self, buf) -> None:
+        try:
+            self._send_busy(buf)
+        except BlockingIOError:
+            raise Timeout(f"send timed out after {self._timeout} s") from None
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerClosed(f"peer closed the connection ({exc.strerror})") from None
+        except OSError as exc:
+            raise TransportError(f"send failed: {exc}") from None
+
+    def _send_busy(self, buf) -> None:
+        view = memoryview(buf).cast("B")
+        sent, n = 0, len(view)
+        deadline = None
+        while sent < n:
+            try:
+                sent += self._sock.send(view[sent:])
+            except BlockingIOError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeout
+                elif now > deadline:
+                    raise
+        view.release()
+
+    def _recv_block(self, buf) -> None:
+        n = len(buf)
+        try:
+            got = self._recv_into(buf, n, _WAITALL)
+        except OSError as exc:
+            raise self._recv_error(exc) from None
+        if got != n:
+            self._recv_rest(buf, got, n)
+
+    def _recv_busy_msg(self, buf) -> None:
+        n = len(buf)
+        try:
+            got = self._recv_busy(buf, 0, n)
+        except OSError as exc:
+            raise self._recv_error(exc) from None
+        if got != n:
+            self._recv_rest(buf, got, n)
+
+    def _recv_rest(self, buf, got: int, n: int) -> None:
+        if got == 0 and n > 0:
+            raise PeerClosed("peer closed the connection")
+        view = memoryview(buf).cast("B")
+        try:
+            while got < n:
+                if self._busy:
+                    r = self._recv_busy(view, got, n)
+                else:
+                    r = self._recv_into(view[got:], n - got, _WAITALL)
+                if r == 0:
+                    raise PeerClosed(f"peer closed the connection mid-message ({got} of {n} bytes)")
+                got += r
+        except OSError as exc:
+            raise self._recv_error(exc) from None
+        finally:
+            view.release()
+
+    def _recv_error(self, exc: OSError) -> Exception:
+        if isinstance(exc, BlockingIOError) or exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return Timeout(f"receive timed out after {self._timeout} s")
+        if isinstance(exc, ConnectionResetError):
+            return PeerClosed("peer reset the connection")
+        return TransportError(f"receive failed: {exc}")
+
+    def _recv_busy(self, buf, start: int, n: int) -> int:
+        """Spin on a non-blocking recv until some bytes (or EOF) arrive."""
+        target = buf if start == 0 else memoryview(buf).cast("B")[start:]
+        recv_into = self._recv_into
+        spins = 0
+        deadline = 0.0
+        while True:
+            try:
+                return recv_into(target, n - start)
+            except BlockingIOError:
+                spins += 1
+                if spins & 0xFF == 0:
+                    now = time.monotonic()
+                    if deadline == 0.0:
+                        deadline = now + self._timeout
+                    elif now > deadline:
+                        raise
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+class TcpListener:
+    def __init__(self, host: str, port: int, options: TransportOptions):
+        self._options = options
+        sock = socket.socket(_family(host), socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(16)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise ConnectFailed(f"cannot listen on {host}:{port}: port in use") from None
+            raise ConnectFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._sock = sock
+        self.address = sock.getsockname()[:2]
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def accept(self, timeout: float | None) -> TcpChannel:
+        self._sock.settimeout(timeout)
+        try:
+            conn, _ = self._sock.accept()
+        except socket.timeout:
+            raise Timeout(f"no connection within {timeout} s") from None
+        except OSError as exc:
+            raise TransportError(f"accept failed: {exc}") from None
+        try:
+            return TcpChannel(conn, self._options)
+        except OSError as exc:  # peer vanished between accept and setup
+            conn.close()
+            raise PeerClosed(f"peer went away during setup ({exc})") from None
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def connect_socket(host: str, port: int, timeout: float) -> socket.socket:
+    try:
+        return socket.create_connection((host, port), timeout=timeout)
+    except socket.timeout:
+        raise ConnectFailed(f"cannot reach {host}:{port}: connect timed out after {timeout} s") from None
+    except OSError as exc:
+        raise ConnectFailed(f"cannot reach {host}:{port}: {exc.strerror or exc}") from None
+
+
+class TcpTransport:
+    name = "tcp"
+
+    def version(self) -> str:
+        import platform
+
+        return f"python {platform.python_version()} socket"
+
+    def listen(self, host: str, port: int, options: TransportOptions) -> TcpListener:
+        return TcpListener(host, port, options)
+
+    def connect(self, host: str, port: int, options: TransportOptions) -> TcpChannel:
+        sock = connect_socket(host, port, options.connect_timeout_s)
+        return TcpChannel(sock, options)

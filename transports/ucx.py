@@ -1,0 +1,351 @@
+"""UCX transport over ucxx's synchronous core API (ucxx._lib.libucxx).
+
+Why these choices (measured: benchmarks/ucx_progress.py, docs/TRANSPORTS.md):
+- Core API, not ucxx's asyncio API: the asyncio event loop adds tens of microseconds per
+  message; the core API with explicit progress is what ucx_perftest does.
+- Progress: poll="busy" spins worker.progress() (no wake-up: the fast path on a VM where
+  a cross-CPU wake-up costs ~100 us); poll="block" arms the worker and sleeps in poll()
+  on its epoll fd with the remaining timeout (UCX's documented blocking pattern), so no
+  CPU burns while waiting and every wait is bounded.
+- Tag API, one tag per direction (client->server 1, server->client 2). A receive of a
+  message larger than the buffer fails with "truncated" (-> ProtocolError). The tag API
+  does not report a shorter message's length: the protocol's per-cycle id check catches
+  a short reply instead.
+- send() waits for the send to complete (see UcxChannel.send for why).
+- UCX options come from TransportOptions.settings ("UCX_TLS": "tcp", ...), are handed to
+  the UCX context when it is created (before UCX initialises) and are recorded, with the
+  transport/device UCX selected for the endpoint (parsed from UCX's own log) and the
+  path of the libucp actually loaded. The wheel's libucx is loaded first, never an older
+  system UCX (RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY is forced off).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import re
+import select
+import tempfile
+import threading
+import time
+
+os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, always
+# UCX reads its logging options once, when libucs loads. Its INFO log names the transport
+# and device it selects for each endpoint ("tag(tcp/lo)"); send that log to a private file
+# (not the terminal) and parse it. A user's own UCX_LOG_* settings win.
+if "UCX_LOG_FILE" not in os.environ and "UCX_LOG_LEVEL" not in os.environ:
+    _LOG_PATH = os.path.join(tempfile.gettempdir(), f"hopbench-ucx-{os.getpid()}.log")
+    os.environ["UCX_LOG_FILE"] = _LOG_PATH
+    os.environ["UCX_LOG_LEVEL"] = "info"
+    atexit.register(lambda: os.path.exists(_LOG_PATH) and os.unlink(_LOG_PATH))
+else:
+    _LOG_PATH = None
+import libucx  # noqa: E402
+
+libucx.load_library()
+
+import numpy as np  # noqa: E402
+import ucxx._lib.libucxx as ucx_api  # noqa: E402
+from ucxx._lib.arr import Array  # noqa: E402
+
+from hopbench.errors import ConfigError, ConnectFailed, PeerClosed, ProtocolError, Timeout, TransportError  # noqa: E402
+from hopbench.transport import TransportOptions  # noqa: E402
+
+HELLO = b"HOPBUCX1"
+TAG_TO_SERVER = ucx_api.UCXXTag(1)
+TAG_TO_CLIENT = ucx_api.UCXXTag(2)
+RECORDED_CONFIG = ("TLS", "NET_DEVICES", "RNDV_THRESH", "RNDV_SCHEME", "ZCOPY_THRESH", "MEMTYPE_CACHE",
+                   "TCP_CM_REUSEADDR", "MAX_RNDV_RAILS", "RNDV_FRAG_MEM_TYPE")
+_SELECTED = re.compile(r"(intra|inter)-node cfg#\d+ (tag\([^)]*\))")
+
+_ctx_lock = threading.Lock()
+_ctx: "ucx_api.UCXContext | None" = None
+_ctx_settings: dict[str, str] | None = None
+
+
+def _config_dict(settings: dict) -> dict[str, str]:
+    out = {}
+    for key, value in settings.items():
+        if not str(key).startswith("UCX_"):
+            raise ConfigError(f"ucx setting {key!r} must be a UCX_* variable (e.g. UCX_TLS)")
+        out[key[4:]] = str(value)
+    # Reuse the listening address at once after a restart (ucxx's listener does not, so a
+    # quick server restart on the same port would fail; MEASURED.md).
+    out.setdefault("TCP_CM_REUSEADDR", "y")
+    return out
+
+
+def _context(settings: dict) -> "ucx_api.UCXContext":
+    """The process's UCX context, created on first use with these settings."""
+    global _ctx, _ctx_settings
+    wanted = _config_dict(settings)
+    with _ctx_lock:
+        if _ctx is None:
+            _ctx = ucx_api.UCXContext(wanted, feature_flags=(ucx_api.Feature.TAG, ucx_api.Feature.WAKEUP))
+            _ctx_settings = wanted
+        elif wanted != _ctx_settings:
+            raise ConfigError(f"UCX is already initialised in this process with {_ctx_settings}; "
+                              f"cannot switch to {wanted} (run another process)")
+        return _ctx
+
+
+class _LogTail:
+    """Reads the lines UCX appended to its log file since the last call."""
+
+    def __init__(self):
+        self._offset = 0
+        self._lock = threading.Lock()
+
+    def new_lines(self) -> list[str]:
+        if _LOG_PATH is None:
+            return []
+        _libc.fflush(None)  # UCX writes its log through a buffered FILE*
+        with self._lock:
+            try:
+                with open(_LOG_PATH, "rb") as fh:
+                    fh.seek(self._offset)
+                    data = fh.read()
+                    self._offset += len(data)
+            except OSError:
+                return []
+        return data.decode(errors="replace").splitlines()
+
+
+_libc = ctypes.CDLL(None)
+_graveyard: list = []  # endpoints that failed to connect (see UcxTransport.connect)
+_log = _LogTail()
+_selected_seen: list[str] = []
+
+
+def _loaded_libucp() -> str | None:
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                if "libucp.so" in line:
+                    return line.split()[-1]
+    except OSError:
+        pass
+    return None
+
+
+def _as_array(buf) -> Array:
+    if not isinstance(buf, np.ndarray):
+        buf = np.frombuffer(buf, dtype=np.uint8)
+    return Array(buf)
+
+
+def _translate(exc: Exception, what: str) -> Exception:
+    name = type(exc).__name__
+    if "Canceled" in name or "ConnectionReset" in name or "EndpointTimeout" in name or "NotConnected" in name:
+        return PeerClosed(f"UCX peer closed or unreachable during {what} ({exc})")
+    if "Truncated" in name:
+        return ProtocolError(f"UCX message larger than expected during {what}")
+    if "Unreachable" in name or "Rejected" in name:
+        return ConnectFailed(f"UCX peer unreachable during {what} ({exc})")
+    return TransportError(f"UCX error during {what}: {exc}")
+
+
+class _Progress:
+    """Waits for requests on one worker, busy-polling or blocking on its epoll fd."""
+
+    def __init__(self, worker, poll_mode: str, timeout_s: float):
+        self.worker = worker
+        self.busy = poll_mode == "busy"
+        self.timeout_s = timeout_s
+        if not self.busy:
+            worker.init_blocking_progress_mode()
+            self._poller = select.poll()
+            self._poller.register(worker.epoll_file_descriptor, select.POLLIN)
+
+    def wait(self, req, what: str, timeout_s: float | None = None) -> None:
+        progress = self.worker.progress
+        if req.completed:
+            return self._done(req, what)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        if self.busy:
+            spins = 0
+            while not req.completed:
+                progress()
+                spins += 1
+                if spins & 0x3FF == 0 and time.monotonic() > deadline:
+                    raise Timeout(f"UCX {what} timed out after {timeout} s")
+        else:
+            arm, poll = self.worker.arm, self._poller.poll
+            while True:
+                progress()
+                if req.completed:
+                    break
+                if arm():  # nothing pending: safe to sleep until the NIC/socket wakes us
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not poll(int(left * 1000) + 1):
+                        progress()
+                        if req.completed:
+                            break
+                        raise Timeout(f"UCX {what} timed out after {timeout} s")
+        self._done(req, what)
+
+    @staticmethod
+    def _done(req, what: str) -> None:
+        try:
+            req.check_error()
+        except Exception as exc:
+            raise _translate(exc, what) from None
+
+
+class UcxChannel:
+    def __init__(self, worker, ep, progress: _Progress, send_tag, recv_tag, info: dict):
+        self._worker = worker
+        self._ep = ep
+        self._p = progress
+        self._send_tag = send_tag
+        self._recv_tag = recv_tag
+        self._arrays: dict[int, tuple[object, Array]] = {}
+        self.info = info
+
+    def alloc(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.uint8)
+
+    def _array(self, buf) -> Array:
+        hit = self._arrays.get(id(buf))
+        if hit is not None and hit[0] is buf:
+            return hit[1]
+        arr = _as_array(buf)
+        if len(self._arrays) > 8:
+            self._arrays.clear()
+        self._arrays[id(buf)] = (buf, arr)
+        return arr
+
+    def send(self, buf) -> None:
+        """Post the send and wait for it: with rendezvous (messages above RNDV_THRESH) the
+        data only moves while this worker is progressed, so returning early would leave a
+        final reply stranded when the sender stops progressing."""
+        try:
+            req = self._ep.tag_send(self._array(buf), self._send_tag)
+        except Exception as exc:
+            raise _translate(exc, "send") from None
+        self._p.wait(req, "send")
+
+    def recv_into(self, buf) -> None:
+        try:
+            req = self._ep.tag_recv(self._array(buf), self._recv_tag)
+        except Exception as exc:
+            raise _translate(exc, "receive") from None
+        self._p.wait(req, "receive")
+
+    def close(self) -> None:
+        ep, self._ep = self._ep, None
+        if ep is not None:
+            # close_blocking progresses the worker until UCX has told the peer (bounded:
+            # 100 attempts 10 ms apart), so the peer's pending receive fails at once
+            # instead of waiting for its timeout
+            with contextlib.suppress(Exception):
+                ep.close_blocking(10_000_000, 100)
+        self._arrays.clear()
+
+
+def _selected() -> list[str]:
+    """Transport/device lanes UCX has configured in this process so far (from its log)."""
+    _selected_seen.extend(f"{m.group(1)}-node {m.group(2)}" for line in _log.new_lines() if (m := _SELECTED.search(line)))
+    return sorted(set(_selected_seen)) if _LOG_PATH else ["unknown (UCX_LOG_* set by the user)"]
+
+
+def _base_info(ctx, options: TransportOptions) -> dict:
+    cfg = ctx.config
+    return {
+        "transport": "ucx",
+        "api": "ucxx core (tag)",
+        "ucx_version": ".".join(map(str, ucx_api.get_ucx_version())),
+        "libucp": _loaded_libucp(),
+        "settings": dict(options.settings),
+        "config": {k: cfg.get(k) for k in RECORDED_CONFIG if k in cfg},
+        "selected": _selected(),
+        "poll": options.poll,
+        "progress": "busy-poll worker.progress()" if options.poll == "busy" else "blocking (arm + epoll)",
+        "timeout_s": options.timeout_s,
+    }
+
+
+class UcxListener:
+    def __init__(self, host: str, port: int, options: TransportOptions):
+        self._options = options
+        self._ctx = _context(options.settings)
+        self._worker = ucx_api.UCXWorker(self._ctx)
+        self._progress = _Progress(self._worker, options.poll, options.timeout_s)
+        self._pending: list = []
+
+        def on_connect(conn_request):
+            self._pending.append(self._listener.create_endpoint_from_conn_request(conn_request, True))
+
+        try:
+            self._listener = ucx_api.UCXListener.create(self._worker, port, on_connect)
+        except Exception as exc:
+            msg = str(exc)
+            if "busy" in msg.lower() or "in use" in msg.lower() or "Busy" in type(exc).__name__:
+                raise ConnectFailed(f"cannot listen on {host}:{port} over UCX: port in use") from None
+            raise ConnectFailed(f"cannot listen on {host}:{port} over UCX: {exc}") from None
+        # ucxx's listener binds every interface; `host` is where clients are told to connect
+        self.address = (host, self._listener.port)
+        self.info = {"listener_ip": self._listener.ip, "port": self._listener.port}
+
+    def accept(self, timeout: float | None) -> UcxChannel:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        if True:
+            while not self._pending:
+                self._worker.progress()
+                if time.monotonic() > deadline:
+                    raise Timeout(f"no UCX peer within {timeout} s")
+                if not self._pending:
+                    time.sleep(0.0005)  # accept is not on the hot path; a short nap keeps it cheap
+            ep = self._pending.pop(0)
+            hello = np.zeros(len(HELLO), dtype=np.uint8)
+            self._progress.wait(ep.tag_recv(Array(hello), TAG_TO_SERVER), "hello", max(0.1, deadline - time.monotonic()))
+            if hello.tobytes() != HELLO:
+                raise ProtocolError("UCX peer did not send the hopbench hello")
+            answer = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
+            self._progress.wait(ep.tag_send(Array(answer), TAG_TO_CLIENT), "hello")
+        info = _base_info(self._ctx, self._options)
+        return UcxChannel(self._worker, ep, self._progress, TAG_TO_CLIENT, TAG_TO_SERVER, info)
+
+    def close(self) -> None:
+        self._listener = None
+
+
+class UcxTransport:
+    name = "ucx"
+
+    def version(self) -> str:
+        import ucxx
+
+        return f"ucxx {ucxx.__version__} (UCX {'.'.join(map(str, ucx_api.get_ucx_version()))}, {_loaded_libucp()})"
+
+    def listen(self, host: str, port: int, options: TransportOptions) -> UcxListener:
+        return UcxListener(host, port, options)
+
+    def connect(self, host: str, port: int, options: TransportOptions) -> UcxChannel:
+        ctx = _context(options.settings)
+        worker = ucx_api.UCXWorker(ctx)
+        progress = _Progress(worker, options.poll, options.timeout_s)
+        ep = None
+        try:
+            if True:
+                ep = ucx_api.UCXEndpoint.create(worker, host, port, True)
+                hello = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
+                answer = np.zeros(len(HELLO), dtype=np.uint8)
+                r = ep.tag_recv(Array(answer), TAG_TO_CLIENT)
+                progress.wait(ep.tag_send(Array(hello), TAG_TO_SERVER), "hello", options.connect_timeout_s)
+                progress.wait(r, "hello", options.connect_timeout_s)
+            if answer.tobytes() != HELLO:
+                raise ProtocolError(f"{host}:{port} is not a hopbench UCX data listener")
+        except (Timeout, PeerClosed, TransportError) as exc:
+            # closing an endpoint that failed to connect crashes ucxx 0.52 (segfault in
+            # ep.close); keep it referenced and let the worker own it instead
+            _graveyard.append((worker, ep))
+            raise ConnectFailed(f"cannot reach {host}:{port} over UCX: {exc}") from None
+        except Exception as exc:
+            raise ConnectFailed(f"cannot reach {host}:{port} over UCX: {exc}") from None
+        info = _base_info(ctx, options)
+        info["endpoint"] = f"{host}:{port}"
+        return UcxChannel(worker, ep, progress, TAG_TO_SERVER, TAG_TO_CLIENT, info)

@@ -1,0 +1,222 @@
+"""ZeroMQ (pyzmq) transport.
+
+Choices, each measured (benchmarks/zmq_choices.py; figures in the commit log and in
+docs/TRANSPORTS.md):
+- Socket pattern: PAIR on both ends. One peer per data listener (the server opens one
+  per plan), no envelope frames (ROUTER/DEALER add an identity frame per message) and no
+  REQ/REP state machine, which a lost message would wedge.
+- Receive: `recv_into` a preallocated buffer (pyzmq >= 26); a message of another length
+  is a ProtocolError, never a short sample.
+- Send: `copy` decided by measurement at the mission's sizes (COPY_THRESHOLD below).
+- LINGER 0 (close never blocks), IMMEDIATE 1 (no queueing to a peer that never came),
+  SNDTIMEO/RCVTIMEO for every blocking call. Peer close: ZeroMQ does not report it on
+  the data socket, so a socket monitor is checked whenever a receive slice times out
+  (every 200 ms at most), which costs nothing per cycle.
+- Connect: ZeroMQ connects asynchronously, so the client sends an 8-byte hello and waits
+  for the server's 8-byte answer within connect_timeout; no answer -> ConnectFailed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout, TransportError
+from hopbench.transport import TransportOptions
+
+HELLO = b"HOPBZMQ1"
+SLICE_MS = 200  # receive slice: the longest a peer close can go unnoticed
+# Messages at least this large are sent zero-copy (copy=False); below it pyzmq copies.
+# Measured on loopback with PAIR (benchmarks/zmq_choices.py): see docs/TRANSPORTS.md.
+COPY_THRESHOLD = 65536
+KNOWN_SETTINGS = {"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}
+
+
+def _ctx() -> zmq.Context:
+    return zmq.Context.instance()
+
+
+def _check_settings(settings: dict) -> None:
+    unknown = set(settings) - KNOWN_SETTINGS
+    if unknown:
+        from hopbench.errors import ConfigError
+
+        raise ConfigError(f"unknown zmq setting(s) {sorted(unknown)} (known: {sorted(KNOWN_SETTINGS)})")
+
+
+def _new_socket(options: TransportOptions) -> zmq.Socket:
+    s = _ctx().socket(zmq.PAIR)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.IMMEDIATE, 1)
+    s.setsockopt(zmq.SNDTIMEO, int(options.timeout_s * 1000))
+    s.setsockopt(zmq.RCVTIMEO, min(SLICE_MS, int(options.timeout_s * 1000)))
+    for key, opt in (("sndhwm", zmq.SNDHWM), ("rcvhwm", zmq.RCVHWM)):
+        if key in options.settings:
+            s.setsockopt(opt, int(options.settings[key]))
+    return s
+
+
+class ZmqChannel:
+    def __init__(self, sock: zmq.Socket, options: TransportOptions, endpoint: str):
+        self._sock = sock
+        self._timeout = options.timeout_s
+        self._busy = options.poll == "busy"
+        self._copy_threshold = int(options.settings.get("copy_threshold", COPY_THRESHOLD))
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._recv = sock.recv_into
+        self._send = sock.send
+        self.recv_into = self._recv_busy if self._busy else self._recv_block
+        self.info = {
+            "transport": "zmq",
+            "pattern": "PAIR",
+            "endpoint": endpoint,
+            "pyzmq": zmq.__version__,
+            "libzmq": zmq.zmq_version(),
+            "copy_threshold": self._copy_threshold,
+            "linger": sock.getsockopt(zmq.LINGER),
+            "immediate": sock.getsockopt(zmq.IMMEDIATE),
+            "sndhwm": sock.getsockopt(zmq.SNDHWM),
+            "rcvhwm": sock.getsockopt(zmq.RCVHWM),
+            "poll": options.poll,
+            "timeout_s": options.timeout_s,
+        }
+
+    def alloc(self, n: int) -> bytearray:
+        return bytearray(n)
+
+    def send(self, buf) -> None:
+        try:
+            self._send(buf, copy=len(buf) < self._copy_threshold)
+        except zmq.Again:
+            raise Timeout(f"send timed out after {self._timeout} s") from None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"zmq send failed: {exc}") from None
+
+    def _got(self, n: int, buf) -> None:
+        if n != len(buf):
+            raise ProtocolError(f"zmq message of {n} bytes where {len(buf)} were expected")
+
+    def _recv_block(self, buf) -> None:
+        recv = self._recv
+        deadline = None
+        while True:
+            try:
+                self._got(recv(buf), buf)
+                return
+            except zmq.Again:
+                self._idle_check(deadline)
+                if deadline is None:
+                    deadline = time.monotonic() + self._timeout - SLICE_MS / 1000
+            except zmq.ZMQError as exc:
+                raise TransportError(f"zmq receive failed: {exc}") from None
+
+    def _recv_busy(self, buf) -> None:
+        recv = self._recv
+        flags = zmq.NOBLOCK
+        spins = 0
+        deadline = None
+        while True:
+            try:
+                self._got(recv(buf, 0, flags), buf)
+                return
+            except zmq.Again:
+                spins += 1
+                if spins & 0xFFF == 0:
+                    self._idle_check(deadline)
+                    if deadline is None:
+                        deadline = time.monotonic() + self._timeout
+            except zmq.ZMQError as exc:
+                raise TransportError(f"zmq receive failed: {exc}") from None
+
+    def _idle_check(self, deadline) -> None:
+        """Called when no message came for a while: peer gone? past the timeout?"""
+        try:
+            if self._monitor.poll(0):
+                raise PeerClosed("peer disconnected")
+        except zmq.ZMQError:
+            pass
+        if deadline is not None and time.monotonic() > deadline:
+            raise Timeout(f"receive timed out after {self._timeout} s")
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close(0)
+        self._sock.close(0)
+
+
+class ZmqListener:
+    def __init__(self, host: str, port: int, options: TransportOptions):
+        self._options = options
+        self._sock = _new_socket(options)
+        try:
+            if port:
+                self._sock.bind(f"tcp://{host}:{port}")
+            else:
+                port = self._sock.bind_to_random_port(f"tcp://{host}")
+        except zmq.ZMQError as exc:
+            self._sock.close(0)
+            if exc.errno == zmq.EADDRINUSE:
+                raise ConnectFailed(f"cannot listen on {host}:{port}: port in use") from None
+            raise ConnectFailed(f"cannot listen on {host}:{port}: {exc}") from None
+        self.address = (host, port)
+        self._handed = False
+
+    def accept(self, timeout: float | None) -> ZmqChannel:
+        """Wait for the client's hello, answer it, hand the socket over as a channel."""
+        hello = bytearray(len(HELLO))
+        poller_ms = None if timeout is None else int(timeout * 1000)
+        if not self._sock.poll(poller_ms, zmq.POLLIN):
+            raise Timeout(f"no zmq peer within {timeout} s")
+        n = self._sock.recv_into(hello)
+        if n != len(HELLO) or bytes(hello) != HELLO:
+            raise ProtocolError("zmq peer did not send the hopbench hello")
+        try:
+            self._sock.send(HELLO)
+        except zmq.Again:
+            raise PeerClosed("zmq peer went away during the hello") from None
+        self._handed = True
+        return ZmqChannel(self._sock, self._options, f"tcp://{self.address[0]}:{self.address[1]}")
+
+    def close(self) -> None:
+        if not self._handed:
+            self._sock.close(0)
+
+
+class ZmqTransport:
+    name = "zmq"
+
+    def version(self) -> str:
+        return f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()})"
+
+    def listen(self, host: str, port: int, options: TransportOptions) -> ZmqListener:
+        _check_settings(options.settings)
+        return ZmqListener(host, port, options)
+
+    def connect(self, host: str, port: int, options: TransportOptions) -> ZmqChannel:
+        _check_settings(options.settings)
+        endpoint = f"tcp://{host}:{port}"
+        s = _new_socket(options)
+        try:
+            s.setsockopt(zmq.SNDTIMEO, int(options.connect_timeout_s * 1000))
+            s.connect(endpoint)
+            s.send(HELLO)
+            if not s.poll(int(options.connect_timeout_s * 1000), zmq.POLLIN):
+                raise zmq.Again()
+            answer = bytearray(len(HELLO))
+            if s.recv_into(answer) != len(HELLO) or bytes(answer) != HELLO:
+                raise ProtocolError(f"{endpoint} is not a hopbench zmq data listener")
+            s.setsockopt(zmq.SNDTIMEO, int(options.timeout_s * 1000))
+        except zmq.Again:
+            s.close(0)
+            raise ConnectFailed(f"cannot reach {host}:{port} over zmq: no answer within {options.connect_timeout_s} s") from None
+        except zmq.ZMQError as exc:
+            s.close(0)
+            raise ConnectFailed(f"cannot reach {host}:{port} over zmq: {exc}") from None
+        except BaseException:
+            s.close(0)
+            raise
+        return ZmqChannel(s, options, endpoint)
