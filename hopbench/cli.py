@@ -166,6 +166,140 @@ def run(
 
 
 @app.command()
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep config (configs/sweep.toml).")] = Path("configs/sweep.toml"),
+    quick: Annotated[bool, typer.Option(help="The [quick] profile: a smaller grid, under 2 minutes.")] = False,
+    rungs: Annotated[Optional[str], typer.Option(help="Only these rungs (comma-separated names from configs/rungs/).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Sweep folder (resumed when it holds an unfinished sweep).")] = None,
+    new: Annotated[bool, typer.Option(help="Start afresh even if an unfinished sweep of this config exists.")] = False,
+    results_dir: Annotated[Path, typer.Option(help="Where sweep folders go.")] = Path("results"),
+    analyse: Annotated[bool, typer.Option(help="Run fit, verdict and plot on the result at the end.")] = True,
+    shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
+):
+    """Measure rungs x transports x payloads, interleaved and repeated; resumable."""
+    from hopbench.shape import load_shape
+    from hopbench.sweep import load_sweep, run_sweep
+
+    scfg = load_shape(shape)
+    cfg = load_sweep(config, quick=quick)
+    only = [r for r in rungs.split(",") if r] if rungs else None
+    try:
+        folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
+                           resume=not new, only_rungs=only)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    print(f"sweep results: {folder}")
+    if analyse:
+        from hopbench import analysis
+
+        analysis.report_all(folder, scfg)
+
+
+def _shape(shape):
+    from hopbench.shape import load_shape
+
+    return load_shape(shape)
+
+
+ShapeOpt = Annotated[Optional[Path], typer.Option("--shape", help="Shape config (default configs/shape.toml).")]
+ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder.")]
+
+
+@app.command()
+def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens (default from config).")] = None,
+        shape: ShapeOpt = None):
+    """Fit latency = alpha + bytes/beta per rung x transport; regimes and the crossover."""
+    from hopbench import analysis
+
+    s = _shape(shape)
+    analysis.run_fit(results, s.shape.bytes_per_token, tokens or s.operating_tokens)
+
+
+@app.command()
+def verdict(
+    results: Annotated[Optional[Path], typer.Argument(help="A sweep or run folder (or give --hop-ms).")] = None,
+    t_draft: Annotated[Optional[float], typer.Option(help="ms the drafter costs per cycle = the break-even hop.")] = None,
+    cycle: Annotated[Optional[float], typer.Option(help="Decode cycle with the drafter co-located, ms.")] = None,
+    tok_s: Annotated[Optional[float], typer.Option(help="Co-located throughput, tok/s.")] = None,
+    tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
+    hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
+    tolerance: Annotated[float, typer.Option(help="Projected gain within this fraction is a dead heat.")] = 0.01,
+    shape: ShapeOpt = None,
+):
+    """Break-even hop and projected tok/s per rung x transport."""
+    from hopbench import analysis
+    from hopbench.verdict import Inputs
+
+    s = _shape(shape)
+    inputs = Inputs(t_draft if t_draft is not None else s.t_draft_ms, cycle if cycle is not None else s.cycle_ms,
+                    tok_s if tok_s is not None else s.tok_s, tolerance)
+    hops = None
+    if hop_ms:
+        hops = {}
+        for item in hop_ms.split(","):
+            name, sep, val = item.partition("=")
+            try:
+                hops[name] = float(val)
+            except ValueError:
+                raise ConfigError(f"--hop-ms {item!r}: expected NAME=MS") from None
+    elif results is None:
+        raise ConfigError("give a result folder or --hop-ms")
+    analysis.run_verdict(results, inputs, tokens or s.operating_tokens, hops)
+
+
+@app.command()
+def plot(results: ResultsArg, shape: ShapeOpt = None):
+    """Latency vs payload with fits, hop cost vs break-even, latency CDFs (PNG + SVG)."""
+    from hopbench import analysis
+    from hopbench.verdict import Inputs
+
+    s = _shape(shape)
+    analysis.run_plot(results, s.shape.bytes_per_token, Inputs(s.t_draft_ms, s.cycle_ms, s.tok_s), s.operating_tokens)
+
+
+@app.command()
+def export(
+    results: ResultsArg,
+    into: Annotated[Path, typer.Option(help="Case-study data file to upsert runs[] into.")] = Path("data/case-studies.json"),
+    study: Annotated[str, typer.Option(help="Study name recorded in every record.")] = "remote-drafter",
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write the records as CSV here (must not exist).")] = None,
+    shape: ShapeOpt = None,
+):
+    """Upsert summaries as runs[] records (stable ids; everything else in the file kept)."""
+    from hopbench import export as E
+    from hopbench import fit as F
+    from hopbench.data import load_groups
+    from hopbench.results import atomic_write
+
+    s = _shape(shape)
+    groups, top = load_groups(results)
+    fits = F.fit_groups(groups, s.shape.bytes_per_token, s.operating_tokens, boot=50)
+    recs = E.records(groups, top, Path(results).name, study, fits)
+    added, updated = E.upsert(into, recs)
+    print(f"{into}: {added} records added, {updated} updated (study {study!r})")
+    if csv_out:
+        if csv_out.exists():
+            raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
+        atomic_write(csv_out, E.to_csv(recs))
+        print(f"CSV: {csv_out}")
+
+
+@app.command()
+def compare(a: Annotated[Path, typer.Argument(help="Baseline result folder.")],
+            b: Annotated[Path, typer.Argument(help="Result folder to compare against it.")]):
+    """Per matching cell: difference of medians (B - A) with CI, effect size, significance."""
+    from hopbench import compare as C
+    from hopbench.data import load_groups
+
+    ga, _ = load_groups(a)
+    gb, _ = load_groups(b)
+    pairs = C.match(ga, gb)
+    if not pairs:
+        raise ConfigError(f"no matching cells between {a} and {b}")
+    print(C.format_table([C.compare_groups(x, y) for x, y in pairs]))
+
+
+@app.command()
 def transports():
     """List the transports, whether they import here, and how to install them."""
     from hopbench.transport import describe_transports

@@ -8,10 +8,14 @@ docs/TRANSPORTS.md):
 - Receive: `recv_into` a preallocated buffer (pyzmq >= 26); a message of another length
   is a ProtocolError, never a short sample.
 - Send: `copy` decided by measurement at the mission's sizes (COPY_THRESHOLD below).
-- LINGER 0 (close never blocks), IMMEDIATE 1 (no queueing to a peer that never came),
-  SNDTIMEO/RCVTIMEO for every blocking call. Peer close: ZeroMQ does not report it on
-  the data socket, so a socket monitor is checked whenever a receive slice times out
-  (every 200 ms at most), which costs nothing per cycle.
+- LINGER 0 (close never blocks). IMMEDIATE stays off: with it, a peer's close made
+  ZeroMQ drop replies that had arrived but were not yet read (8 of 200 sessions lost
+  their last reply in a pyzmq-only test); a dead port is caught by the hello timeout.
+  SNDTIMEO/RCVTIMEO for every blocking call. Peer close: ZeroMQ never reports it on the
+  data socket (and socket monitors lost messages at close in our tests), so a graceful
+  close sends an empty message first, which the peer reads as PeerClosed; a peer that
+  dies abruptly is noticed by the receive timeout (and, in a session, by the TCP
+  control connection).
 - Connect: ZeroMQ connects asynchronously, so the client sends an 8-byte hello and waits
   for the server's 8-byte answer within connect_timeout; no answer -> ConnectFailed.
 """
@@ -26,10 +30,11 @@ from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout, T
 from hopbench.transport import TransportOptions
 
 HELLO = b"HOPBZMQ1"
-SLICE_MS = 200  # receive slice: the longest a peer close can go unnoticed
+SLICE_MS = 200  # receive slice: how often a blocked receive checks its deadline
 # Messages at least this large are sent zero-copy (copy=False); below it pyzmq copies.
 # Measured on loopback with PAIR (benchmarks/zmq_choices.py): see docs/TRANSPORTS.md.
 COPY_THRESHOLD = 65536
+CLOSE_LINGER_MS = 1000
 KNOWN_SETTINGS = {"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}
 
 
@@ -48,7 +53,6 @@ def _check_settings(settings: dict) -> None:
 def _new_socket(options: TransportOptions) -> zmq.Socket:
     s = _ctx().socket(zmq.PAIR)
     s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.IMMEDIATE, 1)
     s.setsockopt(zmq.SNDTIMEO, int(options.timeout_s * 1000))
     s.setsockopt(zmq.RCVTIMEO, min(SLICE_MS, int(options.timeout_s * 1000)))
     for key, opt in (("sndhwm", zmq.SNDHWM), ("rcvhwm", zmq.RCVHWM)):
@@ -63,7 +67,6 @@ class ZmqChannel:
         self._timeout = options.timeout_s
         self._busy = options.poll == "busy"
         self._copy_threshold = int(options.settings.get("copy_threshold", COPY_THRESHOLD))
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._recv = sock.recv_into
         self._send = sock.send
         self.recv_into = self._recv_busy if self._busy else self._recv_block
@@ -75,7 +78,6 @@ class ZmqChannel:
             "libzmq": zmq.zmq_version(),
             "copy_threshold": self._copy_threshold,
             "linger": sock.getsockopt(zmq.LINGER),
-            "immediate": sock.getsockopt(zmq.IMMEDIATE),
             "sndhwm": sock.getsockopt(zmq.SNDHWM),
             "rcvhwm": sock.getsockopt(zmq.RCVHWM),
             "poll": options.poll,
@@ -95,6 +97,8 @@ class ZmqChannel:
 
     def _got(self, n: int, buf) -> None:
         if n != len(buf):
+            if n == 0:
+                raise PeerClosed("peer closed the zmq channel")
             raise ProtocolError(f"zmq message of {n} bytes where {len(buf)} were expected")
 
     def _recv_block(self, buf) -> None:
@@ -130,22 +134,22 @@ class ZmqChannel:
                 raise TransportError(f"zmq receive failed: {exc}") from None
 
     def _idle_check(self, deadline) -> None:
-        """Called when no message came for a while: peer gone? past the timeout?"""
-        try:
-            if self._monitor.poll(0):
-                raise PeerClosed("peer disconnected")
-        except zmq.ZMQError:
-            pass
+        """Called when no message came within a receive slice: past the timeout?"""
         if deadline is not None and time.monotonic() > deadline:
             raise Timeout(f"receive timed out after {self._timeout} s")
 
     def close(self) -> None:
+        """Graceful close: an empty message tells the peer we are gone (ZeroMQ itself
+        never reports a disconnect on the data socket), then a bounded linger so that
+        it and the last reply are not dropped. close() does not block on the linger."""
+        if self._sock.closed:
+            return
         try:
-            self._sock.disable_monitor()
+            self._send(b"", zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
-        self._monitor.close(0)
-        self._sock.close(0)
+        self._sock.setsockopt(zmq.LINGER, CLOSE_LINGER_MS)
+        self._sock.close()
 
 
 class ZmqListener:

@@ -1,0 +1,196 @@
+"""The Hockney model: latency = alpha + bytes / beta, per rung x transport.
+
+Method: iteratively reweighted least squares on *relative* residuals (weights 1/y^2, so a
+4 MiB point does not drown the 64 B ones across four decades) with Huber down-weighting
+of outliers (robust); bootstrap CIs by resampling each payload's repeats (or its samples,
+for a single run) and refitting. Where one line does not fit (max relative residual above
+RESID_LIMIT), a two-segment fit is tried at every breakpoint between sampled sizes and
+kept when it cuts the weighted squared error by more than half; its breakpoint is
+reported (UCX's eager -> rendezvous switch, socket-buffer limits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from hopbench.data import Group
+
+RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
+HUBER_K = 1.345
+MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
+
+
+@dataclass
+class Line:
+    alpha_s: float
+    beta_Bps: float  # bytes per second; inf when the slope is not positive
+    max_rel_resid: float
+    sse: float
+    lo_bytes: int
+    hi_bytes: int
+
+
+def fit_line(x: np.ndarray, y: np.ndarray, iters: int = 20) -> Line:
+    """Robust relative-error fit of y = a + b x; returns alpha = a, beta = 1/b."""
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    w = 1.0 / y**2
+    a = b = 0.0
+    for _ in range(iters):
+        W = np.sqrt(w)
+        A = np.vstack([np.ones_like(x), x]).T * W[:, None]
+        (a, b), *_ = np.linalg.lstsq(A, y * W, rcond=None)
+        r = (y - (a + b * x)) / y
+        s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1e-12
+        u = np.abs(r) / (HUBER_K * s)
+        hub = np.where(u <= 1, 1.0, 1.0 / np.maximum(u, 1e-12))
+        w = hub / y**2
+    r = (y - (a + b * x)) / y
+    return Line(alpha_s=float(a), beta_Bps=float(1.0 / b) if b > 0 else float("inf"),
+                max_rel_resid=float(np.max(np.abs(r))), sse=float(np.sum(r**2)),
+                lo_bytes=int(x.min()), hi_bytes=int(x.max()))
+
+
+def two_segment(x: np.ndarray, y: np.ndarray, min_points: int = 3) -> tuple[int, Line, Line] | None:
+    order = np.argsort(x)
+    x, y = x[order], y[order]
+    best = None
+    for i in range(min_points, len(x) - min_points + 1):
+        left, right = fit_line(x[:i], y[:i]), fit_line(x[i:], y[i:])
+        sse = left.sse + right.sse
+        if best is None or sse < best[0]:
+            best = (sse, int(np.sqrt(x[i - 1] * x[i])), left, right)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+@dataclass
+class Fit:
+    rung: str
+    transport: str
+    points: int
+    alpha_s: float
+    beta_Bps: float
+    alpha_ci: tuple[float, float]
+    beta_ci: tuple[float, float]
+    n_half_bytes: float
+    n_half_tokens: float
+    rate_mbit: float | None
+    wire_efficiency: float | None  # beta / (rate / 8)
+    goodput_ratio: float | None  # beta / (rate x 1448/1538 / 8)
+    max_rel_resid: float
+    breakpoint_bytes: int | None
+    segments: list[dict]
+    operating_bytes: int
+    share_bandwidth: float  # bandwidth term / (alpha + bandwidth term) at the operating payload
+    regime: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _segment_for(fit_segments: list[Line], nbytes: int) -> Line:
+    for seg in fit_segments:
+        if nbytes <= seg.hi_bytes:
+            return seg
+    return fit_segments[-1]
+
+
+def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int, boot: int = 300,
+               seed: int = 7) -> list[Fit]:
+    """One Fit per (rung, transport) from the gap-0 groups."""
+    rng = np.random.default_rng(seed)
+    out = []
+    keys = sorted({(g.rung, g.transport) for g in groups if g.gap_ms == 0})
+    op_bytes = operating_tokens * bytes_per_token
+    for rung, tr in keys:
+        gs = sorted((g for g in groups if g.rung == rung and g.transport == tr and g.gap_ms == 0),
+                    key=lambda g: g.request_bytes)
+        by_size: dict[int, list[Group]] = {}
+        for g in gs:
+            by_size.setdefault(g.request_bytes, []).append(g)
+        x = np.array(sorted(by_size), dtype=float)
+        if len(x) < 3:
+            continue
+        y = np.array([np.median([g.p50_ns for g in by_size[int(v)]]) for v in x]) / 1e9
+        main = fit_line(x, y)
+        segments = [main]
+        bp = None
+        if main.max_rel_resid > RESID_LIMIT and len(x) >= 6:
+            two = two_segment(x, y)
+            if two and two[1].sse + two[2].sse < 0.5 * main.sse:
+                bp, segments = two[0], [two[1], two[2]]
+        seg_op = _segment_for(segments, op_bytes)
+        # bootstrap: resample each size's repeats (>= 2) or its raw samples, refit the
+        # segment that holds the operating payload
+        seg_mask = (x >= seg_op.lo_bytes) & (x <= seg_op.hi_bytes)
+        units = []
+        for v in x[seg_mask]:
+            grp = by_size[int(v)]
+            reps = [r for g in grp for r in g.repeat_p50_ns]
+            if len(reps) >= 2:
+                units.append(("rep", np.array(reps) / 1e9))
+            else:
+                units.append(("raw", np.concatenate([g.pooled for g in grp]) / 1e9))
+        alphas, betas = [], []
+        for _ in range(boot):
+            yb = np.array([np.median(rng.choice(u, size=min(len(u), 4000) if kind == "raw" else len(u)))
+                           for kind, u in units])
+            f = fit_line(x[seg_mask], yb, iters=8)
+            alphas.append(f.alpha_s)
+            betas.append(f.beta_Bps)
+        alpha_ci = (float(np.percentile(alphas, 2.5)), float(np.percentile(alphas, 97.5)))
+        beta_ci = (float(np.percentile(betas, 2.5)), float(np.percentile(betas, 97.5)))
+        rate = gs[0].rate_mbit
+        bw_term = op_bytes / seg_op.beta_Bps
+        share = bw_term / (max(seg_op.alpha_s, 0.0) + bw_term) if bw_term > 0 else 0.0
+        n_half = max(seg_op.alpha_s, 0.0) * seg_op.beta_Bps
+        out.append(Fit(
+            rung=rung, transport=tr, points=len(x), alpha_s=seg_op.alpha_s, beta_Bps=seg_op.beta_Bps,
+            alpha_ci=alpha_ci, beta_ci=beta_ci, n_half_bytes=n_half, n_half_tokens=n_half / bytes_per_token,
+            rate_mbit=rate,
+            wire_efficiency=seg_op.beta_Bps / (rate * 1e6 / 8) if rate else None,
+            goodput_ratio=seg_op.beta_Bps / (rate * 1e6 / 8 * MSS / WIRE_FRAME) if rate else None,
+            max_rel_resid=main.max_rel_resid, breakpoint_bytes=bp, segments=[asdict(s) for s in segments],
+            operating_bytes=op_bytes, share_bandwidth=share,
+            regime="bandwidth-bound" if share > 0.5 else "latency-bound"))
+    return out
+
+
+def crossover(fits: list[Fit]) -> dict[str, str]:
+    """Per transport, the study's sentence: where the regime flips along the rungs
+    (ordered slowest to fastest by fitted beta)."""
+    out = {}
+    for tr in sorted({f.transport for f in fits}):
+        fs = sorted((f for f in fits if f.transport == tr), key=lambda f: f.beta_Bps)
+        bw = [f for f in fs if f.regime == "bandwidth-bound"]
+        lat = [f for f in fs if f.regime == "latency-bound"]
+        if not bw:
+            out[tr] = f"{tr}: every rung is latency-bound at the operating payload; no crossover within {', '.join(f.rung for f in fs)}"
+        elif not lat:
+            out[tr] = f"{tr}: every rung is bandwidth-bound at the operating payload; the crossover lies above {fs[-1].rung}"
+        else:
+            x, y = bw[-1], lat[0]
+            clean = fs.index(x) < fs.index(y) and all(f.regime == "bandwidth-bound" for f in fs[: fs.index(x) + 1])
+            note = "" if clean else " (the rungs do not order cleanly; see the table)"
+            out[tr] = (f"{tr}: {', '.join(f.rung for f in bw)} bandwidth-bound, {', '.join(f.rung for f in lat)} "
+                       f"latency-bound: the crossover sits between {x.rung} and {y.rung}{note}")
+    return out
+
+
+def wire_check(groups: list[Group], bytes_per_token: int, tokens: int, unshaped_rung: str = "emu-unshaped") -> list[dict]:
+    """Measured hop at T tokens on shaped rungs vs the physical wire time
+    (request bytes x 1538/1448 x 8 / rate) plus the unshaped round trip of the same transport."""
+    rows = []
+    nbytes = tokens * bytes_per_token
+    base = {g.transport: g.p50_ns for g in groups if g.rung == unshaped_rung and g.request_bytes == nbytes and g.gap_ms == 0}
+    for g in groups:
+        if g.rate_mbit and g.request_bytes == nbytes and g.gap_ms == 0 and g.transport in base:
+            wire = nbytes * WIRE_FRAME / MSS * 8 / (g.rate_mbit * 1e6) * 1e9
+            expected = wire + base[g.transport]
+            rows.append({"rung": g.rung, "transport": g.transport, "tokens": tokens, "measured_ns": g.p50_ns,
+                         "wire_ns": wire, "unshaped_ns": base[g.transport], "expected_ns": expected,
+                         "deviation": g.p50_ns / expected - 1})
+    return rows

@@ -1,0 +1,131 @@
+"""Charts from result files (matplotlib, Agg backend): PNG and SVG, readable without
+the code: titles, units, legends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from hopbench.data import Group
+from hopbench.fit import Fit
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:
+        from hopbench.errors import HopbenchError
+
+        raise HopbenchError("plotting needs matplotlib: pip install 'hopbench[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path, stem: str) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        p = out / f"{stem}.{ext}"
+        fig.savefig(p, dpi=130, bbox_inches="tight")
+        paths.append(p)
+    return paths
+
+
+def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: int):
+    plt = _plt()
+    transports = sorted({g.transport for g in groups})
+    rungs = sorted({g.rung for g in groups})
+    colors = {r: plt.cm.tab10(i % 10) for i, r in enumerate(rungs)}
+    fig, axes = plt.subplots(1, len(transports), figsize=(6 * len(transports), 5), squeeze=False, sharey=True)
+    for ax, tr in zip(axes[0], transports):
+        for rung in rungs:
+            gs = sorted((g for g in groups if g.transport == tr and g.rung == rung and g.gap_ms == 0),
+                        key=lambda g: g.request_bytes)
+            if not gs:
+                continue
+            x = np.array([g.request_bytes for g in gs])
+            y = np.array([g.p50_ns for g in gs]) / 1e3
+            ci = np.array([g.p50_ci_ns() for g in gs]).T / 1e3
+            ax.errorbar(x, y, yerr=[y - ci[0], ci[1] - y], fmt="o", ms=4, color=colors[rung], label=f"{rung} (median, 95% CI)")
+            fit = next((f for f in fits if f.rung == rung and f.transport == tr), None)
+            if fit:
+                for seg in fit.segments:
+                    xs = np.geomspace(seg["lo_bytes"], seg["hi_bytes"], 50)
+                    ax.plot(xs, (seg["alpha_s"] + xs / seg["beta_Bps"]) * 1e6, "--", color=colors[rung], lw=1)
+                if fit.n_half_bytes > 0 and x.min() <= fit.n_half_bytes <= x.max():
+                    ax.plot([fit.n_half_bytes], [2 * fit.alpha_s * 1e6], marker="D", color=colors[rung], ms=7,
+                            mfc="white", label=f"{rung} n½ = {fit.n_half_bytes / 1e3:.1f} kB")
+        for t in (1, 3, 8):
+            ax.axvline(t * bytes_per_token, color="0.85", lw=0.8, zorder=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("request payload (bytes; grey lines: T = 1, 3, 8 accepted tokens)")
+        ax.set_title(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("round trip p50 (µs)")
+    fig.suptitle("Speculative hop latency vs payload per link rung")
+    return fig
+
+
+def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
+    plt = _plt()
+    rungs = list(dict.fromkeys(v.rung for v in verdicts))
+    transports = sorted({v.transport for v in verdicts})
+    width = 0.8 / max(1, len(transports))
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(rungs)), 4.5))
+    for i, tr in enumerate(transports):
+        xs, ys, lo, hi = [], [], [], []
+        for j, r in enumerate(rungs):
+            v = next((v for v in verdicts if v.rung == r and v.transport == tr), None)
+            if v is None:
+                continue
+            xs.append(j + (i - (len(transports) - 1) / 2) * width)
+            ys.append(v.hop_ms)
+            c = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
+            lo.append(v.hop_ms - c[0])
+            hi.append(c[1] - v.hop_ms)
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=tr)
+    ax.axhline(t_draft_ms, color="crimson", ls="--", label=f"break-even hop = t_draft = {t_draft_ms} ms")
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, p50 with 95% CI)")
+    ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    return fig
+
+
+def cdfs(groups: list[Group], tokens=(1, 3, 8)):
+    plt = _plt()
+    rungs = sorted({g.rung for g in groups})
+    styles = {"tcp": "-", "zmq": "--", "ucx": ":"}
+    fig, axes = plt.subplots(1, len(rungs), figsize=(5 * len(rungs), 4), squeeze=False)
+    for ax, rung in zip(axes[0], rungs):
+        for k, t in enumerate(tokens):
+            for g in groups:
+                if g.rung == rung and g.tokens == t and g.gap_ms == 0 and g.samples:
+                    x = np.sort(g.pooled) / 1e3
+                    ax.plot(x, np.arange(1, len(x) + 1) / len(x), styles.get(g.transport, "-"),
+                            color=plt.cm.tab10(k), label=f"{g.transport} T={t}")
+        ax.set_xscale("log")
+        ax.set_xlabel("round trip (µs)")
+        ax.set_title(f"{rung}: latency CDF per payload")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("fraction of cycles ≤ x")
+    return fig
+
+
+def write_all(out: Path, groups, fits, verdicts, bytes_per_token: int, t_draft_ms: float, operating_tokens: int) -> list[Path]:
+    plt = _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stem, fig in (("latency_vs_payload", latency_vs_payload(groups, fits, bytes_per_token)),
+                      ("hop_cost", hop_cost(verdicts, t_draft_ms, operating_tokens)),
+                      ("latency_cdf", cdfs(groups))):
+        paths += _save(fig, out, stem)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,445 @@
+"""`hopbench sweep`: link rungs x transports x payloads (x think-time gaps), repeated R
+times in an interleaved random order (recorded seed), so machine drift shows up as
+spread across repeats, not as bias between cells.
+
+Per rung: an emulated link (hopbench.netem) or loopback or a real peer; one long-lived
+`hopbench serve` in the server namespace and one agent (hopbench.agent) in the client
+namespace. Each cell is one session and one result folder under cells/; a cell whose
+report says "complete" is never measured again, so re-running resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench import netem
+from hopbench import results as R
+from hopbench.config import CONFIG_DIR, check_keys, load_toml, require
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.shape import Shape, log_grid
+from hopbench.stats import median_ci
+
+SWEEP_SCHEMA = "hopbench.sweep"
+RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq", "cpu"}
+SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
+              "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens"}
+WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    kind: str  # loopback | emulated | real
+    transports: tuple[str, ...]
+    rate_mbit: float | None = None
+    mtu: int = 1500
+    peer: str | None = None
+    interface: str | None = None
+    bytes_max: int | None = None
+    ucx: dict = field(default_factory=dict)
+    zmq: dict = field(default_factory=dict)
+    path: str = ""
+
+    def settings(self) -> dict[str, dict]:
+        return {k: v for k, v in (("ucx", dict(self.ucx)), ("zmq", dict(self.zmq))) if v}
+
+
+def load_rung(name: str) -> Rung:
+    path = Path(name) if name.endswith(".toml") else CONFIG_DIR / "rungs" / f"{name}.toml"
+    data = load_toml(path, allowed={"rung"})
+    f = str(path)
+    r = require(data, "rung", dict, f)
+    check_keys(r, RUNG_KEYS, f, "rung.")
+    kind = require(r, "kind", str, f, "rung.")
+    if kind not in ("loopback", "emulated", "real"):
+        raise ConfigError(f"{f}: rung.kind must be loopback, emulated or real (got {kind!r})")
+    if kind == "real" and "peer" not in r:
+        raise ConfigError(f"{f}: a real rung needs rung.peer (HOST:PORT of its hopbench serve)")
+    return Rung(name=require(r, "name", str, f, "rung."), kind=kind,
+                transports=tuple(require(r, "transports", list, f, "rung.")),
+                rate_mbit=r.get("rate_mbit"), mtu=r.get("mtu", 1500), peer=r.get("peer"),
+                interface=r.get("interface"), bytes_max=r.get("bytes_max"), ucx=r.get("ucx", {}),
+                zmq=r.get("zmq", {}), path=f)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str
+    rungs: tuple[str, ...]
+    transports: tuple[str, ...]
+    tokens: tuple[int, ...]
+    k: int
+    bytes_min: int
+    bytes_max: int
+    bytes_points: int
+    repeats: int
+    cell_budget_s: float
+    min_cycles: int
+    max_cycles: int
+    warmup: int
+    seed: int
+    gaps_ms: tuple[float, ...]
+    operating_tokens: int
+    path: str = ""
+    profile: str = "default"
+
+
+def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
+    path = Path(path)
+    data = load_toml(path, allowed={"sweep", "quick"})
+    f = str(path)
+    s = dict(require(data, "sweep", dict, f))
+    check_keys(s, SWEEP_KEYS, f, "sweep.")
+    if quick:
+        q = data.get("quick", {})
+        check_keys(q, SWEEP_KEYS, f, "quick.")
+        s.update(q)
+    try:
+        cfg = SweepConfig(
+            name=s["name"], rungs=tuple(s["rungs"]), transports=tuple(s["transports"]), tokens=tuple(s["tokens"]),
+            k=int(s["k"]), bytes_min=int(s["bytes_min"]), bytes_max=int(s["bytes_max"]),
+            bytes_points=int(s["bytes_points"]), repeats=int(s["repeats"]), cell_budget_s=float(s["cell_budget_s"]),
+            min_cycles=int(s["min_cycles"]), max_cycles=int(s["max_cycles"]), warmup=int(s["warmup"]),
+            seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
+            operating_tokens=int(s["operating_tokens"]), path=f, profile="quick" if quick else "default")
+    except KeyError as exc:
+        raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None
+    if cfg.repeats < 1:
+        raise ConfigError(f"{f}: sweep.repeats must be >= 1")
+    return cfg
+
+
+@dataclass(frozen=True)
+class Cell:
+    rung: str
+    transport: str
+    payload: str
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+    gap_ms: float
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.rung}/{self.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
+
+
+def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int) -> list[Cell]:
+    """All cells, repeat by repeat, each repeat's cells in a seeded random order."""
+    per_repeat: list[Cell] = []
+    for rung in rungs:
+        grid = log_grid(cfg.bytes_min, min(cfg.bytes_max, rung.bytes_max or cfg.bytes_max), cfg.bytes_points)
+        for tr in cfg.transports:
+            if tr not in rung.transports:
+                continue
+            payloads = [(f"T{t}", t, shape.request_bytes(t)) for t in cfg.tokens]
+            payloads += [(f"B{b}", None, b) for b in grid]
+            for label, tokens, nbytes in payloads:
+                for gap in cfg.gaps_ms:
+                    if gap and tokens != cfg.operating_tokens:
+                        continue  # think time is measured at the operating payload only
+                    per_repeat.append(Cell(rung.name, tr, label, tokens, nbytes, shape.reply_bytes(cfg.k), gap, 0))
+    rng = random.Random(seed)
+    cells = []
+    for rep in range(cfg.repeats):
+        batch = [replace(c, repeat=rep) for c in per_repeat]
+        rng.shuffle(batch)
+        cells.extend(batch)
+    return cells
+
+
+def cycles_for(cell: Cell, rung: Rung, cfg: SweepConfig) -> int:
+    """Timed cycles: about cell_budget_s of work, clamped to [min_cycles, max_cycles].
+    The round trip is estimated from the wire time at the rung's rate (plus think time)."""
+    est = 100e-6 + cell.gap_ms / 1000
+    if rung.rate_mbit:
+        est += (cell.request_bytes + cell.reply_bytes) * WIRE_PER_MSS * 8 / (rung.rate_mbit * 1e6)
+    else:
+        est += cell.request_bytes / 1e9  # ~8 Gbit/s through a veth or loopback
+    return int(min(cfg.max_cycles, max(cfg.min_cycles, math.ceil(cfg.cell_budget_s / est))))
+
+
+class _Proc:
+    """A child process whose stdout lines we read with a timeout (no sleeps)."""
+
+    def __init__(self, cmd: list[str], log_path: Path, stdin: bool = False):
+        self.log = open(log_path, "a")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                     start_new_session=True)
+
+    def readline(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise HopbenchError(f"no answer from `{' '.join(self.proc.args[-6:])}` within {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise HopbenchError(f"`{' '.join(self.proc.args[-6:])}` exited (code {self.proc.poll()}); see {self.log.name}")
+        return line
+
+    def drain_to_log(self) -> None:
+        def pump():
+            for line in self.proc.stdout:
+                self.log.write(line)
+                self.log.flush()
+        threading.Thread(target=pump, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+
+class RungRuntime:
+    """Link + server + agent for one rung; stop() tears all of it down."""
+
+    def __init__(self, rung: Rung, logs: Path):
+        self.rung = rung
+        self.logs = logs
+        self.link: netem.Link | None = None
+        self.server: _Proc | None = None
+        self.agent: _Proc | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    def start(self) -> None:
+        rung, py = self.rung, [sys.executable, "-m"]
+        server_prefix: list[str] = []
+        client_prefix: list[str] = []
+        if rung.kind == "emulated":
+            self.link = netem.Link.create(rate_mbit=rung.rate_mbit, mtu=rung.mtu)
+            server_prefix, client_prefix = self.link.exec_prefix("server"), self.link.exec_prefix("client")
+            self.host = self.link.server_addr
+        if rung.kind == "real":
+            from hopbench.cli import parse_hostport
+
+            self.host, self.port = parse_hostport(rung.peer)
+        else:
+            opts = [f"--opt={k}={v}" for s in rung.settings().values() for k, v in s.items()]
+            self.server = _Proc(server_prefix + py + ["hopbench", "serve", "--bind", f"{self.host}:0", *opts],
+                                self.logs / f"server-{rung.name}.log")
+            line = self.server.readline(60)
+            self.port = int(line.rsplit(":", 1)[1])
+            self.server.drain_to_log()
+        self.agent = _Proc(client_prefix + py + ["hopbench.agent"], self.logs / f"agent-{rung.name}.log", stdin=True)
+
+    def run_cell(self, job: dict, timeout: float) -> dict:
+        assert self.agent is not None
+        job = {**job, "host": self.host, "port": self.port}
+        self.agent.proc.stdin.write(json.dumps(job) + "\n")
+        self.agent.proc.stdin.flush()
+        return json.loads(self.agent.readline(timeout))
+
+    def describe(self) -> dict:
+        d = {**asdict(self.rung), "server": f"{self.host}:{self.port}"}
+        if self.link:
+            d["link"] = self.link.describe()
+        return d
+
+    def stop(self) -> None:
+        for p in (self.agent, self.server):
+            if p is not None:
+                p.stop()
+        if self.link is not None:
+            self.link.destroy()
+
+
+def _fingerprint(cfg: SweepConfig) -> str:
+    d = asdict(cfg)
+    d.pop("path")
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def find_resumable(root: Path, cfg: SweepConfig) -> Path | None:
+    """The newest unfinished sweep folder of this exact config, if any."""
+    fp = _fingerprint(cfg)
+    for sweep_json in sorted(Path(root).glob(f"*-sweep-{cfg.name}-{cfg.profile}/sweep.json"), reverse=True):
+        try:
+            rep = json.loads(sweep_json.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if rep.get("fingerprint") == fp and rep.get("status") != "complete":
+            return sweep_json.parent
+    return None
+
+
+def cell_done(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "report.json").read_text()).get("status") == "complete"
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
+              resume: bool = True, only_rungs: list[str] | None = None,
+              log: Callable[[str], None] = print) -> Path:
+    rung_names = only_rungs or list(cfg.rungs)
+    rungs = [load_rung(n) for n in rung_names]
+    fallback = None
+    if any(r.kind == "emulated" for r in rungs):
+        ok, why = netem.available()
+        if not ok:
+            fallback = f"emulated rungs need network namespaces: {why}; falling back to loopback only"
+            log(f"warning: {fallback}")
+            rungs = [r for r in rungs if r.kind != "emulated"] or [load_rung("loopback")]
+            if not any(r.kind == "loopback" for r in rungs):
+                rungs.insert(0, load_rung("loopback"))
+    folder = out or (find_resumable(results_root, cfg) if resume else None)
+    if folder is not None and (folder / "sweep.json").exists():
+        state = json.loads((folder / "sweep.json").read_text())
+        seed = state["seed"]
+        log(f"resuming unfinished sweep {folder}")
+    else:
+        folder = R.new_folder(results_root, f"sweep-{cfg.name}-{cfg.profile}", out)
+        seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "configs").mkdir(exist_ok=True)
+    for r in rungs:
+        shutil.copy(r.path, folder / "configs" / Path(r.path).name)
+    if cfg.path:
+        shutil.copy(cfg.path, folder / "configs" / Path(cfg.path).name)
+    cells = plan_cells(cfg, rungs, shape, seed)
+    by_rung = {r.name: r for r in rungs}
+    report: dict[str, Any] = {
+        "schema": SWEEP_SCHEMA, "schema_version": 1, "status": "running", "created_utc": R.utc_iso(),
+        "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
+        "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
+        "rungs": {}, "cells_total": len(cells), "failed_cells": [],
+    }
+
+    def save(status: str) -> None:
+        report["status"] = status
+        report["updated_utc"] = R.utc_iso()
+        R.atomic_write(folder / "sweep.json", json.dumps(report, indent=1, default=str) + "\n")
+
+    save("running")
+    runtimes: dict[str, RungRuntime] = {}
+    old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    todo = [c for c in cells if not cell_done(folder / "cells" / c.key)]
+    if len(todo) < len(cells):
+        log(f"{len(cells) - len(todo)} of {len(cells)} cells already complete; measuring the remaining {len(todo)}")
+    t_start = time.monotonic()
+    status = "incomplete"
+    try:
+        for r in rungs:
+            if any(c.rung == r.name for c in todo):
+                rt = RungRuntime(r, folder / "logs")
+                runtimes[r.name] = rt
+                rt.start()
+                report["rungs"][r.name] = rt.describe()
+                log(f"rung {r.name}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
+                    + f", server {rt.host}:{rt.port}")
+        save("running")
+        for i, cell in enumerate(todo):
+            rung = by_rung[cell.rung]
+            cell_dir = folder / "cells" / cell.key
+            if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
+                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+            cycles = cycles_for(cell, rung, cfg)
+            job = {"folder": str(cell_dir), "transport": cell.transport, "k": cfg.k, "id_bytes": id_bytes,
+                   "cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms,
+                   "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
+                               "reply_bytes": cell.reply_bytes},
+                   "transport_settings": rung.settings(),
+                   "config": {"cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms, "k": cfg.k},
+                   "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": rung.name}}
+            est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
+            answer = runtimes[cell.rung].run_cell(job, timeout=est)
+            if not answer.get("ok"):
+                report["failed_cells"].append({"key": cell.key, "error": answer.get("error")})
+                log(f"\ncell {cell.key} failed: {answer.get('error')}")
+            done = i + 1
+            el = time.monotonic() - t_start
+            eta = el / done * (len(todo) - done)
+            sys.stderr.write(f"\r[{done}/{len(todo)}] {100 * done / len(todo):3.0f}%  elapsed {el:5.0f} s  "
+                             f"ETA {eta:5.0f} s  {cell.key:<48}")
+            sys.stderr.flush()
+        sys.stderr.write("\n")
+        status = "complete" if not report["failed_cells"] else "incomplete"
+    except KeyboardInterrupt:
+        log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
+        raise
+    finally:
+        for rt in runtimes.values():
+            rt.stop()
+        signal.signal(signal.SIGTERM, old_term)
+        summary = aggregate(folder)
+        R.atomic_write(folder / "summary.csv", R.csv_text(AGG_COLUMNS, summary))
+        save(status)
+    return folder
+
+
+AGG_COLUMNS = ["rung", "transport", "payload", "tokens", "request_bytes", "reply_bytes", "gap_ms", "repeats",
+               "n", "p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns", "p50_rep_min_ns", "p50_rep_max_ns", "spread_rel",
+               "pooled_p50_ns", "pooled_mean_ns", "rate_mbit"]
+
+
+def aggregate(folder: Path) -> list[dict]:
+    """Per (rung, transport, payload, gap): the median of per-repeat medians, the spread
+    across repeats and a distribution-free CI of that median (order statistics of the
+    repeat medians: with 5 repeats it is [min, max], 94% coverage)."""
+    groups: dict[tuple, dict] = {}
+    rates = {}
+    try:
+        rep = json.loads((folder / "sweep.json").read_text())
+        rates = {k: v.get("rate_mbit") for k, v in rep.get("rungs", {}).items()}
+    except (OSError, json.JSONDecodeError):
+        pass
+    for report_path in sorted((folder / "cells").glob("*/*/*/*/report.json")):
+        try:
+            run = json.loads(report_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if run.get("status") != "complete":
+            continue
+        cell = run["sweep"]["cell"]
+        s = run["payloads"][0]["summary"]
+        key = (cell["rung"], cell["transport"], cell["payload"], cell["gap_ms"])
+        g = groups.setdefault(key, {"cell": cell, "p50": [], "files": []})
+        g["p50"].append(s["p50_ns"])
+        g["files"].append(report_path.parent / "samples.csv")
+    rows = []
+    for (rung, tr, payload, gap), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1]["cell"]["request_bytes"], kv[0][3])):
+        p50s = np.sort(np.array(g["p50"], dtype=float))
+        lo, hi = median_ci(p50s)
+        pooled = []
+        for f in g["files"]:
+            arr = np.loadtxt(f, delimiter=",", skiprows=1, usecols=(8,), dtype=np.int64, ndmin=1)
+            warm = np.loadtxt(f, delimiter=",", skiprows=1, usecols=(7,), dtype=np.int64, ndmin=1)
+            pooled.append(arr[warm == 0])
+        pooled_all = np.concatenate(pooled) if pooled else np.array([0])
+        med = float(np.median(p50s))
+        c = g["cell"]
+        rows.append({"rung": rung, "transport": tr, "payload": payload, "tokens": c["tokens"],
+                     "request_bytes": c["request_bytes"], "reply_bytes": c["reply_bytes"], "gap_ms": gap,
+                     "repeats": len(p50s), "n": int(pooled_all.size), "p50_ns": med, "p50_ci_lo_ns": lo,
+                     "p50_ci_hi_ns": hi, "p50_rep_min_ns": float(p50s[0]), "p50_rep_max_ns": float(p50s[-1]),
+                     "spread_rel": float((p50s[-1] - p50s[0]) / med) if med else 0.0,
+                     "pooled_p50_ns": float(np.median(pooled_all)), "pooled_mean_ns": float(pooled_all.mean()),
+                     "rate_mbit": rates.get(rung)})
+    return rows
