@@ -1,0 +1,92 @@
+"""The CLI end to end: CliRunner against a real server, and as a subprocess for the
+one-line errors."""
+
+import socket
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from hopbench.cli import app
+
+runner = CliRunner()
+
+
+def test_run_via_cli_runner(server, tmp_path):
+    out = tmp_path / "r"
+    res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", "1,3", "--bytes", "64,4096",
+                              "--cycles", "30", "--warmup", "3", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "T3" in res.output and "184320" in res.output
+    assert (out / "summary.csv").read_text().count("\n") == 5
+
+
+def test_existing_result_folder_is_never_overwritten(server, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    r = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "refusing to overwrite" in r.stderr
+    assert (out / "keep.txt").read_text() == "precious"
+
+
+def _dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def one_line_error(args):
+    r = subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hopbench: error:"), r.stderr
+    return lines[0]
+
+
+def test_unreachable_peer_one_line(tmp_path):
+    line = one_line_error(["run", "--peer", f"127.0.0.1:{_dead_port()}", "--out", str(tmp_path / "x")])
+    assert "cannot reach" in line
+
+
+def test_port_in_use_one_line():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        assert "port in use" in one_line_error(["serve", "--bind", f"127.0.0.1:{s.getsockname()[1]}"])
+    finally:
+        s.close()
+
+
+def test_over_cap_plan_one_line(server_factory, tmp_path):
+    from hopbench import protocol as P
+
+    st = server_factory(caps=P.Caps(max_request_bytes=100_000))
+    line = one_line_error(["run", "--peer", f"{st.host}:{st.port}", "--tokens", "3", "--out", str(tmp_path / "x")])
+    assert "exceeds the server cap" in line
+
+
+def test_bad_config_key_one_line(tmp_path):
+    bad = tmp_path / "shape.toml"
+    bad.write_text('[model]\nname="x"\naux_layers=[1]\nhidden=1\ndtype="bf16"\ncolour=1\n[draft]\nk=2\nid_dtype="int32"\n'
+                   '[grid]\ntokens=[1]\nbytes_min=64\nbytes_max=128\nbytes_points=2\n'
+                   '[decode]\nt_draft_ms=1\ncycle_ms=2\ntok_s=3\noperating_tokens=3\n')
+    line = one_line_error(["run", "--peer", "127.0.0.1:1", "--shape", str(bad)])
+    assert "colour" in line and str(bad) in line
+
+
+def test_transports_lists_all():
+    res = runner.invoke(app, ["transports"])
+    assert res.exit_code == 0
+    for name in ("tcp", "zmq", "ucx", "fake"):
+        assert name in res.output
+
+
+def test_verdict_from_given_hops():
+    res = runner.invoke(app, ["verdict", "--hop-ms", "roce=0.198,1gbe=1.713,100mb=16.02"])
+    assert res.exit_code == 0
+    assert "28.58" in res.output and "dead heat" in res.output and "t_draft = 15.88" in res.output

@@ -1,0 +1,101 @@
+"""The sweep end to end over the emulated rungs (CI runs it as root), its resume, and
+teardown after an interruption mid-sweep."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hopbench import netem
+from hopbench.shape import load_shape
+from hopbench.sweep import cycles_for, load_rung, load_sweep, plan_cells
+
+TINY = Path(__file__).parent / "data" / "sweep-tiny.toml"
+ok, why = netem.available()
+
+
+def test_plan_is_interleaved_seeded_and_complete():
+    cfg = load_sweep(TINY)
+    rungs = [load_rung(n) for n in cfg.rungs]
+    sh = load_shape().shape
+    a = plan_cells(cfg, rungs, sh, 1234)
+    assert a == plan_cells(cfg, rungs, sh, 1234)
+    assert a != plan_cells(cfg, rungs, sh, 99)
+    # every cell once per repeat; repeats are interleaved batches, not one cell repeated
+    per = len(a) // cfg.repeats
+    assert {c.key.rsplit("/", 1)[0] for c in a[:per]} == {c.key.rsplit("/", 1)[0] for c in a[per:]}
+    assert [c.repeat for c in a] == [0] * per + [1] * per
+    # gap cells only at the operating payload
+    assert {c.payload for c in a if c.gap_ms} == {"T3"}
+    assert len({c.rung for c in a[:10]}) > 1  # rungs interleaved within a repeat
+
+
+def test_cycles_budget_respects_rate():
+    cfg = load_sweep(Path("configs/sweep.toml"))
+    slow, fast = load_rung("emu-100m"), load_rung("loopback")
+    from hopbench.sweep import Cell
+
+    big = Cell("x", "tcp", "B4194304", None, 4194304, 8, 0.0, 0)
+    assert cycles_for(big, slow, cfg) == cfg.min_cycles
+    assert cycles_for(big, fast, cfg) > cycles_for(big, slow, cfg)
+
+
+def test_bad_rung_key_names_key_and_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text('[rung]\nname = "x"\nkind = "loopback"\ntransports = ["tcp"]\nspeed = 3\n')
+    with pytest.raises(Exception, match=r"unknown key 'rung.speed'.*|bad.toml"):
+        load_rung(str(p))
+
+
+def run_sweep_cli(out, *extra, timeout=600):
+    return subprocess.Popen([sys.executable, "-m", "hopbench", "sweep", str(TINY), "--out", str(out), "--no-analyse", *extra],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.skipif(not ok, reason=f"needs network namespaces: {why}")
+def test_sweep_interrupt_teardown_and_resume(tmp_path):
+    out = tmp_path / "sweep"
+    before = set(netem.leftovers())
+    p = run_sweep_cli(out)
+    # wait until a few cells are done, then Ctrl-C the whole process group
+    buf = ""
+    while "[8/" not in buf:
+        ch = p.stderr.read(1)
+        assert ch, f"sweep ended early: {buf[-500:]}"
+        buf += ch
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(60)
+    assert p.returncode != 0
+    assert set(netem.leftovers()) == before, "namespaces left behind after Ctrl-C"
+    state = json.loads((out / "sweep.json").read_text())
+    assert state["status"] == "incomplete"
+    done_before = {str(r.parent) for r in out.glob("cells/*/*/*/*/report.json")
+                   if json.loads(r.read_text())["status"] == "complete"}
+    assert len(done_before) >= 7
+    mtimes = {d: (Path(d) / "report.json").stat().st_mtime_ns for d in done_before}
+
+    r = run_sweep_cli(out)
+    stdout, stderr = r.communicate(timeout=600)
+    assert r.returncode == 0, stderr[-2000:]
+    assert "already complete" in stdout
+    assert set(netem.leftovers()) == before
+    state = json.loads((out / "sweep.json").read_text())
+    assert state["status"] == "complete" and state["seed"] == 1234 and not state["failed_cells"]
+    # finished cells were not measured again
+    assert all((Path(d) / "report.json").stat().st_mtime_ns == m for d, m in mtimes.items())
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    cells = {(r["rung"], r["transport"], r["payload"], r["gap_ms"]) for r in rows}
+    # 3 rungs x 3 transports x (T1, T3, 3 byte sizes) + T3 with the gap
+    assert len(cells) == 3 * 3 * 6
+    assert all(int(r["repeats"]) == 2 for r in rows)
+    assert "tbf" in json.dumps(state["rungs"]["emu-1g"]["link"]["qdisc"])
+    # analysis runs on it without flags
+    a = subprocess.run([sys.executable, "-m", "hopbench", "fit", str(out)], capture_output=True, text=True, timeout=300)
+    assert a.returncode == 0 and "emu-1g" in a.stdout, a.stderr
