@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports lint clean
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,15 @@ bench-transports: install
 
 clean:
 	rm -rf $(VENV) *.egg-info build
+
+stress: install
+	$(PY) benchmarks/stress.py
+
+bench-ucx-progress: install
+	$(PY) benchmarks/ucx_progress.py
+
+bench-zmq-choices: install
+	$(PY) benchmarks/zmq_choices.py
+
+bench-placement: install
+	$(PY) benchmarks/bench_placement.py

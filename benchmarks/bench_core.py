@@ -67,8 +67,10 @@ def main() -> None:
                     plan = P.Plan("tcp", n, 8, 2, 4, a.cycles, a.warmup)
                     p50 = float(np.median(session.measure(plan).timed))
                 else:
-                    mp, mport = start(pinned([sys.executable, "benchmarks/minimal.py", "tcp-server", str(n), "8"], server_cpu))
-                    p50 = float(np.median(minimal.tcp_client("127.0.0.1", mport, n, 8, a.cycles, a.warmup)))
+                    mp, mport = start(pinned([sys.executable, "benchmarks/minimal.py", "tcp", "127.0.0.1", str(n), "8"], server_cpu))
+                    cl = minimal.TcpClient("127.0.0.1", mport, n, 8)
+                    p50 = float(np.median(cl.measure(a.cycles, a.warmup)))
+                    cl.close()
                     mp.wait(timeout=10)
                 res.setdefault((impl, n), []).append(p50)
     finally:

@@ -1,9 +1,13 @@
-"""Minimal same-shape ping-pongs written directly against the libraries, as baselines
+"""Minimal same-shape ping-pongs written directly against each library, the baselines
 for hopbench's own numbers (benchmarks/bench_core.py, bench_transports.py).
 
-Each is the smallest honest program: request of N bytes, reply of R bytes, blocking
-receive looped until whole, TCP_NODELAY. Run as a server:  python benchmarks/minimal.py
-tcp-server N R  (prints its port, serves one client). The client side is a function."""
+Each is the smallest honest program: request of N bytes, reply of R bytes, a receive
+that waits for the whole message, TCP_NODELAY where it applies. No verification, no
+protocol, no result files. A server serves one client until it leaves:
+
+    python benchmarks/minimal.py tcp|zmq|ucx HOST N R [busy]     # prints its port
+
+A client is an object: connect once, then measure(cycles, warmup) -> int64 ns array."""
 
 from __future__ import annotations
 
@@ -13,10 +17,37 @@ import time
 
 import numpy as np
 
+ZMQ_COPY_THRESHOLD = 65536  # the same copy/zero-copy split hopbench uses
 
-def tcp_server(n: int, r: int) -> None:
+
+class TcpClient:
+    def __init__(self, host, port, n, r, busy=False):
+        self.c = socket.create_connection((host, port))
+        self.c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.req, self.rep, self.r = bytearray(n), bytearray(r), r
+
+    def measure(self, cycles, warmup):
+        c, req, rep, r = self.c, self.req, self.rep, self.r
+        out = np.zeros(cycles, dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i in range(warmup + cycles):
+            t0 = clock()
+            c.sendall(req)
+            got = c.recv_into(rep, r, socket.MSG_WAITALL)
+            while got < r:
+                got += c.recv_into(memoryview(rep)[got:], r - got)
+            t1 = clock()
+            if i >= warmup:
+                out[i - warmup] = t1 - t0
+        return out
+
+    def close(self):
+        self.c.close()
+
+
+def tcp_server(host, n, r, busy=False):
     ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
+    ls.bind((host, 0))
     ls.listen(1)
     print(ls.getsockname()[1], flush=True)
     c, _ = ls.accept()
@@ -31,64 +62,127 @@ def tcp_server(n: int, r: int) -> None:
         c.sendall(rep)
 
 
-def tcp_client(host: str, port: int, n: int, r: int, cycles: int, warmup: int) -> np.ndarray:
-    c = socket.create_connection((host, port))
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    req, rep = bytearray(n), bytearray(r)
-    out = np.zeros(cycles, dtype=np.int64)
-    clock = time.perf_counter_ns
-    for i in range(warmup + cycles):
-        t0 = clock()
-        c.sendall(req)
-        got = c.recv_into(rep, r, socket.MSG_WAITALL)
-        while got < r:
-            got += c.recv_into(memoryview(rep)[got:], r - got)
-        t1 = clock()
-        if i >= warmup:
-            out[i - warmup] = t1 - t0
-    c.close()
-    return out
+class ZmqClient:
+    def __init__(self, host, port, n, r, busy=False):
+        import zmq
+
+        self.zmq = zmq
+        self.s = zmq.Context.instance().socket(zmq.PAIR)
+        self.s.setsockopt(zmq.LINGER, 1000)
+        self.s.connect(f"tcp://{host}:{port}")
+        self.req, self.rep = bytearray(n), bytearray(r)
+        self.copy = n < ZMQ_COPY_THRESHOLD
+
+    def measure(self, cycles, warmup):
+        s, req, rep, copy = self.s, self.req, self.rep, self.copy
+        out = np.zeros(cycles, dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i in range(warmup + cycles):
+            t0 = clock()
+            s.send(req, copy=copy)
+            s.recv_into(rep)
+            t1 = clock()
+            if i >= warmup:
+                out[i - warmup] = t1 - t0
+        return out
+
+    def close(self):
+        self.s.send(b"")
+        self.s.close()
 
 
-def zmq_server(n: int, r: int) -> None:
+def zmq_server(host, n, r, busy=False):
     import zmq
 
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.PAIR)
-    s.setsockopt(zmq.LINGER, 0)
-    port = s.bind_to_random_port("tcp://127.0.0.1")
-    print(port, flush=True)
+    s = zmq.Context.instance().socket(zmq.PAIR)
+    s.setsockopt(zmq.LINGER, 1000)
+    print(s.bind_to_random_port(f"tcp://{host}"), flush=True)
     req, rep = bytearray(n), bytearray(r)
-    s.setsockopt(zmq.RCVTIMEO, 5000)
+    copy = r < ZMQ_COPY_THRESHOLD
+    while s.recv_into(req):  # 0 bytes = the client's goodbye
+        s.send(rep, copy=copy)
+
+
+def _ucx():
+    import ucxx._lib.libucxx as ucx_api
+    from ucxx._lib.arr import Array
+
+    return ucx_api, Array
+
+
+_UCX_CTX = None
+
+
+def _ucx_ctx(ucx_api):
+    global _UCX_CTX
+    if _UCX_CTX is None:
+        _UCX_CTX = ucx_api.UCXContext({"TLS": "tcp"}, feature_flags=(ucx_api.Feature.TAG, ucx_api.Feature.WAKEUP))
+    return _UCX_CTX
+
+
+def _ucx_wait(worker, req, busy):
+    if busy:
+        while not req.completed:
+            worker.progress()
+    else:
+        while not req.completed:
+            worker.progress_worker_event(-1)
+    req.check_error()
+
+
+class UcxClient:
+    def __init__(self, host, port, n, r, busy=False):
+        ucx_api, Array = _ucx()
+        self.api = ucx_api
+        self.worker = ucx_api.UCXWorker(_ucx_ctx(ucx_api))
+        if not busy:
+            self.worker.init_blocking_progress_mode()
+        self.busy = busy
+        self.ep = ucx_api.UCXEndpoint.create(self.worker, host, port, True)
+        self.req, self.rep = Array(np.zeros(n, np.uint8)), Array(np.zeros(r, np.uint8))
+
+    def measure(self, cycles, warmup):
+        ep, w, busy, req, rep = self.ep, self.worker, self.busy, self.req, self.rep
+        tag_s, tag_r = self.api.UCXXTag(1), self.api.UCXXTag(2)
+        out = np.zeros(cycles, dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i in range(warmup + cycles):
+            t0 = clock()
+            _ucx_wait(w, ep.tag_send(req, tag_s), busy)
+            _ucx_wait(w, ep.tag_recv(rep, tag_r), busy)
+            t1 = clock()
+            if i >= warmup:
+                out[i - warmup] = t1 - t0
+        return out
+
+    def close(self):
+        self.ep.close_blocking(10_000_000, 100)
+
+
+def ucx_server(host, n, r, busy=False):
+    ucx_api, Array = _ucx()
+    worker = ucx_api.UCXWorker(_ucx_ctx(ucx_api))
+    if not busy:
+        worker.init_blocking_progress_mode()
+    eps = []
+    listener = ucx_api.UCXListener.create(worker, 0, lambda cr: eps.append(listener.create_endpoint_from_conn_request(cr, True)))
+    print(listener.port, flush=True)
+    while not eps:
+        worker.progress()
+        time.sleep(0.001)  # waiting for the one client, not timed
+    ep = eps[0]
+    req, rep = Array(np.zeros(n, np.uint8)), Array(np.zeros(r, np.uint8))
     try:
         while True:
-            s.recv_into(req)
-            s.send(rep, copy=False)
-    except zmq.Again:
+            _ucx_wait(worker, ep.tag_recv(req, ucx_api.UCXXTag(1)), busy)
+            _ucx_wait(worker, ep.tag_send(rep, ucx_api.UCXXTag(2)), busy)
+    except Exception:
         return
 
 
-def zmq_client(host: str, port: int, n: int, r: int, cycles: int, warmup: int) -> np.ndarray:
-    import zmq
-
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.PAIR)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(f"tcp://{host}:{port}")
-    req, rep = bytearray(n), bytearray(r)
-    out = np.zeros(cycles, dtype=np.int64)
-    clock = time.perf_counter_ns
-    for i in range(warmup + cycles):
-        t0 = clock()
-        s.send(req, copy=False)
-        s.recv_into(rep)
-        t1 = clock()
-        if i >= warmup:
-            out[i - warmup] = t1 - t0
-    s.close()
-    return out
-
+SERVERS = {"tcp": tcp_server, "zmq": zmq_server, "ucx": ucx_server}
+CLIENTS = {"tcp": TcpClient, "zmq": ZmqClient, "ucx": UcxClient}
 
 if __name__ == "__main__":
-    kind, n, r = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    {"tcp-server": tcp_server, "zmq-server": zmq_server}[kind](n, r)
+    kind, host, n, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    SERVERS[kind](host, n, r, len(sys.argv) > 5 and sys.argv[5] == "busy")

@@ -56,6 +56,16 @@ def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
     return parse_int_list(text, "--bytes")
 
 
+def _pin(cpu: str | None) -> None:
+    import os
+
+    from hopbench.placement import pin
+
+    pin(cpu)
+    if cpu:
+        os.environ["HOPBENCH_PINNED"] = cpu
+
+
 def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
     """KEY=VALUE flags -> {transport: {KEY: VALUE}}; UCX_* keys belong to ucx."""
     out: dict[str, dict[str, str]] = {}
@@ -74,18 +84,23 @@ def serve(
     max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = 64 * 1024 * 1024,
     max_cycles: Annotated[int, typer.Option(help="Most round trips per plan.")] = 1_000_000,
     idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
+    handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = 10.0,
     poll: Annotated[Poll, typer.Option(help="Receive path during a session: block or busy-poll.")] = Poll.block,
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: UCX_* keys go to ucx (e.g. UCX_TLS=tcp), others to zmq (copy_threshold=65536).")] = None,
+    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
+    cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
 ):
     """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
     from hopbench import protocol as P
     from hopbench.server import Server, ServerConfig
 
+    _pin(cpu)
     host, port = parse_hostport(bind)
     settings = split_options(opt)
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
+                       handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
-                                   max_cycles=max_cycles), transport_settings=settings)
+                                   max_cycles=max_cycles), transport_settings=settings, secret=secret or None)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     server.serve_forever()
@@ -110,8 +125,14 @@ def run(
     results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
     shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable (UCX_TLS=tcp, copy_threshold=65536).")] = None,
+    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for a server started with --secret.")] = None,
+    interface: Annotated[Optional[str], typer.Option(help="Warn unless the route to the peer leaves by this interface.")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), checked against the interface speed.")] = None,
+    strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
+    cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
+    _pin(cpu)
     from hopbench import results as R
     from hopbench.runner import Payload, run_session
     from hopbench.shape import load_shape
@@ -138,11 +159,18 @@ def run(
 
     payloads = [Payload(f"T{t}", t, sh.request_bytes(t), reply_for(sh.request_bytes(t))) for t in token_list]
     payloads += [Payload(f"B{b}", None, b, reply_for(b)) for b in byte_list]
+    from hopbench.doctor import preflight
+
+    pre = preflight(host, interface, rate)
+    for w in pre.warnings:
+        typer.secho(f"warning: {w.message}", fg="yellow", err=True)
+    if strict and pre.warnings:
+        raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
     folder = R.new_folder(results_dir, name, out)
     config = {"transport": transport, "k": k, "id_bytes": sh.id_bytes, "cycles": cycles, "warmup": warmup,
               "verify": verify, "gap_ms": gap_ms, "poll": poll.value, "timeout_s": timeout,
               "tokens": token_list, "bytes": byte_list, "reply_bytes": reply_bytes,
-              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path}
+              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu}
     print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
     print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'95% CI of p50':>19} {'p99 us':>9}  note")
 
@@ -156,7 +184,8 @@ def run(
     try:
         run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
                     cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
-                    timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt))
+                    timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
+                    secret=secret or None, extra={"doctor": pre.to_dict()})
     except KeyboardInterrupt:
         print(f"interrupted: what was measured is in {folder} (status incomplete)", file=sys.stderr)
         raise typer.Exit(130)
@@ -297,6 +326,37 @@ def compare(a: Annotated[Path, typer.Argument(help="Baseline result folder.")],
     if not pairs:
         raise ConfigError(f"no matching cells between {a} and {b}")
     print(C.format_table([C.compare_groups(x, y) for x, y in pairs]))
+
+
+@app.command()
+def doctor(
+    peer: Annotated[Optional[str], typer.Option(help="HOST:PORT of a `hopbench serve`: route, server report, path MTU, goodput probe.")] = None,
+    interface: Annotated[Optional[str], typer.Option(help="The interface the route should leave by (as a rung config names it).")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate in Mbit/s (as a rung config names it).")] = None,
+    rung: Annotated[Optional[str], typer.Option(help="Take --interface and --rate from this rung config.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit non-zero when there is any warning.")] = False,
+    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for the server.")] = None,
+):
+    """Check interfaces, drivers, RDMA/UCX devices, sysctls, and (with --peer) the path."""
+    import json as _json
+
+    from hopbench import doctor as D
+
+    if rung:
+        from hopbench.sweep import load_rung
+
+        rc = load_rung(rung)
+        interface = interface or rc.interface
+        rate = rate or rc.rate_mbit
+    if peer:
+        host, port = parse_hostport(peer)
+        report = D.peer_report(host, port, interface, rate, secret=secret)
+    else:
+        report = D.local_report()
+    print(_json.dumps(report.to_dict(), indent=1, default=str) if json_out else D.format_report(report))
+    if strict and report.warnings:
+        raise typer.Exit(1)
 
 
 @app.command()

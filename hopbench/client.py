@@ -13,6 +13,7 @@ import numpy as np
 
 from hopbench import __version__
 from hopbench import protocol as P
+from hopbench.errors import Refused
 from hopbench.timing import run_cycles
 from hopbench.transport import TransportOptions, get_transport
 from transports.tcp import TcpChannel, connect_socket
@@ -43,6 +44,7 @@ class Session:
     poll: str = "block"
     transport_settings: dict = field(default_factory=dict)
     client_env: dict = field(default_factory=dict)
+    secret: str | None = None
 
     def __post_init__(self):
         opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s, poll=self.poll)
@@ -51,9 +53,23 @@ class Session:
             P.send_msg(self.control, P.HELLO, {"protocol": P.VERSION, "role": "client",
                                                "software": f"hopbench {__version__}", "env": self.client_env})
             _, self.server_hello = P.recv_msg(self.control, P.HELLO)
+            self._authenticate()
         except BaseException:
             self.control.close()
             raise
+
+    def _authenticate(self) -> None:
+        challenge = (self.server_hello.get("auth") or {}).get("challenge")
+        if not challenge:
+            return
+        if not self.secret:
+            raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
+        nonce = os.urandom(16).hex()
+        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce)})
+        _, reply = P.recv_msg(self.control, P.AUTH)
+        if not P.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
+            raise Refused("the server failed to prove it knows the secret")
+        self.server_hello["env"] = reply.get("env", {})
 
     @property
     def server_env(self) -> dict:

@@ -80,6 +80,7 @@ def collect(peer_host: str | None = None) -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "pinned": os.environ.get("HOPBENCH_PINNED"),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "packages": package_versions(),

@@ -29,8 +29,8 @@ MAX_BODY = 65536  # control bodies are small JSON objects; never allocate more t
 SEQ = struct.Struct("<Q")
 SEQ_BYTES = SEQ.size
 
-HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR = 1, 2, 3, 4, 5, 6
-TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR"}
+HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH = 1, 2, 3, 4, 5, 6, 7
+TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR", AUTH: "AUTH"}
 ID_CODES = {2: "H", 4: "I", 8: "Q"}
 
 
@@ -243,3 +243,18 @@ class ReplyCodec:
 def payload_crc32(request) -> int:
     """CRC-32 of the request after its sequence header (the part that stays fixed)."""
     return zlib.crc32(memoryview(request)[SEQ_BYTES:])
+
+
+def auth_mac(secret: str, *parts: str) -> str:
+    """HMAC-SHA256 over the nonces (hex), keyed by the shared secret; the secret itself
+    never crosses the wire."""
+    import hashlib
+    import hmac
+
+    return hmac.new(secret.encode(), "|".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def auth_ok(secret: str, mac: object, *parts: str) -> bool:
+    import hmac
+
+    return isinstance(mac, str) and hmac.compare_digest(mac, auth_mac(secret, *parts))

@@ -59,6 +59,9 @@ class RunWriter:
         return summary
 
     def write(self, status: str, error: str | None = None) -> None:
+        from hopbench.placement import affinity
+
+        self.header["client_affinity"] = affinity()  # per thread, once the transports' threads exist
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
         R.atomic_write(self.folder / "samples.csv", R.csv_text(R.SAMPLE_COLUMNS, self.samples))
@@ -71,13 +74,14 @@ def run_session(
     cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "block",
     timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
     config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
+    secret: str | None = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
     Errors propagate after the files are written (status "incomplete" / "error")."""
     client_env = envmod.collect(peer_host=host)
     session = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll,
-                      transport_settings=transport_settings or {}, client_env=client_env)
+                      transport_settings=transport_settings or {}, client_env=client_env, secret=secret)
     header = {
         "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
         "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": config or {},
@@ -98,13 +102,15 @@ def run_session(
                 mm = getattr(exc, "measurement", None)
                 if mm is not None:
                     writer.add(mm, p)
-                status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
-                error = str(exc) or exc.__class__.__name__
                 raise
             summary = writer.add(m, p)
             writer.write("running")
             if on_payload:
                 on_payload(summary)
+    except BaseException as exc:
+        status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
+        error = str(exc) or exc.__class__.__name__
+        raise
     finally:
         writer.write(status, error)
         session.close()

@@ -9,7 +9,10 @@ server logs one line and serves the next one.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -34,6 +37,14 @@ class ServerConfig:
     poll: str = "block"
     transport_settings: dict = field(default_factory=dict)
     once: bool = False
+    secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
+
+
+def _shutdown(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class _Stop(Exception):
@@ -57,8 +68,6 @@ class Server:
 
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, stop(), or after one session with `once`."""
-        import threading
-
         main = threading.current_thread() is threading.main_thread()
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         try:
@@ -85,11 +94,9 @@ class Server:
 
     def stop(self) -> None:
         """Stop from another thread: the blocked accept fails and the loop ends."""
-        import socket as _socket
-
         self._stopping = True
         try:  # wake the accept by connecting once; closing alone does not interrupt it
-            _socket.create_connection(self.address, timeout=1).close()
+            socket.create_connection(self.address, timeout=1).close()
         except OSError:
             pass
 
@@ -126,18 +133,59 @@ class Server:
 
     def _session(self, chan, stats: dict) -> None:
         cfg = self.config
+        # The whole handshake (HELLO, AUTH) must finish within handshake_timeout_s: a
+        # per-call timeout alone would let a client trickling one byte at a time hold
+        # the server forever. The watchdog shuts the socket down at the deadline.
+        sock = getattr(chan, "socket", None)
+        watchdog = threading.Timer(cfg.handshake_timeout_s, _shutdown, args=(sock,)) if sock else None
+        if watchdog:
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            self._handshake(chan, stats)
+        except HopbenchError as exc:
+            if watchdog and not watchdog.is_alive():
+                raise ProtocolError(f"handshake not finished within {cfg.handshake_timeout_s} s") from None
+            raise exc
+        finally:
+            if watchdog:
+                watchdog.cancel()
+        self._plans(chan, stats)
+
+    def _handshake(self, chan, stats: dict) -> None:
+        cfg = self.config
         _, hello = P.recv_msg(chan, P.HELLO)
         if hello.get("protocol") != P.VERSION:
             P.send_msg(chan, P.REFUSE, {"reason": f"protocol version {hello.get('protocol')!r} not supported (server speaks {P.VERSION})"})
             raise ProtocolError(f"client speaks protocol {hello.get('protocol')!r}")
+        challenge = os.urandom(16).hex() if cfg.secret else None
         P.send_msg(chan, P.HELLO, {
             "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
-            "env": self.env, "caps": {
+            "auth": {"challenge": challenge} if challenge else None,
+            "env": self._env_for(chan) if not cfg.secret else {"hostname": self.env.get("hostname")}, "caps": {
                 "max_request_bytes": cfg.caps.max_request_bytes,
                 "max_reply_bytes": cfg.caps.max_reply_bytes,
                 "max_cycles": cfg.caps.max_cycles,
             },
         })
+        if challenge:
+            # client proves it knows the secret; the server proves it back (mutual)
+            _, auth = P.recv_msg(chan, P.AUTH)
+            nonce = auth.get("nonce")
+            if not isinstance(nonce, str) or not P.auth_ok(cfg.secret, auth.get("mac"), "client", challenge, nonce):
+                P.send_msg(chan, P.REFUSE, {"reason": "authentication failed: wrong or missing secret"})
+                raise ProtocolError("client failed authentication")
+            P.send_msg(chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", nonce, challenge), "env": self._env_for(chan)})
+
+    def _env_for(self, chan) -> dict:
+        """The server's environment plus the interface its route back to this client
+        leaves by (for doctor's slower-hop check)."""
+        peer = str(chan.info.get("peer", "")).rsplit(":", 1)[0]
+        dev = envmod.route_interface(peer) if peer else None
+        return {**self.env, "route_to_client": {"peer": peer, "interface": envmod.interface_info(dev) if dev else None}}
+
+    def _plans(self, chan, stats: dict) -> None:
+        cfg = self.config
         while True:
             msg_type, obj = P.recv_msg(chan, P.PLAN, P.BYE)
             if msg_type == P.BYE:

@@ -25,7 +25,7 @@ class FakeChannel:
         self._outbox = outbox
         self._timeout = timeout_s
         self._closed = False
-        self.info = {"transport": "fake"}
+        self.info = {"transport": "fake", "poll": "block"}
 
     def send(self, buf) -> None:
         if self._closed:
@@ -93,5 +93,6 @@ class FakeTransport:
         if lst is None:
             raise ConnectFailed(f"cannot reach fake:{port}: connection refused")
         mine, theirs = pair(options.timeout_s)
+        mine.info["poll"] = theirs.info["poll"] = options.poll  # a queue has no poll mode; recorded as asked
         lst._pending.put(theirs)
         return mine

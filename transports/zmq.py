@@ -122,7 +122,7 @@ class ZmqChannel:
         deadline = None
         while True:
             try:
-                self._got(recv(buf, 0, flags), buf)
+                self._got(recv(buf, flags=flags), buf)
                 return
             except zmq.Again:
                 spins += 1

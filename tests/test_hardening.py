@@ -1,0 +1,157 @@
+"""Authentication, interrupted runs, and property tests over every parser of bytes that
+come from the network."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hopbench import protocol as P
+from hopbench.client import Session
+from hopbench.errors import HopbenchError, ProtocolError, Refused
+from hopbench.runner import Payload, run_session
+from tests.conftest import small_plan
+from transports import fake
+
+
+def test_secret_accepted_refused_and_missing(server_factory):
+    srv = server_factory(secret="s3cret")
+    s = Session(srv.host, srv.port, secret="s3cret")
+    assert s.server_env.get("kernel")  # the full environment only after authentication
+    assert s.measure(small_plan(cycles=5)).completed == 11
+    s.close()
+    with pytest.raises(Refused, match="authentication failed"):
+        Session(srv.host, srv.port, secret="wrong")
+    with pytest.raises(Refused, match="requires a secret"):
+        Session(srv.host, srv.port)
+    s = Session(srv.host, srv.port, secret="s3cret")  # still serving
+    s.close()
+    assert any("failed authentication" in line for line in srv.lines)
+
+
+def test_secret_never_crosses_the_wire():
+    a, b = fake.pair()
+    P.send_msg(a, P.AUTH, {"nonce": "ab", "mac": P.auth_mac("topsecret", "client", "cd", "ab")})
+    header = bytearray(16)
+    b.recv_into(header)
+    body = bytearray(P.unpack_header(bytes(header))[1])
+    b.recv_into(body)
+    assert b"topsecret" not in bytes(body)
+
+
+def test_ctrl_c_mid_payload_keeps_samples():
+    from tests.conftest import ServerThread
+
+    st_ = ServerThread()
+    try:
+        s = Session(st_.host, st_.port)
+        calls = {"n": 0}
+
+        def clock():
+            calls["n"] += 1
+            if calls["n"] > 40:  # 20 cycles in, the user hits Ctrl-C
+                raise KeyboardInterrupt
+            return calls["n"]
+
+        with pytest.raises(KeyboardInterrupt) as ei:
+            s.measure(small_plan(cycles=100, warmup=0), clock=clock)
+        m = ei.value.measurement
+        assert m.completed == 20 and (m.samples_ns[:20] == 1).all() and m.error
+        s.control.close()
+    finally:
+        st_.stop()
+
+
+def test_run_interrupted_between_payloads_is_marked_incomplete(server, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+
+    def interrupt(summary):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T2", 2, 122880, 8)], folder=out,
+                    transport="tcp", k=2, id_bytes=4, cycles=20, warmup=2, on_payload=interrupt)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "incomplete" and len(rep["payloads"]) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=16, max_size=16))
+def test_header_parser_never_crashes(data):
+    try:
+        t, n = P.unpack_header(data)
+        assert t in P.TYPE_NAMES and 0 <= n <= P.MAX_BODY
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_body_parser_never_crashes(data):
+    try:
+        assert isinstance(P.decode_body(data), dict)
+    except ProtocolError:
+        pass
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                           max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["transport", "request_bytes", "reply_bytes", "k", "id_bytes", "cycles", "warmup",
+                                        "verify", "payload_crc32", "gap_ms", "transport_settings", "x"]), json_values))
+def test_plan_parser_validates_or_raises(obj):
+    try:
+        plan = P.Plan.from_wire(obj)
+    except ProtocolError:
+        return
+    reason = P.Caps().check(plan)  # a parsed plan is always safe to check
+    assert reason is None or isinstance(reason, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_recv_msg_on_arbitrary_stream(data):
+    """Feed arbitrary bytes as a control stream: a clean frame, or a HopbenchError."""
+    a, b = fake.pair(timeout_s=0.05)
+    # the fake transport keeps message boundaries; split like the protocol would
+    a.send(data[:16].ljust(16, b"\0"))
+    if len(data) > 16:
+        a.send(data[16:])
+    try:
+        P.recv_msg(b, *P.TYPE_NAMES)
+    except HopbenchError:
+        pass
+
+
+def test_export_killed_mid_write_leaves_previous_file_intact(tmp_path):
+    """SIGKILL the exporting process after it wrote (and fsynced) the new temporary file
+    but before the rename: the previous file must be intact and valid."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "case-studies.json"
+    original = {"runs": [{"id": "keep", "p50_ms": 1.0}], "other": {"nested": [1, 2, 3]}}
+    path.write_text(json.dumps(original))
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+import hopbench.results as R
+from hopbench import export as E
+real_replace = os.replace
+def die(*a):
+    os.kill(os.getpid(), signal.SIGKILL)
+R.os.replace = die
+E.upsert({str(path)!r}, [{{"id": "new-%d" % i, "p50_ms": i}} for i in range(50000)])
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert r.returncode == -9
+    assert json.loads(path.read_text()) == original
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != path.name]
+    assert all(n.startswith(".case-studies.json.") for n in leftovers)  # only a stray temp file, never the target
