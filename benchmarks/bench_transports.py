@@ -32,9 +32,11 @@ def client_main(spec: dict) -> None:
     from hopbench import protocol as P
     from hopbench.client import Session
 
-    busy = spec["poll"] == "busy"
+    def busy(tr: str) -> bool:  # the minimal ping-pong runs in the mode hopbench resolves to
+        return spec["poll"] == "busy" or (spec["poll"] == "auto" and tr == "ucx")
+
     session = Session(spec["host"], spec["hop_port"], poll=spec["poll"], transport_settings={"ucx": {"UCX_TLS": "tcp"}})
-    clients = {(tr, n): minimal.CLIENTS[tr](spec["host"], port, n, 8, busy)
+    clients = {(tr, n): minimal.CLIENTS[tr](spec["host"], port, n, 8, busy(tr))
                for (tr, n), port in ((tuple(k.split(":")[0:1]) + (int(k.split(":")[1]),), v)
                                      for k, v in spec["minimal_ports"].items())}
     rng = random.Random(spec["seed"])
@@ -56,30 +58,35 @@ def client_main(spec: dict) -> None:
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def start(cmd: list[str]) -> tuple[subprocess.Popen, int]:
+def start(cmd: list[str], procs: list) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-    line = proc.stdout.readline()
-    return proc, int(line.rsplit(":", 1)[-1])
+    procs.append(proc)  # registered before anything can fail, so it is always killed
+    while True:  # UCX may print warnings to stdout before the port line
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{' '.join(cmd)} exited without printing its port")
+        last = line.strip().rsplit(":", 1)[-1]
+        if last.isdigit():
+            return proc, int(last)
 
 
 def run_place(place: str, a) -> dict:
     from hopbench import netem
 
     link = netem.Link.create() if place == "netns" else None
-    ps = link.exec_prefix("server") if link else []
-    pc = link.exec_prefix("client") if link else []
+    server_cpu, client_cpu = {"same": ("0", "0"), "split": ("1", "0"), "none": (None, None)}[a.cpu]
+    ps = (link.exec_prefix("server") if link else []) + (["taskset", "-c", server_cpu] if server_cpu else [])
+    pc = (link.exec_prefix("client") if link else []) + (["taskset", "-c", client_cpu] if client_cpu else [])
     host = link.server_addr if link else "127.0.0.1"
     procs = []
     try:
         hop, hop_port = start(ps + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:0", "--opt", "UCX_TLS=tcp",
-                                    "--poll", a.poll])
-        procs.append(hop)
+                                    "--poll", a.poll], procs)
         ports = {}
         for tr in a.transports:
             for n in SIZES:
                 p, port = start(ps + [sys.executable, "benchmarks/minimal.py", tr, host, str(n), "8"]
-                                + (["busy"] if a.poll == "busy" else []))
-                procs.append(p)
+                                + (["busy"] if a.poll == "busy" or (a.poll == "auto" and tr == "ucx") else []), procs)
                 ports[f"{tr}:{n}"] = port
         spec = {"host": host, "hop_port": hop_port, "minimal_ports": ports, "poll": a.poll, "repeats": a.repeats,
                 "cycles": a.cycles, "warmup": a.warmup, "transports": a.transports, "seed": a.seed}
@@ -103,17 +110,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cycles", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--poll", choices=["block", "busy"], default="block")
+    ap.add_argument("--poll", choices=["auto", "block", "busy"], default="auto")
     ap.add_argument("--places", default="loopback,netns")
     ap.add_argument("--transports", default="tcp,zmq,ucx")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpu", choices=["same", "split", "none"], default="split",
+                    help="servers and client on one CPU, on two, or left to the scheduler")
     a = ap.parse_args()
     if a.client:
         client_main(json.loads(a.client))
         return
     a.transports = a.transports.split(",")
     a.seed = a.seed or random.SystemRandom().randrange(1, 2**31)
-    print(f"hopbench vs minimal same-shape ping-pong (request N B, reply 8 B), poll={a.poll}, unpinned, "
+    print(f"hopbench vs minimal same-shape ping-pong (request N B, reply 8 B), poll={a.poll}, placement={a.cpu}, "
           f"{a.repeats} interleaved repeats x {a.cycles} cycles, seed {a.seed}")
     print("p50 in us: median of per-repeat p50s [min-max across repeats]")
     print(f"{'place':<9} {'transport':<9} {'N':>7} {'hopbench':>24} {'minimal':>24} {'ratio':>6}")

@@ -73,7 +73,12 @@ class AsyncClient:
 
 def start(cmd):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-    return p, int(p.stdout.readline())
+    while True:  # UCX may print warnings to stdout before the port line
+        line = p.stdout.readline()
+        if not line:
+            raise SystemExit(f"{' '.join(cmd)} exited without printing its port")
+        if line.strip().isdigit():
+            return p, int(line)
 
 
 def main() -> None:
@@ -88,26 +93,30 @@ def main() -> None:
         return
     import minimal
 
-    procs, clients = [], {}
-    for n in SIZES:
-        p, port = start([sys.executable, __file__, "--async-server", str(n)])
-        procs.append(p)
-        clients[("async", n)] = AsyncClient(port, n)
-        for mode, busy in (("core-block", False), ("core-busy", True)):
-            p, port = start([sys.executable, "benchmarks/minimal.py", "ucx", "127.0.0.1", str(n), "8"] + (["busy"] if busy else []))
-            procs.append(p)
-            clients[(mode, n)] = minimal.UcxClient("127.0.0.1", port, n, 8, busy)
+    # one server alive at a time: busy-polling servers left running would steal the
+    # two CPUs from whatever is measured next
+    def measure(mode: str, n: int) -> float:
+        if mode == "async":
+            p, port = start([sys.executable, __file__, "--async-server", str(n)])
+        else:
+            p, port = start([sys.executable, "benchmarks/minimal.py", "ucx", "127.0.0.1", str(n), "8"]
+                            + (["busy"] if mode == "core-busy" else []))
+        try:
+            c = AsyncClient(port, n) if mode == "async" else minimal.UcxClient("127.0.0.1", port, n, 8, mode == "core-busy")
+            v = float(np.median(c.measure(a.cycles, a.warmup)))
+            c.close()
+            return v
+        finally:
+            p.kill()
+            p.wait()
+
     res: dict = {}
     rng = random.Random(5)
     for _ in range(a.repeats):
-        keys = list(clients)
+        keys = [(m, n) for m in ("async", "core-block", "core-busy") for n in SIZES]
         rng.shuffle(keys)
         for k in keys:
-            res.setdefault(k, []).append(float(np.median(clients[k].measure(a.cycles, a.warmup))))
-    for c in clients.values():
-        c.close()
-    for p in procs:
-        p.kill()
+            res.setdefault(k, []).append(measure(*k))
     print(f"ucxx progress models, UCX_TLS=tcp, loopback, unpinned, {a.repeats} interleaved repeats x {a.cycles} cycles")
     print("p50 us (median of repeat p50s [min-max])")
     print(f"{'N':>7} " + " ".join(f"{m:>26}" for m in ("async API", "core, blocking", "core, busy-poll")))

@@ -7,43 +7,40 @@ copy=True vs copy=False for the request, at the mission's sizes, loopback, inter
 from __future__ import annotations
 
 import argparse
+import os
 import random
-import threading
+import subprocess
+import sys
 import time
 
 import numpy as np
 import zmq
 
-SIZES = (64, 61_440, 184_320, 1 << 20)
+SIZES = (64, 61_440, 184_320, 524_288, 1 << 20)
 
 
-def pair(kind: str):
-    ctx = zmq.Context.instance()
-    if kind == "PAIR":
-        a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    elif kind == "DEALER/ROUTER":
-        a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
-    else:
-        a, b = ctx.socket(zmq.REQ), ctx.socket(zmq.REP)
-    port = b.bind_to_random_port("tcp://127.0.0.1")
-    a.connect(f"tcp://127.0.0.1:{port}")
-    return a, b
+TYPES = {"PAIR": (zmq.PAIR, zmq.PAIR), "DEALER/ROUTER": (zmq.DEALER, zmq.ROUTER), "REQ/REP": (zmq.REQ, zmq.REP)}
 
 
-def server(b, kind, n, stop):
+def server(kind: str, n: int) -> None:
+    """Runs in its own process (a thread would share the GIL with the client)."""
+    b = zmq.Context.instance().socket(TYPES[kind][1])
+    print(b.bind_to_random_port("tcp://127.0.0.1"), flush=True)
     req, rep = bytearray(n), bytearray(8)
-    b.setsockopt(zmq.RCVTIMEO, 200)
-    while not stop.is_set():
-        try:
-            if kind == "DEALER/ROUTER":
-                ident = b.recv()
-                b.recv_into(req)
-                b.send_multipart([ident, rep])
-            else:
-                b.recv_into(req)
-                b.send(rep)
-        except zmq.Again:
-            continue
+    while True:
+        if kind == "DEALER/ROUTER":
+            ident = b.recv()
+            b.recv_into(req)
+            b.send_multipart([ident, rep])
+        else:
+            b.recv_into(req)
+            b.send(rep)
+
+
+def connect(kind: str, port: int):
+    a = zmq.Context.instance().socket(TYPES[kind][0])
+    a.connect(f"tcp://127.0.0.1:{port}")
+    return a
 
 
 def measure(a, n, copy, cycles, warmup):
@@ -64,27 +61,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cycles", type=int, default=1000)
+    ap.add_argument("--server", nargs=2)
     a = ap.parse_args()
-    setups = {}
-    stops = []
-    for kind in ("PAIR", "DEALER/ROUTER", "REQ/REP"):
+    if a.server:
+        server(a.server[0], int(a.server[1]))
+        return
+    # Every process and thread on CPU 0: with 4 threads per ping-pong (two apps, two
+    # ZeroMQ I/O threads) on 2 vCPUs, unpinned runs measure the hypervisor's cross-CPU
+    # wake-ups (~100 us each, MEASURED.md), not the pattern.
+    os.sched_setaffinity(0, {0})
+    keys = [(kind, n, copy) for kind in TYPES for n in SIZES for copy in ((True, False) if kind == "PAIR" else (n < 65536,))]
+    procs, socks = [], {}
+    for kind in TYPES:
         for n in SIZES:
-            for copy in ((True, False) if kind == "PAIR" else (n < 65536,)):
-                x, y = pair(kind)
-                stop = threading.Event()
-                threading.Thread(target=server, args=(y, kind, n, stop), daemon=True).start()
-                stops.append(stop)
-                setups[(kind, n, copy)] = x
+            p = subprocess.Popen([sys.executable, __file__, "--server", kind, str(n)], stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            port = int(p.stdout.readline())
+            for k in keys:
+                if k[0] == kind and k[1] == n:
+                    socks[k] = connect(kind, port) if kind != "PAIR" or not any(
+                        kk[0] == kind and kk[1] == n and kk in socks for kk in keys) else socks[next(
+                            kk for kk in keys if kk[0] == kind and kk[1] == n and kk in socks)]
     res = {}
     rng = random.Random(3)
-    for _ in range(a.repeats):
-        keys = list(setups)
-        rng.shuffle(keys)
-        for k in keys:
-            res.setdefault(k, []).append(measure(setups[k], k[1], k[2], a.cycles, 100))
-    for s in stops:
-        s.set()
-    print(f"pyzmq {zmq.__version__} / libzmq {zmq.zmq_version()}, loopback, server thread in the same process, "
+    try:
+        for _ in range(a.repeats):
+            rng.shuffle(keys)
+            for k in keys:
+                res.setdefault(k, []).append(measure(socks[k], k[1], k[2], a.cycles, 100))
+    finally:
+        for p in procs:
+            p.kill()
+    print(f"pyzmq {zmq.__version__} / libzmq {zmq.zmq_version()}, loopback, server in its own process (blocking), all on CPU 0, "
           f"{a.repeats} interleaved repeats; p50 us (median of repeat p50s)")
     print(f"{'pattern':<14} {'copy':<6} " + " ".join(f"{n:>10}" for n in SIZES))
     for kind in ("PAIR", "DEALER/ROUTER", "REQ/REP"):

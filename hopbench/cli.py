@@ -17,6 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 class Poll(str, Enum):
+    auto = "auto"
     block = "block"
     busy = "busy"
 
@@ -85,7 +86,7 @@ def serve(
     max_cycles: Annotated[int, typer.Option(help="Most round trips per plan.")] = 1_000_000,
     idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
     handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = 10.0,
-    poll: Annotated[Poll, typer.Option(help="Receive path during a session: block or busy-poll.")] = Poll.block,
+    poll: Annotated[Poll, typer.Option(help="Receive path during a session: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: UCX_* keys go to ucx (e.g. UCX_TLS=tcp), others to zmq (copy_threshold=65536).")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
@@ -118,7 +119,7 @@ def run(
     warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).")] = 100,
     verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body.")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).")] = 0.0,
-    poll: Annotated[Poll, typer.Option(help="Receive path: block or busy-poll.")] = Poll.block,
+    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
     timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.")] = 10.0,
     out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
     name: Annotated[str, typer.Option(help="Suffix of the result folder name.")] = "run",

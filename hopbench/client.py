@@ -41,7 +41,7 @@ class Session:
     port: int
     timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
-    poll: str = "block"
+    poll: str = "auto"
     transport_settings: dict = field(default_factory=dict)
     client_env: dict = field(default_factory=dict)
     secret: str | None = None

@@ -71,7 +71,7 @@ class RunWriter:
 
 def run_session(
     host: str, port: int, payloads: list[Payload], *, folder: Path, transport: str, k: int, id_bytes: int,
-    cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "block",
+    cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "auto",
     timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
     config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
     secret: str | None = None,

@@ -34,7 +34,7 @@ class ServerConfig:
     idle_timeout_s: float = 60.0  # a connected client silent this long is dropped
     handshake_timeout_s: float = 10.0
     data_accept_timeout_s: float = 10.0
-    poll: str = "block"
+    poll: str = "auto"
     transport_settings: dict = field(default_factory=dict)
     once: bool = False
     secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
@@ -59,7 +59,8 @@ class Server:
     def __init__(self, config: ServerConfig, log: Callable[[str], None] = print):
         self.config = config
         self.log = log
-        opts = TransportOptions(timeout_s=config.idle_timeout_s, poll="block")
+        # the TCP listener's channels carry the tcp cycles too, so they take the poll mode
+        opts = TransportOptions(timeout_s=config.idle_timeout_s, poll=config.poll)
         self.listener = TcpListener(config.host, config.port, opts)
         self.address = self.listener.address
         self.env = envmod.collect()

@@ -71,7 +71,7 @@ class TransportOptions:
 
     timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
-    poll: str = "block"  # "block" or "busy"
+    poll: str = "auto"  # "block", "busy", or "auto": the transport's measured-faster default
     settings: dict[str, Any] = field(default_factory=dict)
 
 

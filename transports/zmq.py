@@ -22,6 +22,7 @@ docs/TRANSPORTS.md):
 
 from __future__ import annotations
 
+import os
 import time
 
 import zmq
@@ -32,8 +33,9 @@ from hopbench.transport import TransportOptions
 HELLO = b"HOPBZMQ1"
 SLICE_MS = 200  # receive slice: how often a blocked receive checks its deadline
 # Messages at least this large are sent zero-copy (copy=False); below it pyzmq copies.
-# Measured on loopback with PAIR (benchmarks/zmq_choices.py): see docs/TRANSPORTS.md.
-COPY_THRESHOLD = 65536
+# Measured on loopback with PAIR, all on one CPU (benchmarks/zmq_choices.py): copying was
+# as fast or faster up to 512 KiB (184,320 B: 77 vs 90 us) and level at 1 MiB (214 vs 210).
+COPY_THRESHOLD = 1 << 20
 CLOSE_LINGER_MS = 1000
 KNOWN_SETTINGS = {"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}
 
@@ -65,7 +67,7 @@ class ZmqChannel:
     def __init__(self, sock: zmq.Socket, options: TransportOptions, endpoint: str):
         self._sock = sock
         self._timeout = options.timeout_s
-        self._busy = options.poll == "busy"
+        self._busy = options.poll == "busy"  # auto = block for ZeroMQ
         self._copy_threshold = int(options.settings.get("copy_threshold", COPY_THRESHOLD))
         self._recv = sock.recv_into
         self._send = sock.send
@@ -80,7 +82,7 @@ class ZmqChannel:
             "linger": sock.getsockopt(zmq.LINGER),
             "sndhwm": sock.getsockopt(zmq.SNDHWM),
             "rcvhwm": sock.getsockopt(zmq.RCVHWM),
-            "poll": options.poll,
+            "poll": "busy" if self._busy else "block",
             "timeout_s": options.timeout_s,
         }
 
@@ -126,6 +128,8 @@ class ZmqChannel:
                 return
             except zmq.Again:
                 spins += 1
+                if spins & 0x7 == 0:
+                    os.sched_yield()  # see transports/tcp.py: a peer may share this CPU
                 if spins & 0xFFF == 0:
                     self._idle_check(deadline)
                     if deadline is None:
