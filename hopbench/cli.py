@@ -204,6 +204,7 @@ def sweep(
     new: Annotated[bool, typer.Option(help="Start afresh even if an unfinished sweep of this config exists.")] = False,
     results_dir: Annotated[Path, typer.Option(help="Where sweep folders go.")] = Path("results"),
     analyse: Annotated[bool, typer.Option(help="Run fit, verdict and plot on the result at the end.")] = True,
+    strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
     shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
 ):
     """Measure rungs x transports x payloads, interleaved and repeated; resumable."""
@@ -215,7 +216,7 @@ def sweep(
     only = [r for r in rungs.split(",") if r] if rungs else None
     try:
         folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
-                           resume=not new, only_rungs=only)
+                           resume=not new, only_rungs=only, strict=strict)
     except KeyboardInterrupt:
         raise typer.Exit(130)
     print(f"sweep results: {folder}")

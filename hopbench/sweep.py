@@ -229,24 +229,35 @@ class RungRuntime:
 
     def start(self) -> None:
         rung, py = self.rung, [sys.executable, "-m"]
-        server_prefix: list[str] = []
         client_prefix: list[str] = []
         if rung.kind == "emulated":
             self.link = netem.Link.create(rate_mbit=rung.rate_mbit, mtu=rung.mtu)
-            server_prefix, client_prefix = self.link.exec_prefix("server"), self.link.exec_prefix("client")
+            client_prefix = self.link.exec_prefix("client")
             self.host = self.link.server_addr
         if rung.kind == "real":
             from hopbench.cli import parse_hostport
 
             self.host, self.port = parse_hostport(rung.peer)
         else:
-            opts = [f"--opt={k}={v}" for s in rung.settings().values() for k, v in s.items()]
-            self.server = _Proc(server_prefix + py + ["hopbench", "serve", "--bind", f"{self.host}:0", *opts],
-                                self.logs / f"server-{rung.name}.log")
-            line = self.server.readline(60)
-            self.port = int(line.rsplit(":", 1)[1])
-            self.server.drain_to_log()
+            self.start_server()
         self.agent = _Proc(client_prefix + py + ["hopbench.agent"], self.logs / f"agent-{rung.name}.log", stdin=True)
+
+    def start_server(self) -> None:
+        prefix = self.link.exec_prefix("server") if self.link else []
+        opts = [f"--opt={k}={v}" for s in self.rung.settings().values() for k, v in s.items()]
+        self.server = _Proc(prefix + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{self.host}:0", *opts],
+                            self.logs / f"server-{self.rung.name}.log")
+        line = self.server.readline(60)
+        self.port = int(line.rsplit(":", 1)[1])
+        self.server.drain_to_log()
+
+    def server_died(self) -> bool:
+        """True (and a fresh server started) when our local server is gone."""
+        if self.server is None or self.server.proc.poll() is None:
+            return False
+        self.server.stop()
+        self.start_server()
+        return True
 
     def run_cell(self, job: dict, timeout: float) -> dict:
         assert self.agent is not None
@@ -296,10 +307,26 @@ def cell_done(folder: Path) -> bool:
 
 
 def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
-              resume: bool = True, only_rungs: list[str] | None = None,
+              resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
               log: Callable[[str], None] = print) -> Path:
     rung_names = only_rungs or list(cfg.rungs)
     rungs = [load_rung(n) for n in rung_names]
+    # cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route
+    # to the peer against the interface and rate the rung config names
+    from hopbench import doctor
+
+    preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
+    warnings = [f"local: {f['message']}" for f in preflight["local"]["findings"] if f["level"] == "warn"]
+    for r in rungs:
+        if r.kind == "real":
+            host = r.peer.rsplit(":", 1)[0]
+            rep = doctor.preflight(host, r.interface, r.rate_mbit)
+            preflight["rungs"][r.name] = rep.to_dict()
+            warnings += [f"{r.name}: {w.message}" for w in rep.warnings]
+    for w in warnings:
+        log(f"warning: {w}")
+    if strict and warnings:
+        raise ConfigError(f"pre-flight checks warned ({len(warnings)}); --strict refuses to measure")
     fallback = None
     if any(r.kind == "emulated" for r in rungs):
         ok, why = netem.available()
@@ -329,7 +356,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         "schema": SWEEP_SCHEMA, "schema_version": 1, "status": "running", "created_utc": R.utc_iso(),
         "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
         "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
-        "rungs": {}, "cells_total": len(cells), "failed_cells": [],
+        "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,
     }
 
     def save(status: str) -> None:
@@ -369,7 +396,13 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
                    "config": {"cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms, "k": cfg.k},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": rung.name}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
-            answer = runtimes[cell.rung].run_cell(job, timeout=est)
+            rt = runtimes[cell.rung]
+            answer = rt.run_cell(job, timeout=est)
+            if not answer.get("ok") and rt.server_died():
+                log(f"\nserver of rung {cell.rung} died ({answer.get('error')}); restarted it on port {rt.port}, retrying {cell.key}")
+                report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
+                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+                answer = rt.run_cell(job, timeout=est)
             if not answer.get("ok"):
                 report["failed_cells"].append({"key": cell.key, "error": answer.get("error")})
                 log(f"\ncell {cell.key} failed: {answer.get('error')}")

@@ -139,3 +139,14 @@ def test_doctor_flags_shaped_veth_as_slower_hop():
     assert rep["peer"]["local_interface"]["speed_mbps"] == 10000  # what the veth claims
     assert 80 < rep["peer"]["goodput_mbps"] < 110
     assert "slower-hop" in {f["code"] for f in rep["findings"] if f["level"] == "warn"}
+
+
+def test_run_preflight_warns_and_strict_refuses(server, tmp_path):
+    base = [sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--tokens", "1",
+            "--cycles", "5", "--warmup", "1", "--interface", "eth-nonexistent"]
+    r = subprocess.run(base + ["--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "leaves by lo, not eth-nonexistent" in r.stderr
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert rep["doctor"]["findings"][-1]["code"] == "route-interface"
+    r = subprocess.run(base + ["--strict", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--strict refuses" in r.stderr and not (tmp_path / "b").exists()
