@@ -25,6 +25,7 @@ def main() -> None:
             run_session(job["host"], job["port"], [Payload(**job["payload"])], folder=folder,
                         transport=job["transport"], k=job["k"], id_bytes=job["id_bytes"], cycles=job["cycles"],
                         warmup=job["warmup"], gap_ms=job["gap_ms"], timeout_s=job.get("timeout_s", 10.0),
+                        poll=job.get("poll", "auto"),
                         transport_settings=job.get("transport_settings") or {}, config=job.get("config"),
                         extra=job.get("extra"))
             answer = {"ok": True}

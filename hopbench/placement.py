@@ -4,6 +4,7 @@ affinity actually in effect, per thread."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from hopbench.errors import ConfigError
@@ -50,3 +51,64 @@ def affinity() -> dict:
         except OSError:
             pass
     return {"process": sorted(os.sched_getaffinity(0)), "threads": threads}
+
+
+# Named placements for the sweep's placement axis: where the server and the client run
+# and how they receive. CPUs are indices into this process's allowed CPUs.
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    server_cpu: str | None
+    client_cpu: str | None
+    poll: str
+
+    def describe(self) -> dict:
+        return {"name": self.name, "server_cpu": self.server_cpu, "client_cpu": self.client_cpu, "poll": self.poll}
+
+
+def placement(name: str) -> Placement:
+    """'same-block', 'split-busy', 'unpinned-auto', ... (where-how)."""
+    where, _, how = name.partition("-")
+    cpus = sorted(os.sched_getaffinity(0))
+    if how not in ("block", "busy", "auto") or where not in ("same", "split", "unpinned"):
+        raise ConfigError(f"placement {name!r}: expected same|split|unpinned-block|busy|auto, e.g. split-busy")
+    if where == "split" and len(cpus) < 2:
+        raise ConfigError(f"placement {name!r} needs two CPUs; this process may use {cpus}")
+    server, client = {"same": (cpus[0], cpus[0]), "split": (cpus[-1], cpus[0]), "unpinned": (None, None)}[where]
+    return Placement(name, None if server is None else str(server), None if client is None else str(client), how)
+
+
+CANDIDATES = ("same-block", "split-block", "unpinned-block", "split-busy", "unpinned-busy")
+
+
+def calibrate(python: str, cycles: int = 300) -> tuple[str, dict]:
+    """Measure each candidate placement on loopback (64 B and 184,320 B requests, TCP)
+    and return the one with the smallest sum of p50s, with the table behind the choice."""
+    import csv
+    import subprocess
+    import tempfile
+
+    cands = [c for c in CANDIDATES if len(os.sched_getaffinity(0)) >= 2 or not c.startswith(("same", "split"))]
+    table: dict[str, dict] = {}
+    for name in cands:
+        p = placement(name)
+        srv = subprocess.Popen([python, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--poll", p.poll]
+                               + (["--cpu", p.server_cpu] if p.server_cpu else []), stdout=subprocess.PIPE, text=True)
+        try:
+            port = int(srv.stdout.readline().rsplit(":", 1)[1])
+            with tempfile.TemporaryDirectory() as tmp:
+                r = subprocess.run([python, "-m", "hopbench", "run", "--peer", f"127.0.0.1:{port}", "--bytes", "64,184320",
+                                    "--cycles", str(cycles), "--warmup", "30", "--poll", p.poll, "--out", f"{tmp}/r"]
+                                   + (["--cpu", p.client_cpu] if p.client_cpu else []), capture_output=True, text=True)
+                if r.returncode:
+                    table[name] = {"error": r.stderr.strip()[-300:]}
+                    continue
+                rows = list(csv.DictReader(open(f"{tmp}/r/summary.csv")))
+                table[name] = {f"p50_ns_{row['request_bytes']}": float(row["p50_ns"]) for row in rows}
+        finally:
+            srv.terminate()
+            srv.wait(10)
+    scored = {n: sum(v.values()) for n, v in table.items() if "error" not in v}
+    if not scored:
+        return "unpinned-auto", table
+    return min(scored, key=scored.get), table

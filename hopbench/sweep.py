@@ -38,7 +38,8 @@ from hopbench.stats import median_ci
 SWEEP_SCHEMA = "hopbench.sweep"
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq", "cpu"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
-              "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens"}
+              "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
+              "placements"}
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
 
 
@@ -96,6 +97,7 @@ class SweepConfig:
     seed: int
     gaps_ms: tuple[float, ...]
     operating_tokens: int
+    placements: tuple[str, ...] = ("auto",)
     path: str = ""
     profile: str = "default"
 
@@ -117,7 +119,8 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
             bytes_points=int(s["bytes_points"]), repeats=int(s["repeats"]), cell_budget_s=float(s["cell_budget_s"]),
             min_cycles=int(s["min_cycles"]), max_cycles=int(s["max_cycles"]), warmup=int(s["warmup"]),
             seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
-            operating_tokens=int(s["operating_tokens"]), path=f, profile="quick" if quick else "default")
+            operating_tokens=int(s["operating_tokens"]), placements=tuple(s.get("placements", ["auto"])),
+            path=f, profile="quick" if quick else "default")
     except KeyError as exc:
         raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None
     if cfg.repeats < 1:
@@ -135,16 +138,25 @@ class Cell:
     reply_bytes: int
     gap_ms: float
     repeat: int
+    placement: str = ""  # set when several placements are swept: part of the rung label
+
+    @property
+    def label(self) -> str:
+        """The rung as analysis sees it: one per rung x placement when placements vary."""
+        return f"{self.rung}@{self.placement}" if self.placement else self.rung
 
     @property
     def key(self) -> str:
-        return f"{self.rung}/{self.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
+        return f"{self.label}/{self.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
 
 
-def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int) -> list[Cell]:
-    """All cells, repeat by repeat, each repeat's cells in a seeded random order."""
+def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
+               placements: list[str] | None = None) -> list[Cell]:
+    """All cells, repeat by repeat, each repeat's cells in a seeded random order. With more
+    than one placement, every placement is an axis like the others."""
     per_repeat: list[Cell] = []
-    for rung in rungs:
+    axis = placements if placements and len(placements) > 1 else [""]
+    for rung, pl in ((r, p) for r in rungs for p in axis):
         grid = log_grid(cfg.bytes_min, min(cfg.bytes_max, rung.bytes_max or cfg.bytes_max), cfg.bytes_points)
         for tr in cfg.transports:
             if tr not in rung.transports:
@@ -155,7 +167,7 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int) -> 
                 for gap in cfg.gaps_ms:
                     if gap and tokens != cfg.operating_tokens:
                         continue  # think time is measured at the operating payload only
-                    per_repeat.append(Cell(rung.name, tr, label, tokens, nbytes, shape.reply_bytes(cfg.k), gap, 0))
+                    per_repeat.append(Cell(rung.name, tr, label, tokens, nbytes, shape.reply_bytes(cfg.k), gap, 0, pl))
     rng = random.Random(seed)
     cells = []
     for rep in range(cfg.repeats):
@@ -218,7 +230,8 @@ class _Proc:
 class RungRuntime:
     """Link + server + agent for one rung; stop() tears all of it down."""
 
-    def __init__(self, rung: Rung, logs: Path):
+    def __init__(self, rung: Rung, logs: Path, place=None):
+        self.place = place  # hopbench.placement.Placement or None
         self.rung = rung
         self.logs = logs
         self.link: netem.Link | None = None
@@ -240,13 +253,18 @@ class RungRuntime:
             self.host, self.port = parse_hostport(rung.peer)
         else:
             self.start_server()
-        self.agent = _Proc(client_prefix + py + ["hopbench.agent"], self.logs / f"agent-{rung.name}.log", stdin=True)
+        pin = ["taskset", "-c", self.place.client_cpu] if self.place and self.place.client_cpu else []
+        tag = rung.name + (f"@{self.place.name}" if self.place else "")
+        self.agent = _Proc(client_prefix + pin + py + ["hopbench.agent"], self.logs / f"agent-{tag}.log", stdin=True)
 
     def start_server(self) -> None:
         prefix = self.link.exec_prefix("server") if self.link else []
         opts = [f"--opt={k}={v}" for s in self.rung.settings().values() for k, v in s.items()]
+        if self.place:
+            opts += ["--poll", self.place.poll] + (["--cpu", self.place.server_cpu] if self.place.server_cpu else [])
+        tag = self.rung.name + (f"@{self.place.name}" if self.place else "")
         self.server = _Proc(prefix + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{self.host}:0", *opts],
-                            self.logs / f"server-{self.rung.name}.log")
+                            self.logs / f"server-{tag}.log")
         line = self.server.readline(60)
         self.port = int(line.rsplit(":", 1)[1])
         self.server.drain_to_log()
@@ -267,7 +285,8 @@ class RungRuntime:
         return json.loads(self.agent.readline(timeout))
 
     def describe(self) -> dict:
-        d = {**asdict(self.rung), "server": f"{self.host}:{self.port}"}
+        d = {**asdict(self.rung), "server": f"{self.host}:{self.port}",
+             "placement": self.place.describe() if self.place else None}
         if self.link:
             d["link"] = self.link.describe()
         return d
@@ -350,13 +369,34 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         shutil.copy(r.path, folder / "configs" / Path(r.path).name)
     if cfg.path:
         shutil.copy(cfg.path, folder / "configs" / Path(cfg.path).name)
-    cells = plan_cells(cfg, rungs, shape, seed)
+    # placements: "auto" is chosen by measurement on this machine, once per sweep folder
+    resolved = None
+    if (folder / "sweep.json").exists():
+        resolved = json.loads((folder / "sweep.json").read_text()).get("placements_resolved")
+    calibration = None
+    if resolved is None:
+        resolved = []
+        for name in cfg.placements:
+            if name == "auto":
+                from hopbench.placement import calibrate
+
+                chosen, calibration = calibrate(sys.executable)
+                log(f"placement auto -> {chosen} (loopback TCP p50 64 B + 184,320 B per candidate: "
+                    + ", ".join(f"{n} {sum(v.values()) / 1e3:.0f} us" for n, v in calibration.items() if "error" not in v) + ")")
+                resolved.append(chosen)
+            else:
+                resolved.append(name)
+    from hopbench.placement import placement as _placement
+
+    places = {n: _placement(n) for n in resolved}
+    cells = plan_cells(cfg, rungs, shape, seed, resolved)
     by_rung = {r.name: r for r in rungs}
     report: dict[str, Any] = {
         "schema": SWEEP_SCHEMA, "schema_version": 1, "status": "running", "created_utc": R.utc_iso(),
         "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
         "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
         "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,
+        "placements_resolved": resolved, "placement_calibration": calibration,
     }
 
     def save(status: str) -> None:
@@ -366,6 +406,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
 
     save("running")
     runtimes: dict[str, RungRuntime] = {}
+    labels = {c.label: (c.rung, c.placement or resolved[0]) for c in cells}
     old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     todo = [c for c in cells if not cell_done(folder / "cells" / c.key)]
     if len(todo) < len(cells):
@@ -373,14 +414,15 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     t_start = time.monotonic()
     status = "incomplete"
     try:
-        for r in rungs:
-            if any(c.rung == r.name for c in todo):
-                rt = RungRuntime(r, folder / "logs")
-                runtimes[r.name] = rt
+        for label, (rname, pname) in labels.items():
+            if any(c.label == label for c in todo):
+                r = by_rung[rname]
+                rt = RungRuntime(r, folder / "logs", places[pname])
+                runtimes[label] = rt
                 rt.start()
-                report["rungs"][r.name] = rt.describe()
-                log(f"rung {r.name}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
-                    + f", server {rt.host}:{rt.port}")
+                report["rungs"][label] = rt.describe()
+                log(f"rung {label}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
+                    + f", placement {pname}, server {rt.host}:{rt.port}")
         save("running")
         for i, cell in enumerate(todo):
             rung = by_rung[cell.rung]
@@ -392,14 +434,15 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
                    "cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms,
                    "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
                                "reply_bytes": cell.reply_bytes},
-                   "transport_settings": rung.settings(),
+                   "transport_settings": rung.settings(), "poll": runtimes[cell.label].place.poll,
                    "config": {"cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms, "k": cfg.k},
-                   "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": rung.name}}
+                   "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
+                             "placement": runtimes[cell.label].place.describe()}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
-            rt = runtimes[cell.rung]
+            rt = runtimes[cell.label]
             answer = rt.run_cell(job, timeout=est)
             if not answer.get("ok") and rt.server_died():
-                log(f"\nserver of rung {cell.rung} died ({answer.get('error')}); restarted it on port {rt.port}, retrying {cell.key}")
+                log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, retrying {cell.key}")
                 report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
                 cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
                 answer = rt.run_cell(job, timeout=est)
@@ -452,7 +495,8 @@ def aggregate(folder: Path) -> list[dict]:
             continue
         cell = run["sweep"]["cell"]
         s = run["payloads"][0]["summary"]
-        key = (cell["rung"], cell["transport"], cell["payload"], cell["gap_ms"])
+        label = run.get("rung", cell["rung"])
+        key = (label, cell["transport"], cell["payload"], cell["gap_ms"])
         g = groups.setdefault(key, {"cell": cell, "p50": [], "files": []})
         g["p50"].append(s["p50_ns"])
         g["files"].append(report_path.parent / "samples.csv")

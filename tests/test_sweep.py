@@ -99,3 +99,39 @@ def test_sweep_interrupt_teardown_and_resume(tmp_path):
     # analysis runs on it without flags
     a = subprocess.run([sys.executable, "-m", "hopbench", "fit", str(out)], capture_output=True, text=True, timeout=300)
     assert a.returncode == 0 and "emu-1g" in a.stdout, a.stderr
+
+
+def test_placement_axis_labels_cells():
+    cfg = load_sweep(TINY)
+    rungs = [load_rung("loopback")]
+    sh = load_shape().shape
+    one = plan_cells(cfg, rungs, sh, 1, ["split-busy"])
+    two = plan_cells(cfg, rungs, sh, 1, ["split-busy", "same-block"])
+    assert {c.label for c in one} == {"loopback"}
+    assert {c.label for c in two} == {"loopback@split-busy", "loopback@same-block"} and len(two) == 2 * len(one)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_auto_placement_is_measured_and_swept(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(TINY.read_text().replace('rungs = ["loopback", "emu-unshaped", "emu-1g"]', 'rungs = ["loopback"]')
+                   .replace('transports = ["tcp", "zmq", "ucx"]', 'transports = ["tcp"]')
+                   .replace('placements = ["unpinned-auto"]', 'placements = ["auto", "unpinned-block"]')
+                   .replace("repeats = 2", "repeats = 1"))
+    out = tmp_path / "sw"
+    r = subprocess.run([sys.executable, "-m", "hopbench", "sweep", str(cfg), "--out", str(out), "--no-analyse"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    state = json.loads((out / "sweep.json").read_text())
+    chosen = state["placements_resolved"][0]
+    cal = state["placement_calibration"]
+    assert chosen in cal and all("p50_ns_64" in v for v in cal.values() if "error" not in v)
+    assert chosen == min((n for n in cal if "error" not in cal[n]), key=lambda n: sum(cal[n].values()))
+    labels = {row["rung"] for row in csv.DictReader(open(out / "summary.csv"))}
+    assert labels == {f"loopback@{chosen}", "loopback@unpinned-block"} or chosen == "unpinned-block"
+    # each end's recorded affinity matches the placement
+    rep = json.loads(next((out / "cells").glob(f"loopback@{chosen}/tcp/T1-g0/r0/report.json")).read_text())
+    if rep["placement"]["client_cpu"] is not None:
+        assert rep["client_env"]["cpu_affinity"] == [int(rep["placement"]["client_cpu"])]
+        assert rep["server_env"]["cpu_affinity"] == [int(rep["placement"]["server_cpu"])]
