@@ -143,6 +143,9 @@ def run(
     k = sh.k if k is None else k
     if k < 1:
         raise ConfigError("--k must be at least 1")
+    from hopbench.transport import get_transport
+
+    get_transport(transport)  # a missing extra fails here, before anything is measured, with its install line
     host, port = parse_hostport(peer)
     if port == 0:
         raise ConfigError(f"--peer {peer!r}: give the server's port")

@@ -40,6 +40,14 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes 0600 files: keep the mode of the file being replaced, else the umask's
+        try:
+            perm = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            perm = 0o666 & ~umask
+        os.fchmod(fd, perm)
         with os.fdopen(fd, mode) as fh:
             fh.write(data)
             fh.flush()

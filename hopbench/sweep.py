@@ -36,7 +36,8 @@ from hopbench.shape import Shape, log_grid
 from hopbench.stats import median_ci
 
 SWEEP_SCHEMA = "hopbench.sweep"
-RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq", "cpu"}
+RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
+             "placement"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
               "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
               "placements"}
@@ -55,6 +56,7 @@ class Rung:
     bytes_max: int | None = None
     ucx: dict = field(default_factory=dict)
     zmq: dict = field(default_factory=dict)
+    placement: str | None = None  # pins this rung to one placement (e.g. "split-busy")
     path: str = ""
 
     def settings(self) -> dict[str, dict]:
@@ -76,7 +78,7 @@ def load_rung(name: str) -> Rung:
                 transports=tuple(require(r, "transports", list, f, "rung.")),
                 rate_mbit=r.get("rate_mbit"), mtu=r.get("mtu", 1500), peer=r.get("peer"),
                 interface=r.get("interface"), bytes_max=r.get("bytes_max"), ucx=r.get("ucx", {}),
-                zmq=r.get("zmq", {}), path=f)
+                zmq=r.get("zmq", {}), placement=r.get("placement"), path=f)
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,14 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
     """All cells, repeat by repeat, each repeat's cells in a seeded random order. With more
     than one placement, every placement is an axis like the others."""
     per_repeat: list[Cell] = []
-    axis = placements if placements and len(placements) > 1 else [""]
-    for rung, pl in ((r, p) for r in rungs for p in axis):
+    many = bool(placements and len(placements) > 1)
+
+    def axis(r: Rung) -> list[str]:
+        if r.placement:  # the rung's own placement wins over the sweep's list
+            return [r.placement]
+        return list(placements) if many else [""]
+
+    for rung, pl in ((r, p) for r in rungs for p in axis(r)):
         grid = log_grid(cfg.bytes_min, min(cfg.bytes_max, rung.bytes_max or cfg.bytes_max), cfg.bytes_points)
         for tr in cfg.transports:
             if tr not in rung.transports:
@@ -407,6 +415,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     save("running")
     runtimes: dict[str, RungRuntime] = {}
     labels = {c.label: (c.rung, c.placement or resolved[0]) for c in cells}
+    places.update({pn: _placement(pn) for _, pn in labels.values() if pn not in places})
     old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     todo = [c for c in cells if not cell_done(folder / "cells" / c.key)]
     if len(todo) < len(cells):

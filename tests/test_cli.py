@@ -90,3 +90,16 @@ def test_verdict_from_given_hops():
     res = runner.invoke(app, ["verdict", "--hop-ms", "roce=0.198,1gbe=1.713,100mb=16.02"])
     assert res.exit_code == 0
     assert "28.58" in res.output and "dead heat" in res.output and "t_draft = 15.88" in res.output
+
+
+def test_missing_extra_names_the_install_line(tmp_path):
+    # pyzmq made unimportable in a child process: the client must name the extra to install
+    code = ("import sys; sys.modules['zmq'] = None; from hopbench.cli import main; "
+            "sys.argv = ['hopbench', 'transports']; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "zmq    missing    pip install 'hopbench[zmq]'" in r.stdout
+    code = ("import sys; sys.modules['zmq'] = None; from hopbench.cli import main; "
+            f"sys.argv = ['hopbench', 'run', '--peer', '127.0.0.1:1', '--transport', 'zmq', '--out', '{tmp_path / 'x'}']; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "install it with: pip install 'hopbench[zmq]'" in r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1

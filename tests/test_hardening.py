@@ -155,3 +155,27 @@ E.upsert({str(path)!r}, [{{"id": "new-%d" % i, "p50_ms": i}} for i in range(5000
     assert json.loads(path.read_text()) == original
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != path.name]
     assert all(n.startswith(".case-studies.json.") for n in leftovers)  # only a stray temp file, never the target
+
+
+def test_atomic_write_keeps_or_sets_a_normal_mode(tmp_path):
+    import os
+    import stat
+
+    from hopbench.results import atomic_write
+
+    new = tmp_path / "new.json"
+    atomic_write(new, "{}")
+    assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~_umask()
+    old = tmp_path / "old.json"
+    old.write_text("{}")
+    os.chmod(old, 0o640)
+    atomic_write(old, '{"a": 1}')
+    assert stat.S_IMODE(old.stat().st_mode) == 0o640 and json.loads(old.read_text()) == {"a": 1}
+
+
+def _umask():
+    import os
+
+    u = os.umask(0)
+    os.umask(u)
+    return u

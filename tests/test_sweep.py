@@ -135,3 +135,11 @@ def test_auto_placement_is_measured_and_swept(tmp_path):
     if rep["placement"]["client_cpu"] is not None:
         assert rep["client_env"]["cpu_affinity"] == [int(rep["placement"]["client_cpu"])]
         assert rep["server_env"]["cpu_affinity"] == [int(rep["placement"]["server_cpu"])]
+
+
+def test_rung_placement_overrides_sweep(tmp_path):
+    p = tmp_path / "r.toml"
+    p.write_text('[rung]\nname = "lb"\nkind = "loopback"\ntransports = ["tcp"]\nplacement = "same-block"\n')
+    cfg = load_sweep(TINY)
+    cells = plan_cells(cfg, [load_rung(str(p)), load_rung("loopback")], load_shape().shape, 1, ["split-busy"])
+    assert {c.label for c in cells} == {"lb@same-block", "loopback"}

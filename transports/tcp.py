@@ -76,22 +76,21 @@ class TcpChannel:
     def _send_block(self, buf) -> None:
         try:
             self._sendall(buf)
-        except BlockingIOError:
-            raise Timeout(f"send timed out after {self._timeout} s") from None
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerClosed(f"peer closed the connection ({exc.strerror})") from None
         except OSError as exc:
-            raise TransportError(f"send failed: {exc}") from None
+            raise self._send_error(exc) from None
 
     def _send_busy_msg(self, buf) -> None:
         try:
             self._send_busy(buf)
-        except BlockingIOError:
-            raise Timeout(f"send timed out after {self._timeout} s") from None
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerClosed(f"peer closed the connection ({exc.strerror})") from None
         except OSError as exc:
-            raise TransportError(f"send failed: {exc}") from None
+            raise self._send_error(exc) from None
+
+    def _send_error(self, exc: OSError) -> Exception:
+        if isinstance(exc, BlockingIOError):
+            return Timeout(f"send timed out after {self._timeout} s")
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            return PeerClosed(f"peer closed the connection ({exc.strerror})")
+        return TransportError(f"send failed: {exc}")
 
     def _send_busy(self, buf) -> None:
         view = memoryview(buf).cast("B")
