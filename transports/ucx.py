@@ -303,20 +303,19 @@ class UcxListener:
 
     def accept(self, timeout: float | None) -> UcxChannel:
         deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        if True:
-            while not self._pending:
-                self._worker.progress()
-                if time.monotonic() > deadline:
-                    raise Timeout(f"no UCX peer within {timeout} s")
-                if not self._pending:
-                    time.sleep(0.0005)  # accept is not on the hot path; a short nap keeps it cheap
-            ep = self._pending.pop(0)
-            hello = np.zeros(len(HELLO), dtype=np.uint8)
-            self._progress.wait(ep.tag_recv(Array(hello), TAG_TO_SERVER), "hello", max(0.1, deadline - time.monotonic()))
-            if hello.tobytes() != HELLO:
-                raise ProtocolError("UCX peer did not send the hopbench hello")
-            answer = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
-            self._progress.wait(ep.tag_send(Array(answer), TAG_TO_CLIENT), "hello")
+        while not self._pending:
+            self._worker.progress()
+            if time.monotonic() > deadline:
+                raise Timeout(f"no UCX peer within {timeout} s")
+            if not self._pending:
+                time.sleep(0.0005)  # accept is not on the hot path; a short nap keeps it cheap
+        ep = self._pending.pop(0)
+        hello = np.zeros(len(HELLO), dtype=np.uint8)
+        self._progress.wait(ep.tag_recv(Array(hello), TAG_TO_SERVER), "hello", max(0.1, deadline - time.monotonic()))
+        if hello.tobytes() != HELLO:
+            raise ProtocolError("UCX peer did not send the hopbench hello")
+        answer = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
+        self._progress.wait(ep.tag_send(Array(answer), TAG_TO_CLIENT), "hello")
         info = _base_info(self._ctx, self._options)
         return UcxChannel(self._worker, ep, self._progress, TAG_TO_CLIENT, TAG_TO_SERVER, info)
 
@@ -341,13 +340,12 @@ class UcxTransport:
         progress = _Progress(worker, _mode(options.poll), options.timeout_s)
         ep = None
         try:
-            if True:
-                ep = ucx_api.UCXEndpoint.create(worker, host, port, True)
-                hello = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
-                answer = np.zeros(len(HELLO), dtype=np.uint8)
-                r = ep.tag_recv(Array(answer), TAG_TO_CLIENT)
-                progress.wait(ep.tag_send(Array(hello), TAG_TO_SERVER), "hello", options.connect_timeout_s)
-                progress.wait(r, "hello", options.connect_timeout_s)
+            ep = ucx_api.UCXEndpoint.create(worker, host, port, True)
+            hello = np.frombuffer(bytearray(HELLO), dtype=np.uint8)
+            answer = np.zeros(len(HELLO), dtype=np.uint8)
+            r = ep.tag_recv(Array(answer), TAG_TO_CLIENT)
+            progress.wait(ep.tag_send(Array(hello), TAG_TO_SERVER), "hello", options.connect_timeout_s)
+            progress.wait(r, "hello", options.connect_timeout_s)
             if answer.tobytes() != HELLO:
                 raise ProtocolError(f"{host}:{port} is not a hopbench UCX data listener")
         except (Timeout, PeerClosed, TransportError) as exc:
