@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,3 +54,8 @@ bench-zmq-choices: install
 
 bench-placement: install
 	$(PY) benchmarks/bench_placement.py
+
+bench-native: install
+	@command -v sockperf >/dev/null && command -v qperf >/dev/null && command -v NPtcp >/dev/null && command -v ucx_perftest >/dev/null \
+	  || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf qperf netpipe-tcp ucx-utils)
+	$(PY) benchmarks/bench_native.py

@@ -59,14 +59,29 @@ def hop_rows(folder: Path, operating_tokens: int) -> list[tuple[str, str, float,
     return rows
 
 
+def instrument_floors(folder: Path) -> dict[str, float]:
+    """transport -> floor in ms: a run's own floor measurement, or in a sweep the smallest
+    payload on the loopback rung."""
+    groups, top = load_groups(folder)
+    if top.get("floor"):
+        return {top["floor"]["transport"]: top["floor"]["p50_ns"] / 1e6}
+    out: dict[str, float] = {}
+    for g in sorted(groups, key=lambda g: g.request_bytes):
+        if g.rung.split("@")[0] == "loopback" and g.gap_ms == 0 and g.transport not in out:
+            out[g.transport] = g.p50_ns / 1e6
+    return out
+
+
 def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
                 show=print) -> list[V.Verdict]:
     if hops:
         vs = [V.verdict(name, "given", ms, inputs) for name, ms in hops.items()]
     else:
         vs = [V.verdict(r, t, ms, inputs, ci) for r, t, ms, ci in hop_rows(folder, operating_tokens)]
-    show(f"verdict at the operating payload T = {operating_tokens}")
-    show(V.format_table(vs, inputs))
+    floors = instrument_floors(folder) if folder is not None else {}
+    show(f"verdict at the operating payload T = {operating_tokens}"
+         + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
+    show(V.format_table(vs, inputs, floors))
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,
                                                                 "verdicts": [v.to_dict() for v in vs]}, indent=1) + "\n")

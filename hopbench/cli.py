@@ -131,6 +131,7 @@ def run(
     rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), checked against the interface speed.")] = None,
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
+    floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.")] = True,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -186,15 +187,19 @@ def run(
                   f"{s['p99_ns'] / 1e3:9.1f}  {note}")
 
     try:
-        run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
+        w = run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
                     cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
                     timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
-                    secret=secret or None, extra={"doctor": pre.to_dict()})
+                    secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor)
     except KeyboardInterrupt:
         print(f"interrupted: what was measured is in {folder} (status incomplete)", file=sys.stderr)
         raise typer.Exit(130)
     except HopbenchError as exc:
         raise type(exc)(f"{exc} (measured so far kept in {folder})") from None
+    if w.header.get("floor"):
+        f = w.header["floor"]
+        print(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
+              f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}]; a hop near it measures the host, not the link")
     print(f"results: {folder}")
 
 

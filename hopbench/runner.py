@@ -69,12 +69,44 @@ class RunWriter:
         R.atomic_write(self.folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
 
 
+def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
+                  transport_settings: dict | None = None) -> dict:
+    """The instrument's own floor: the smallest round trip of the same transport and code
+    path on loopback (a local `hopbench serve` in a child process, a 64 B request)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from hopbench.stats import median_ci
+
+    opts = [f"--opt={kk}={v}" for kk, v in ((transport_settings or {}).get(transport) or {}).items()]
+    srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--once", "--poll", poll,
+                            *opts], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = srv.stdout.readline()
+        port = int(line.rsplit(":", 1)[1])
+        s = Session("127.0.0.1", port, poll=poll, transport_settings=transport_settings or {})
+        try:
+            m = s.measure(P.Plan(transport, 64, k * id_bytes, k, id_bytes, cycles, max(10, cycles // 10)))
+        finally:
+            s.close()
+        x = np.sort(m.timed)
+        lo, hi = median_ci(x)
+        return {"transport": transport, "where": "loopback", "request_bytes": 64, "reply_bytes": k * id_bytes,
+                "n": int(x.size), "p50_ns": float(np.median(x)), "p50_ci_lo_ns": lo, "p50_ci_hi_ns": hi,
+                "poll": poll}
+    finally:
+        srv.terminate()
+        srv.wait(10)
+
+
 def run_session(
     host: str, port: int, payloads: list[Payload], *, folder: Path, transport: str, k: int, id_bytes: int,
     cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "auto",
     timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
     config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
-    secret: str | None = None,
+    secret: str | None = None, floor: bool = False,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -107,6 +139,8 @@ def run_session(
             writer.write("running")
             if on_payload:
                 on_payload(summary)
+        if floor:
+            writer.header["floor"] = measure_floor(transport, k, id_bytes, min(cycles, 2000), poll, transport_settings)
     except BaseException as exc:
         status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
         error = str(exc) or exc.__class__.__name__

@@ -64,16 +64,19 @@ def verdict(rung: str, transport: str, hop_ms: float, inp: Inputs, hop_ci_ms: tu
     return Verdict(rung, transport, hop_ms, hop_ci_ms, inp.t_draft_ms, cycle, tok, tok_ci, gain, gain_ci, call)
 
 
-def format_table(vs: list[Verdict], inp: Inputs) -> str:
+def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:
+    """floors: transport -> the instrument's floor in ms (64 B on loopback), shown beside the hop."""
+    floors = floors or {}
     lines = [
         f"inputs: t_draft = {inp.t_draft_ms} ms (break-even hop), decode cycle = {inp.cycle_ms} ms, "
         f"co-located = {inp.tok_s} tok/s, dead-heat tolerance = {inp.tolerance:.0%}",
-        f"{'rung':<16} {'transport':<9} {'hop ms':>9} {'hop 95% CI':>19} {'cycle ms':>9} {'tok/s':>7} "
+        f"{'rung':<16} {'transport':<9} {'hop ms':>9} {'hop 95% CI':>19} {'floor ms':>9} {'cycle ms':>9} {'tok/s':>7} "
         f"{'tok/s CI':>15} {'gain':>7}  call",
     ]
     for v in vs:
         ci = f"{v.hop_ci_ms[0]:.3f}-{v.hop_ci_ms[1]:.3f}" if v.hop_ci_ms else "-"
         tci = f"{v.projected_tok_s_ci[0]:.2f}-{v.projected_tok_s_ci[1]:.2f}" if v.projected_tok_s_ci else "-"
-        lines.append(f"{v.rung:<16} {v.transport:<9} {v.hop_ms:9.3f} {ci:>19} {v.projected_cycle_ms:9.2f} "
+        fl = f"{floors[v.transport]:.3f}" if v.transport in floors else "-"
+        lines.append(f"{v.rung:<16} {v.transport:<9} {v.hop_ms:9.3f} {ci:>19} {fl:>9} {v.projected_cycle_ms:9.2f} "
                      f"{v.projected_tok_s:7.2f} {tci:>15} {v.gain:+7.1%}  {v.call}")
     return "\n".join(lines)

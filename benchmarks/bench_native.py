@@ -1,0 +1,161 @@
+"""Benchmark (not a test): hopbench beside the native tools, same link, same sizes, one run.
+
+    make bench-native        # installs sockperf, qperf, netpipe-tcp, ucx-utils first
+    python benchmarks/bench_native.py [--repeats 3] [--places loopback,emu-unshaped,emu-1g]
+
+Symmetric round trips (hopbench `--reply-bytes same`: the request is echoed back at full
+size, because the native tools only echo), at 64 B, 4 KiB, 61,440 B, 184,320 B and 1 MiB,
+servers pinned to one CPU and clients to another (every tool alike), interleaved in a
+random order per repeat. Every figure is converted to a full round trip in µs:
+
+- sockperf `pp --full-rtt`: its p50 of full round trips; cannot send more than 65,507 B.
+- qperf `tcp_lat`: reports only a **mean one-way** latency; ×2.
+- NPtcp: a **best-trial mean** one-way time; ×2.
+- ucx_perftest `tag_lat` (Debian's system UCX, UCX_TLS=tcp): its p50 of **half** round
+  trips over the **last 2,048 samples only**; ×2. Compared with hopbench's ucx transport.
+- hopbench: p50 of all timed full round trips.
+
+hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
+SERVER_CPU, CLIENT_CPU = "1", "0"
+TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-ucx")
+SOCKPERF_MAX = 65_507
+
+
+def wait_listening(prefix: list[str], port: int, limit: int = 2000) -> None:
+    """Until a TCP listener on `port` shows in `ss` (no probe connection: NPtcp would take
+    a probe for its client). Each `ss` call takes a few ms, which paces the loop."""
+    for _ in range(limit):
+        out = subprocess.run(prefix + ["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True, text=True).stdout
+        if out.strip():
+            return
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float | None:
+    ps = place["server_prefix"] + ["taskset", "-c", SERVER_CPU]
+    pc = place["client_prefix"] + ["taskset", "-c", CLIENT_CPU]
+    host = place["host"]
+    port = random.randint(20000, 40000)
+    env = {"UCX_TLS": "tcp", "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    if tool == "sockperf":
+        if n > SOCKPERF_MAX:
+            return None
+        srv = subprocess.Popen(ps + ["sockperf", "sr", "--tcp", "-i", host, "-p", str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        cmd = pc + ["sockperf", "pp", "--tcp", "-i", host, "-p", str(port), "-m", str(n), "-t", str(int(max(1, duration))),
+                    "--full-rtt"]
+        parse = lambda out: float(re.search(r"percentile 50\.000 =\s*([\d.]+)", out).group(1))  # noqa: E731
+    elif tool == "qperf":
+        srv = subprocess.Popen(ps + ["qperf", "-lp", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = pc + ["qperf", "-lp", str(port), host, "-m", str(n), "-t", str(int(max(1, duration))), "tcp_lat"]
+
+        def parse(out):
+            v, unit = re.search(r"latency\s*=\s*([\d.]+)\s*(\w+)", out).groups()
+            return 2 * float(v) * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}[unit]
+    elif tool == "NPtcp":
+        port = 5002  # NetPIPE's fixed port
+        args = ["-l", str(n), "-u", str(n), "-p", "0"]
+        srv = subprocess.Popen(ps + ["NPtcp", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+        outfile = tmp / f"np-{n}.out"
+        cmd = pc + ["NPtcp", "-h", host, *args, "-o", str(outfile)]
+
+        def parse(out):
+            return 2 * float(outfile.read_text().split()[2]) * 1e6
+    elif tool == "ucx_perftest":
+        srv = subprocess.Popen(ps + ["env", "UCX_TLS=tcp", "ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        iters = max(50, min(20000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
+        cmd = pc + ["env", "UCX_TLS=tcp", "ucx_perftest", host, "-p", str(port), "-t", "tag_lat", "-s", str(n), "-n", str(iters)]
+
+        def parse(out):
+            return 2 * float(re.search(r"Final:\s+\d+\s+([\d.]+)", out).group(1))
+    else:
+        tr = tool.split("-")[1]
+        srv = subprocess.Popen(ps + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
+                                     "auto", "--opt", "UCX_TLS=tcp"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, cwd=ROOT)
+        cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
+        out = tmp / f"hb-{tool}-{n}-{random.random()}"
+        cmd = pc + [sys.executable, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
+                    "--reply-bytes", "same", "--cycles", str(cycles), "--warmup", str(max(5, cycles // 10)),
+                    "--transport", tr, "--opt", "UCX_TLS=tcp", "--no-floor", "--out", str(out)]
+
+        def parse(_):
+            return float(next(csv.DictReader(open(out / "summary.csv")))["p50_ns"]) / 1e3
+    try:
+        wait_listening(place["server_prefix"], port)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp)
+        if r.returncode != 0:
+            raise RuntimeError(f"{tool} {n}: {r.stderr.strip()[-300:]}")
+        return parse(r.stdout + r.stderr)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--places", default="loopback,emu-unshaped,emu-1g")
+    ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement (about)")
+    a = ap.parse_args()
+    missing = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest", "taskset", "ss") if not shutil.which(t)]
+    if missing:
+        raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")
+    from hopbench import netem
+
+    print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
+    print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}")
+    rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
+    for name in a.places.split(","):
+        link = netem.Link.create(rate_mbit=rates[name]) if name != "loopback" else None
+        place = {"server_prefix": link.exec_prefix("server") if link else [],
+                 "client_prefix": link.exec_prefix("client") if link else [],
+                 "host": link.server_addr if link else "127.0.0.1",
+                 "rate_bps": (rates[name] or 8000) * 1e6}
+        res: dict = {}
+        try:
+            with tempfile.TemporaryDirectory() as tmpd:
+                combos = [(t, n) for t in TOOLS for n in SIZES]
+                rng = random.Random(17)
+                for _ in range(a.repeats):
+                    rng.shuffle(combos)
+                    for t, n in combos:
+                        res.setdefault((t, n), []).append(rtt_us(t, n, place, a.duration, Path(tmpd)))
+        finally:
+            if link:
+                link.destroy()
+        print(f"\n{name}")
+        print(f"{'bytes':>8} " + " ".join(f"{t:>13}" for t in TOOLS) + f" {'tcp/best':>9} {'ucx/perftest':>13}")
+        for n in SIZES:
+            med = {}
+            for t in TOOLS:
+                vals = res[(t, n)]
+                med[t] = float(np.median(vals)) if all(x is not None for x in vals) else None
+            best = min(v for t, v in med.items() if t in ("sockperf", "qperf", "NPtcp") and v is not None)
+            cells = " ".join(f"{med[t]:13.1f}" if med[t] is not None else f"{'n/a':>13}" for t in TOOLS)
+            uc = med["hopbench-ucx"] / med["ucx_perftest"] if med["ucx_perftest"] else float("nan")
+            print(f"{n:>8} {cells} {med['hopbench-tcp'] / best:9.2f} {uc:13.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
