@@ -19,6 +19,16 @@ def test_run_via_cli_runner(server, tmp_path):
     assert res.exit_code == 0, res.output
     assert "T3" in res.output and "184320" in res.output
     assert (out / "summary.csv").read_text().count("\n") == 5
+    # the instrument's floor: same transport, 64 B, loopback, measured and recorded
+    import json
+
+    floor = json.loads((out / "report.json").read_text())["floor"]
+    assert floor["transport"] == "tcp" and floor["request_bytes"] == 64 and floor["n"] == 30
+    assert floor["p50_ci_lo_ns"] <= floor["p50_ns"] <= floor["p50_ci_hi_ns"]
+    assert "instrument floor (tcp, 64 B on loopback" in res.output
+    from hopbench.analysis import instrument_floors
+
+    assert instrument_floors(out) == {"tcp": floor["p50_ns"] / 1e6}
 
 
 def test_existing_result_folder_is_never_overwritten(server, tmp_path):
