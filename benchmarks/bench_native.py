@@ -55,7 +55,6 @@ def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float 
     pc = place["client_prefix"] + ["taskset", "-c", CLIENT_CPU]
     host = place["host"]
     port = random.randint(20000, 40000)
-    env = {"UCX_TLS": "tcp", "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
     if tool == "sockperf":
         if n > SOCKPERF_MAX:
             return None

@@ -8,7 +8,6 @@ still serves a normal client with verified replies and that its memory stayed bo
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import socket
 import struct

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -238,11 +237,6 @@ class ReplyCodec:
                 slow(buf, seq)
 
         return check
-
-
-def payload_crc32(request) -> int:
-    """CRC-32 of the request after its sequence header (the part that stays fixed)."""
-    return zlib.crc32(memoryview(request)[SEQ_BYTES:])
 
 
 def auth_mac(secret: str, *parts: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import tempfile
 from datetime import datetime, timezone
@@ -79,21 +78,3 @@ def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
     except FileExistsError:
         raise HopbenchError(f"result folder {path} already exists; refusing to overwrite it (choose another --out)") from None
     return path
-
-
-def load_report(folder: Path) -> dict[str, Any]:
-    path = Path(folder) / "report.json"
-    try:
-        rep = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HopbenchError(f"{path} not found: not a hopbench result folder") from None
-    except json.JSONDecodeError as exc:
-        raise HopbenchError(f"{path}: not valid JSON ({exc})") from None
-    if rep.get("schema") not in (SCHEMA, "hopbench.sweep") or rep.get("schema_version", 0) > SCHEMA_VERSION:
-        raise HopbenchError(f"{path}: unsupported schema {rep.get('schema')!r} v{rep.get('schema_version')}")
-    return rep
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))

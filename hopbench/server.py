@@ -21,7 +21,7 @@ from typing import Callable
 from hopbench import __version__
 from hopbench import env as envmod
 from hopbench import protocol as P
-from hopbench.errors import HopbenchError, ProtocolError, TransportError
+from hopbench.errors import HopbenchError, ProtocolError
 from hopbench.transport import TransportOptions, get_transport
 from transports.tcp import TcpListener
 

@@ -487,45 +487,25 @@ AGG_COLUMNS = ["rung", "transport", "payload", "tokens", "request_bytes", "reply
 def aggregate(folder: Path) -> list[dict]:
     """Per (rung, transport, payload, gap): the median of per-repeat medians, the spread
     across repeats and a distribution-free CI of that median (order statistics of the
-    repeat medians: with 5 repeats it is [min, max], 94% coverage)."""
-    groups: dict[tuple, dict] = {}
-    rates = {}
+    repeat medians: with 5 repeats it is [min, max], 94% coverage). Reads the cells with
+    the same loader the analysis commands use."""
+    from hopbench.data import load_groups
+
     try:
-        rep = json.loads((folder / "sweep.json").read_text())
-        rates = {k: v.get("rate_mbit") for k, v in rep.get("rungs", {}).items()}
-    except (OSError, json.JSONDecodeError):
-        pass
-    for report_path in sorted((folder / "cells").glob("*/*/*/*/report.json")):
-        try:
-            run = json.loads(report_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if run.get("status") != "complete":
-            continue
-        cell = run["sweep"]["cell"]
-        s = run["payloads"][0]["summary"]
-        label = run.get("rung", cell["rung"])
-        key = (label, cell["transport"], cell["payload"], cell["gap_ms"])
-        g = groups.setdefault(key, {"cell": cell, "p50": [], "files": []})
-        g["p50"].append(s["p50_ns"])
-        g["files"].append(report_path.parent / "samples.csv")
+        groups, _ = load_groups(folder)
+    except HopbenchError:  # nothing complete yet (an early interruption)
+        return []
     rows = []
-    for (rung, tr, payload, gap), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1]["cell"]["request_bytes"], kv[0][3])):
-        p50s = np.sort(np.array(g["p50"], dtype=float))
+    for g in groups:
+        p50s = np.sort(np.array(g.repeat_p50_ns, dtype=float))
         lo, hi = median_ci(p50s)
-        pooled = []
-        for f in g["files"]:
-            arr = np.loadtxt(f, delimiter=",", skiprows=1, usecols=(8,), dtype=np.int64, ndmin=1)
-            warm = np.loadtxt(f, delimiter=",", skiprows=1, usecols=(7,), dtype=np.int64, ndmin=1)
-            pooled.append(arr[warm == 0])
-        pooled_all = np.concatenate(pooled) if pooled else np.array([0])
+        pooled = g.pooled if g.samples else np.zeros(1, dtype=np.int64)
         med = float(np.median(p50s))
-        c = g["cell"]
-        rows.append({"rung": rung, "transport": tr, "payload": payload, "tokens": c["tokens"],
-                     "request_bytes": c["request_bytes"], "reply_bytes": c["reply_bytes"], "gap_ms": gap,
-                     "repeats": len(p50s), "n": int(pooled_all.size), "p50_ns": med, "p50_ci_lo_ns": lo,
+        rows.append({"rung": g.rung, "transport": g.transport, "payload": g.payload, "tokens": g.tokens,
+                     "request_bytes": g.request_bytes, "reply_bytes": g.reply_bytes, "gap_ms": g.gap_ms,
+                     "repeats": len(p50s), "n": int(pooled.size), "p50_ns": med, "p50_ci_lo_ns": lo,
                      "p50_ci_hi_ns": hi, "p50_rep_min_ns": float(p50s[0]), "p50_rep_max_ns": float(p50s[-1]),
                      "spread_rel": float((p50s[-1] - p50s[0]) / med) if med else 0.0,
-                     "pooled_p50_ns": float(np.median(pooled_all)), "pooled_mean_ns": float(pooled_all.mean()),
-                     "rate_mbit": rates.get(rung)})
+                     "pooled_p50_ns": float(np.median(pooled)), "pooled_mean_ns": float(pooled.mean()),
+                     "rate_mbit": g.rate_mbit})
     return rows

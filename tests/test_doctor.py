@@ -2,7 +2,6 @@
 emulated rung, where the shaped veth must be flagged as a slower hop."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,7 @@ import pytest
 
 from hopbench import protocol as P
 from hopbench.client import Session
-from hopbench.errors import ConnectFailed, HopbenchError, ProtocolError, Refused
+from hopbench.errors import ConnectFailed, HopbenchError, Refused
 from hopbench.runner import Payload, run_session
 from tests.conftest import small_plan
 

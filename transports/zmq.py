@@ -86,9 +86,6 @@ class ZmqChannel:
             "timeout_s": options.timeout_s,
         }
 
-    def alloc(self, n: int) -> bytearray:
-        return bytearray(n)
-
     def send(self, buf) -> None:
         try:
             self._send(buf, copy=len(buf) < self._copy_threshold)
