@@ -22,6 +22,16 @@ class Poll(str, Enum):
     busy = "busy"
 
 
+class Memory(str, Enum):
+    host = "host"
+    cuda = "cuda"
+
+
+class GpuPath(str, Enum):
+    staged = "staged"
+    direct = "direct"
+
+
 def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
@@ -90,12 +100,17 @@ def serve(
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: UCX_* keys go to ucx (e.g. UCX_TLS=tcp), others to zmq (copy_threshold=65536).")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
+    gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,
 ):
     """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
     from hopbench import protocol as P
     from hopbench.server import Server, ServerConfig
 
     _pin(cpu)
+    if gpu:
+        from hopbench import gpu as gpumod
+
+        gpu_info = gpumod.device_info()
     host, port = parse_hostport(bind)
     settings = split_options(opt)
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
@@ -104,6 +119,8 @@ def serve(
                                    max_cycles=max_cycles), transport_settings=settings, secret=secret or None)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
+    if gpu:
+        print(f"GPU memory on {gpu_info['name']} (device {gpu_info['device']}, {gpu_info['library']})", flush=True)
     server.serve_forever()
 
 
@@ -132,6 +149,9 @@ def run(
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
     floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.")] = True,
+    memory: Annotated[Memory, typer.Option(help="Where the payload lives on both ends: host, or cuda (GPU; needs the gpu extra).")] = Memory.host,
+    server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.")] = None,
+    gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).")] = GpuPath.staged,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -147,6 +167,13 @@ def run(
     from hopbench.transport import get_transport
 
     get_transport(transport)  # a missing extra fails here, before anything is measured, with its install line
+    mem = (memory.value, (server_memory or memory).value)
+    if "cuda" in mem:
+        from hopbench import gpu
+
+        gpu.check_choice(mem[0], gpu_path.value, transport)
+        if mem[0] == "cuda":
+            gpu.load()  # a missing CuPy or device fails here, with the install line
     host, port = parse_hostport(peer)
     if port == 0:
         raise ConfigError(f"--peer {peer!r}: give the server's port")
@@ -175,12 +202,16 @@ def run(
     config = {"transport": transport, "k": k, "id_bytes": sh.id_bytes, "cycles": cycles, "warmup": warmup,
               "verify": verify, "gap_ms": gap_ms, "poll": poll.value, "timeout_s": timeout,
               "tokens": token_list, "bytes": byte_list, "reply_bytes": reply_bytes,
-              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu}
+              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu,
+              "client_memory": mem[0], "server_memory": mem[1], "gpu_path": gpu_path.value}
     print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
     print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'95% CI of p50':>19} {'p99 us':>9}  note")
 
     def show(s: dict) -> None:
         note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
+        stages = [(n, s.get(f"{n}_p50_ns")) for n in ("d2h", "server_h2d", "wire", "server_d2h", "h2d")]
+        if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
+            note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
         if s.get("n"):
             print(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                   f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
@@ -190,7 +221,8 @@ def run(
         w = run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
                     cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
                     timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
-                    secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor)
+                    secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor, memory=mem,
+                    gpu_path=gpu_path.value)
     except KeyboardInterrupt:
         print(f"interrupted: what was measured is in {folder} (status incomplete)", file=sys.stderr)
         raise typer.Exit(130)

@@ -13,8 +13,8 @@ import numpy as np
 
 from hopbench import __version__
 from hopbench import protocol as P
-from hopbench.errors import Refused
-from hopbench.timing import run_cycles
+from hopbench.errors import ConfigError, Refused
+from hopbench.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
 from hopbench.transport import TransportOptions, get_transport
 from transports.tcp import TcpChannel, connect_socket
 
@@ -28,6 +28,11 @@ class Measurement:
     server_info: dict[str, Any]
     started_unix: float
     error: str | None = None
+    #: per-cycle stage times (ns) of GPU plans, same indexing as samples_ns:
+    #: d2h_ns/transfer_ns/h2d_ns (client, staged), server_h2d_ns/server_d2h_ns (server,
+    #: staged) and wire_ns = transfer - the server's copies (both staged)
+    stages: dict[str, np.ndarray] = field(default_factory=dict)
+    gpu_info: dict[str, Any] | None = None
 
     @property
     def timed(self) -> np.ndarray:
@@ -89,6 +94,7 @@ class Session:
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
             transport = None if plan.transport == "tcp" else get_transport(plan.transport)
+            gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
             P.send_msg(self.control, P.PLAN, plan.to_wire())
             _, accept = P.recv_msg(self.control, P.ACCEPT)
             m.server_info = accept.get("transport_info") or {}
@@ -99,12 +105,30 @@ class Session:
                                         poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
                 data = transport.connect(self.host, int(accept["data_port"]), opts)
             m.data_info = dict(data.info)
-            alloc = getattr(data, "alloc", bytearray)
-            request, reply = alloc(plan.request_bytes), alloc(plan.reply_bytes)
-            if body is not None:
-                memoryview(request).cast("B")[P.SEQ_BYTES:] = body
-            m.completed = run_cycles(data, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), samples,
-                                     clock=clock, gap_s=gap_s)
+            codec = P.ReplyCodec(plan.k, plan.id_bytes)
+            if gpu_bufs is None:
+                alloc = getattr(data, "alloc", bytearray)
+                request, reply = alloc(plan.request_bytes), alloc(plan.reply_bytes)
+                if body is not None:
+                    memoryview(request).cast("B")[P.SEQ_BYTES:] = body
+                m.completed = run_cycles(data, request, reply, codec, samples, clock=clock, gap_s=gap_s)
+            else:
+                request, reply = gpu_bufs
+                if body is not None:
+                    request.host[P.SEQ_BYTES:] = np.frombuffer(body, dtype=np.uint8)
+                    request.h2d()
+                direct = plan.gpu_path == "direct"
+                stages = None if direct else np.zeros((plan.total, len(CLIENT_STAGES)), dtype=np.int64)
+                if stages is not None:
+                    m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
+                m.completed = run_cycles_gpu(data, request, reply, codec, samples, stages, direct=direct,
+                                             clock=clock, gap_s=gap_s)
+            if plan.server_stages:  # the server's own copy times follow the last reply
+                server = np.zeros((plan.total, 2), dtype=np.int64)
+                data.recv_into(server.view(np.uint8).reshape(-1))
+                m.stages["server_h2d_ns"], m.stages["server_d2h_ns"] = server[:, 0], server[:, 1]
+                if "transfer_ns" in m.stages:
+                    m.stages["wire_ns"] = m.stages["transfer_ns"] - server[:, 0] - server[:, 1]
         except BaseException as exc:
             m.completed = getattr(exc, "completed_cycles", 0)
             m.error = str(exc) or exc.__class__.__name__
@@ -114,6 +138,26 @@ class Session:
             if data is not None and data is not self.control:
                 data.close()
         return m
+
+    def _gpu_buffers(self, plan: P.Plan, m: Measurement):
+        """Device + pinned buffers for a plan whose client end is in CUDA memory."""
+        if not plan.uses_gpu:
+            return None
+        from hopbench import gpu
+
+        gpu.check_choice(plan.client_memory, plan.gpu_path, plan.transport)
+        gpu.check_choice(plan.server_memory, plan.gpu_path, plan.transport)
+        tls = str(self.transport_settings.get(plan.transport, {}).get("UCX_TLS", ""))
+        if plan.gpu_path == "direct" and tls and "cuda" not in tls and tls != "all":
+            raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
+                              "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
+        if plan.client_memory != "cuda":
+            return None
+        m.gpu_info = gpu.device_info()
+        request = gpu.Staging(plan.request_bytes)
+        reply = gpu.Staging(plan.reply_bytes, request.stream)
+        request.fill_random(0)
+        return request, reply
 
     def close(self) -> None:
         try:

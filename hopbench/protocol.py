@@ -110,6 +110,20 @@ class Plan:
     payload_crc32: int | None = None
     gap_ms: float = 0.0  # client think time between cycles (informational for the server)
     transport_settings: dict | None = None
+    # where each end keeps the payload (docs/PROTOCOL.md, "GPU memory"): the client's
+    # request source / reply destination, the server's request destination / reply source
+    client_memory: str = "host"
+    server_memory: str = "host"
+    gpu_path: str = "staged"  # "staged" (explicit pinned copies) or "direct" (CUDA-aware transport)
+
+    @property
+    def uses_gpu(self) -> bool:
+        return "cuda" in (self.client_memory, self.server_memory)
+
+    @property
+    def server_stages(self) -> bool:
+        """The server times its own copies and sends them after the cycles."""
+        return self.server_memory == "cuda" and self.gpu_path == "staged"
 
     @property
     def total(self) -> int:
@@ -139,7 +153,14 @@ class Plan:
         gap = obj.get("gap_ms", 0.0)
         if not isinstance(gap, (int, float)) or isinstance(gap, bool):
             raise ProtocolError("plan field 'gap_ms' must be a number")
+        mem = {}
+        for key, choices in (("client_memory", ("host", "cuda")), ("server_memory", ("host", "cuda")),
+                             ("gpu_path", ("staged", "direct"))):
+            mem[key] = obj.get(key, choices[0])
+            if mem[key] not in choices:
+                raise ProtocolError(f"plan field {key!r} must be one of {', '.join(choices)}")
         return cls(
+            **mem,
             transport=obj["transport"], request_bytes=obj["request_bytes"], reply_bytes=obj["reply_bytes"],
             k=obj["k"], id_bytes=obj["id_bytes"], cycles=obj["cycles"], warmup=obj["warmup"],
             verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(gap),

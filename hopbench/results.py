@@ -23,6 +23,22 @@ SUMMARY_COLUMNS = [
     "p50_ci_lo_ns", "p50_ci_hi_ns", "drift_rel", "drift", "complete",
 ]
 
+#: GPU plans (--memory cuda) add these: where each end's payload lives, then per-cycle
+#: stage times (docs/RESULTS.md "GPU stages"); host-only runs keep the columns above
+GPU_COLUMNS = ["client_memory", "server_memory", "gpu_path"]
+STAGE_COLUMNS = ["d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "wire_ns"]
+
+
+def sample_columns(gpu: bool) -> list[str]:
+    return SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else SAMPLE_COLUMNS
+
+
+def summary_columns(gpu: bool) -> list[str]:
+    if not gpu:
+        return SUMMARY_COLUMNS
+    stages = [f"{s[:-3]}_p50{q}_ns" for s in STAGE_COLUMNS for q in ("", "_ci_lo", "_ci_hi")]
+    return SUMMARY_COLUMNS + GPU_COLUMNS + stages
+
 
 def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

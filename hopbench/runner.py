@@ -28,14 +28,25 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
     plan = m.plan
     base = {"payload": payload.label, "transport": plan.transport, "tokens": payload.tokens,
             "request_bytes": plan.request_bytes, "reply_bytes": plan.reply_bytes}
+    if plan.uses_gpu:
+        base.update(client_memory=plan.client_memory, server_memory=plan.server_memory, gpu_path=plan.gpu_path)
     rows = []
     first_timed = 1 + plan.warmup
+    stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS if name in m.stages]
     for seq in range(m.completed):
         phase = "untimed" if seq == 0 else ("warmup" if seq < first_timed else "timed")
-        rows.append({**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed),
-                     "rtt_ns": int(m.samples_ns[seq])})
+        row = {**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed), "rtt_ns": int(m.samples_ns[seq])}
+        for name, arr in stage_items:
+            row[name] = int(arr[seq])
+        rows.append(row)
     summary = {**base, "k": plan.k, **summarize(m.timed),
                "complete": m.error is None and m.completed == plan.total}
+    last = max(first_timed, m.completed)
+    for name, arr in stage_items:  # per-stage medians with their order-statistic CI
+        st = summarize(arr[first_timed:last])
+        summary[f"{name[:-3]}_p50_ns"] = st.get("p50_ns")
+        summary[f"{name[:-3]}_p50_ci_lo_ns"] = st.get("p50_ci_lo_ns")
+        summary[f"{name[:-3]}_p50_ci_hi_ns"] = st.get("p50_ci_hi_ns")
     return rows, summary
 
 
@@ -55,7 +66,8 @@ class RunWriter:
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
                               "completed_cycles": m.completed, "error": m.error, "started_unix": m.started_unix,
-                              "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary})
+                              "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary,
+                              **({"gpu": m.gpu_info} if m.gpu_info else {})})
         return summary
 
     def write(self, status: str, error: str | None = None) -> None:
@@ -64,8 +76,9 @@ class RunWriter:
         self.header["client_affinity"] = affinity()  # per thread, once the transports' threads exist
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
-        R.atomic_write(self.folder / "samples.csv", R.csv_text(R.SAMPLE_COLUMNS, self.samples))
-        R.atomic_write(self.folder / "summary.csv", R.csv_text(R.SUMMARY_COLUMNS, self.summaries))
+        gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
+        R.atomic_write(self.folder / "samples.csv", R.csv_text(R.sample_columns(gpu), self.samples))
+        R.atomic_write(self.folder / "summary.csv", R.csv_text(R.summary_columns(gpu), self.summaries))
         R.atomic_write(self.folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
 
 
@@ -106,7 +119,8 @@ def run_session(
     cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "auto",
     timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
     config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
-    secret: str | None = None, floor: bool = False,
+    secret: str | None = None, floor: bool = False, memory: tuple[str, str] = ("host", "host"),
+    gpu_path: str = "staged",
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -127,7 +141,8 @@ def run_session(
         for p in payloads:
             plan = P.Plan(transport=transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=k,
                           id_bytes=id_bytes, cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms,
-                          transport_settings=(transport_settings or {}).get(transport, {}))
+                          transport_settings=(transport_settings or {}).get(transport, {}),
+                          client_memory=memory[0], server_memory=memory[1], gpu_path=gpu_path)
             try:
                 m = session.measure(plan, gap_s=gap_ms / 1000.0)
             except BaseException as exc:

@@ -51,8 +51,6 @@ class _Stop(Exception):
     pass
 
 
-def _raise_stop(signum, frame):
-    raise _Stop()
 
 
 class Server:
@@ -70,7 +68,7 @@ class Server:
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, stop(), or after one session with `once`."""
         main = threading.current_thread() is threading.main_thread()
-        old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
         try:
             while not self._stopping:
                 try:
@@ -92,6 +90,15 @@ class Server:
             for s, h in old.items():
                 signal.signal(s, h)
             self.listener.close()
+
+    def _on_signal(self, signum, frame):
+        # Raising interrupts whatever the main thread blocks in (accept, a session's
+        # receive). Python drops an exception raised while a finaliser or weakref
+        # callback happens to run (seen after UCX sessions), so the flag and a shut-down
+        # listening socket end the accept loop even then.
+        self._stopping = True
+        _shutdown(self.listener._sock)
+        raise _Stop()
 
     def stop(self) -> None:
         """Stop from another thread: the blocked accept fails and the loop ends."""
@@ -199,6 +206,8 @@ class Server:
                     transport = get_transport(plan.transport)
                 except HopbenchError as exc:
                     reason = f"server cannot serve transport {plan.transport!r}: {exc}"
+            if reason is None and plan.server_memory == "cuda":
+                reason = self._gpu_reason(plan)
             if reason is not None:
                 P.send_msg(chan, P.REFUSE, {"reason": reason})
                 raise ProtocolError(f"refused plan: {reason}")
@@ -222,7 +231,20 @@ class Server:
             finally:
                 data.close()
 
+    @staticmethod
+    def _gpu_reason(plan: P.Plan) -> str | None:
+        from hopbench import gpu
+
+        try:
+            gpu.check_choice(plan.server_memory, plan.gpu_path, plan.transport)
+            gpu.load()
+        except HopbenchError as exc:
+            return f"server cannot hold the payload in CUDA memory: {exc}"
+        return None
+
     def _serve_cycles(self, chan, plan: P.Plan, stats: dict) -> None:
+        if plan.server_memory == "cuda":
+            return self._serve_cycles_gpu(chan, plan, stats)
         alloc = getattr(chan, "alloc", bytearray)
         request = alloc(plan.request_bytes)
         reply = alloc(plan.reply_bytes)
@@ -248,3 +270,75 @@ class Server:
             seq = plan.total
         finally:
             stats["cycles"] += seq
+
+    def _serve_cycles_gpu(self, chan, plan: P.Plan, stats: dict) -> None:
+        """The drafter's side with GPU memory: requests end in, replies start in, device
+        buffers. staged: receive pinned, seq/CRC check (a failed CRC inverts the ids, as
+        on host), H2D, D2H of the reply, send pinned;
+        the two copies are timed here (synchronised host timers) and their int64
+        (total x 2) array follows the last reply on the data channel. direct: receive
+        into and send from device buffers; the seq check (an 8-byte D2H) runs after the
+        reply is sent, off the client's critical path. Either way the next reply's ids
+        are written into the device buffer (a small H2D) after each send, as a drafter
+        would produce them on its GPU."""
+        import numpy as np
+
+        from hopbench.gpu import Staging
+
+        req = Staging(plan.request_bytes)
+        rep = Staging(plan.reply_bytes, req.stream)
+        req.fill_random(1)
+        codec = P.ReplyCodec(plan.k, plan.id_bytes)
+        unpack_seq = P.SEQ.unpack_from
+        pack = codec.packer(rep.host)
+        ids_end = plan.k * plan.id_bytes
+        recv_into, send = chan.recv_into, chan.send
+        crc = plan.payload_crc32 if plan.verify else None
+        req_host = req.host
+        clock = time.perf_counter_ns
+        direct = plan.gpu_path == "direct"
+        timings = None if direct else np.zeros((plan.total, 2), dtype=np.int64)
+        seq = 0
+        try:
+            pack(0)
+            rep.h2d(0, ids_end)
+            if direct:
+                rdev, sdev = req.device, rep.device
+                for seq in range(plan.total):
+                    recv_into(rdev)
+                    send(sdev)
+                    req.d2h(0, None if crc is not None else P.SEQ_BYTES)
+                    if not self._check_request(req_host, seq, crc, unpack_seq):
+                        raise ProtocolError(f"request {seq} failed its CRC-32 check (checked after the reply was sent)")
+                    pack(seq + 1)
+                    rep.h2d(0, ids_end)
+            else:
+                rhost, shost = req.host, rep.host
+                for seq in range(plan.total):
+                    recv_into(rhost)
+                    if not self._check_request(req_host, seq, crc, unpack_seq):
+                        codec.pack(rep.host, seq, corrupt=True)  # as on host: the client sees inverted ids
+                        rep.h2d(0, ids_end)
+                    t0 = clock()
+                    req.h2d()
+                    t1 = clock()
+                    rep.d2h()
+                    t2 = clock()
+                    send(shost)
+                    timings[seq, 0] = t1 - t0
+                    timings[seq, 1] = t2 - t1
+                    pack(seq + 1)
+                    rep.h2d(0, ids_end)
+            seq = plan.total
+            if timings is not None:
+                send(timings.view(np.uint8).reshape(-1))
+        finally:
+            stats["cycles"] += seq
+
+    @staticmethod
+    def _check_request(req_host, seq: int, crc, unpack_seq) -> bool:
+        """ProtocolError for a wrong seq; False when the body fails its CRC-32."""
+        got = unpack_seq(req_host, 0)[0]
+        if got != seq:
+            raise ProtocolError(f"request carries seq {got}, expected {seq}")
+        return crc is None or zlib.crc32(req_host[P.SEQ_BYTES:]) == crc

@@ -135,6 +135,8 @@ def _loaded_libucp() -> str | None:
 
 
 def _as_array(buf) -> Array:
+    if hasattr(buf, "__cuda_array_interface__"):  # GPU memory (--gpu-path direct): UCX moves it itself
+        return Array(buf)
     if not isinstance(buf, np.ndarray):
         buf = np.frombuffer(buf, dtype=np.uint8)
     return Array(buf)

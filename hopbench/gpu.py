@@ -1,0 +1,120 @@
+"""GPU-resident payloads (`--memory cuda`): device buffers, pinned staging, timed copies.
+
+The aux hidden states live in GPU memory on the target and are consumed in GPU memory on
+the drafter, so the real hop is D2H + wire + H2D (staged), or a CUDA-aware transfer that
+skips the explicit staging (direct: UCX with cuda_copy / cuda_ipc / GPUDirect RDMA,
+whichever UCX selects; the lanes are recorded).
+
+CuPy is imported here only, and only when a plan asks for CUDA memory (the `gpu` extra);
+without it the error carries the install line.
+
+How stages are timed: synchronised host timers. Each copy is issued with
+cudaMemcpyAsync on a private non-blocking stream and the stream is synchronised before
+the clock (hopbench.timing's perf_counter_ns) is read again, so a stage's time is what a
+staging path really pays: launch + DMA + synchronisation. CUDA events would time the DMA
+alone and hide the launch and wake-up cost that sits on the critical path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hopbench.errors import ConfigError, TransportUnavailable
+
+MEMORIES = ("host", "cuda")
+PATHS = ("staged", "direct")
+INSTALL = "pip install 'hopbench[gpu]'"
+# cudaMemcpyKind
+_H2D, _D2H = 1, 2
+
+
+class GpuUnavailable(TransportUnavailable):
+    """CUDA memory was asked for but CuPy or a CUDA device is missing."""
+
+
+_cp = None
+
+
+def load():
+    """Import CuPy and check that a CUDA device exists; GpuUnavailable otherwise."""
+    global _cp
+    if _cp is not None:
+        return _cp
+    try:
+        import cupy
+    except ImportError as exc:
+        raise GpuUnavailable(f"--memory cuda needs CuPy ({exc}); install it with: {INSTALL}") from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError: no driver, no device
+        raise GpuUnavailable(f"--memory cuda needs a CUDA device: {exc}") from None
+    if n < 1:
+        raise GpuUnavailable("--memory cuda needs a CUDA device: none found")
+    # create the CUDA context now: UCX must find it when its own context is made
+    # (ucxx: "create the CUDA context before UCX"), and no first-cycle pays for it
+    cupy.zeros(1, dtype=cupy.uint8)
+    _cp = cupy
+    return cupy
+
+
+def check_choice(memory: str, path: str, transport: str) -> None:
+    if memory not in MEMORIES:
+        raise ConfigError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
+    if path not in PATHS:
+        raise ConfigError(f"gpu path must be one of {', '.join(PATHS)}, not {path!r}")
+    if path == "direct" and transport != "ucx":
+        raise ConfigError(f"--gpu-path direct needs a CUDA-aware transport (ucx), not {transport!r}; "
+                          "use --gpu-path staged")
+
+
+def device_info() -> dict[str, Any]:
+    cp = load()
+    rt = cp.cuda.runtime
+    dev = cp.cuda.Device()
+    props = rt.getDeviceProperties(dev.id)
+    name = props.get("name", b"")
+    return {"library": f"cupy {cp.__version__}", "device": dev.id,
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "pci_bus_id": dev.pci_bus_id, "driver_version": rt.driverGetVersion(),
+            "runtime_version": rt.runtimeGetVersion(), "timing": "synchronised host timers (perf_counter_ns)"}
+
+
+class Staging:
+    """One message's buffers on one end: a device array, its pinned host twin, and the
+    two copies between them, each synchronised before it returns.
+
+    `host` is what a staged path hands the transport; `device` is what a direct path
+    hands it (UCX reads __cuda_array_interface__). Nothing is allocated per cycle."""
+
+    def __init__(self, nbytes: int, stream=None):
+        cp = load()
+        self.nbytes = nbytes
+        self.device = cp.zeros(max(nbytes, 1), dtype=cp.uint8)[:nbytes]
+        self._pinned = cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        self.host = np.frombuffer(self._pinned, dtype=np.uint8, count=nbytes)
+        self.stream = stream if stream is not None else cp.cuda.Stream(non_blocking=True)
+        rt = cp.cuda.runtime
+        self._memcpy, self._sync = rt.memcpyAsync, rt.streamSynchronize
+        self._dptr, self._hptr, self._sptr = self.device.data.ptr, self.host.ctypes.data, self.stream.ptr
+
+    def d2h(self, lo: int = 0, hi: int | None = None) -> None:
+        """device[lo:hi] -> host[lo:hi], then wait for it."""
+        n = (self.nbytes if hi is None else hi) - lo
+        if n > 0:
+            self._memcpy(self._hptr + lo, self._dptr + lo, n, _D2H, self._sptr)
+            self._sync(self._sptr)
+
+    def h2d(self, lo: int = 0, hi: int | None = None) -> None:
+        """host[lo:hi] -> device[lo:hi], then wait for it."""
+        n = (self.nbytes if hi is None else hi) - lo
+        if n > 0:
+            self._memcpy(self._dptr + lo, self._hptr + lo, n, _H2D, self._sptr)
+            self._sync(self._sptr)
+
+    def fill_random(self, seed: int = 0) -> None:
+        """Fill the device buffer (the 'hidden states') with random bytes, then mirror it."""
+        rng = np.random.default_rng(seed)
+        self.host[:] = rng.integers(0, 256, self.nbytes, dtype=np.uint8)
+        self.h2d()

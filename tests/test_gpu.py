@@ -1,0 +1,197 @@
+"""GPU-resident payloads (--memory cuda). Two layers:
+
+- with tests/fakecupy.py standing in for CuPy (host memory), everywhere: the staged and
+  direct paths' plumbing, stage timings and their files, refusals and install lines;
+- marked `gpu`, on a real CUDA device only (skipped with the reason elsewhere, e.g. CI):
+  the same paths with real device memory, bytes checked on the GPU side.
+"""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hopbench import gpu
+from hopbench.client import Session
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.runner import Payload, run_session
+from tests import fakecupy
+from tests.conftest import small_plan
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(gpu, "_cp", fakecupy)
+    fakecupy.copies.clear()
+    return fakecupy
+
+
+def _real_gpu():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+needs_gpu = pytest.mark.skipif(not _real_gpu(), reason="no CUDA device with CuPy here (GPU tests run on the device machine)")
+
+
+def test_staged_both_ends_records_every_stage(fake_gpu, server):
+    s = Session(server.host, server.port)
+    try:
+        m = s.measure(small_plan(request_bytes=184320, cycles=60, warmup=5, client_memory="cuda",
+                                 server_memory="cuda", verify=True))
+    finally:
+        s.close()
+    assert m.completed == m.plan.total == 66 and m.error is None
+    assert set(m.stages) == {"d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "wire_ns"}
+    for arr in m.stages.values():
+        assert len(arr) == 66 and (arr[:66] >= 0).all()
+    # the client's stages tile its round trip exactly, and the wire is what the server's copies leave
+    assert (m.stages["d2h_ns"] + m.stages["transfer_ns"] + m.stages["h2d_ns"] == m.samples_ns).all()
+    assert (m.stages["wire_ns"] == m.stages["transfer_ns"] - m.stages["server_h2d_ns"] - m.stages["server_d2h_ns"]).all()
+    # per cycle: the client copies the payload less its 8-byte seq down, the reply up;
+    # the server copies the request up and the reply down
+    kinds = {(k, n) for k, n in fake_gpu.copies}
+    assert (2, 184320 - 8) in kinds and (1, 184320) in kinds and (1, 8) in kinds and (2, 8) in kinds
+
+
+def test_staged_run_writes_stage_columns(fake_gpu, server, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T3", 3, 184320, 8)], folder=out,
+                transport="tcp", k=2, id_bytes=4, cycles=30, warmup=3, memory=("cuda", "cuda"))
+    summary = list(csv.DictReader(open(out / "summary.csv")))
+    assert [r["gpu_path"] for r in summary] == ["staged", "staged"]
+    for r in summary:
+        for st in ("d2h", "transfer", "h2d", "server_h2d", "server_d2h", "wire"):
+            assert float(r[f"{st}_p50_ns"]) >= 0 and r[f"{st}_p50_ci_lo_ns"] != ""
+    samples = list(csv.DictReader(open(out / "samples.csv")))
+    assert len(samples) == 2 * 34 and all(r["wire_ns"] != "" for r in samples)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["payloads"][0]["gpu"]["timing"].startswith("synchronised host timers")
+
+
+def test_host_client_cuda_server(fake_gpu, server):
+    s = Session(server.host, server.port)
+    try:
+        m = s.measure(small_plan(cycles=20, server_memory="cuda"))
+    finally:
+        s.close()
+    assert m.completed == 26 and set(m.stages) == {"server_h2d_ns", "server_d2h_ns"}
+
+
+@pytest.mark.ucx
+def test_direct_over_ucx_hands_device_buffers_to_the_transport(fake_gpu, server):
+    pytest.importorskip("ucxx")
+    s = Session(server.host, server.port)
+    try:
+        m = s.measure(small_plan("ucx", request_bytes=61440, cycles=40, client_memory="cuda", server_memory="cuda",
+                                 gpu_path="direct", verify=True))
+    finally:
+        s.close()
+    assert m.completed == 46 and m.stages == {}  # UCX's own staging is inside the transfer
+
+
+def test_direct_needs_a_cuda_aware_transport(fake_gpu, server):
+    s = Session(server.host, server.port)
+    try:
+        with pytest.raises(ConfigError, match="direct needs a CUDA-aware transport"):
+            s.measure(small_plan(client_memory="cuda", server_memory="cuda", gpu_path="direct"))
+    finally:
+        s.close()
+    s = Session(server.host, server.port, transport_settings={"ucx": {"UCX_TLS": "tcp"}})
+    try:
+        with pytest.raises(ConfigError, match="no cuda transport"):
+            s.measure(small_plan("ucx", client_memory="cuda", gpu_path="direct"))
+    finally:
+        s.close()
+
+
+def test_server_without_gpu_refuses_and_serves_the_next(server, monkeypatch):
+    def missing():
+        raise gpu.GpuUnavailable(f"--memory cuda needs CuPy (No module named 'cupy'); install it with: {gpu.INSTALL}")
+
+    monkeypatch.setattr(gpu, "load", missing)
+    s = Session(server.host, server.port)
+    with pytest.raises(HopbenchError, match=r"server cannot hold the payload in CUDA memory.*pip install 'hopbench\[gpu\]'"):
+        s.measure(small_plan(server_memory="cuda"))
+    s.close()
+    s = Session(server.host, server.port)
+    assert s.measure(small_plan(cycles=5)).completed == 11
+    s.close()
+
+
+def test_cli_without_cupy_gives_the_install_line(tmp_path):
+    # CuPy made unimportable in a child process: one line naming the extra, nothing measured
+    code = ("import sys; sys.modules['cupy'] = None; from hopbench.cli import main; "
+            f"sys.argv = ['hopbench', 'run', '--peer', '127.0.0.1:1', '--memory', 'cuda', '--out', '{tmp_path / 'x'}']; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "install it with: pip install 'hopbench[gpu]'" in r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1 and not (tmp_path / "x").exists()
+
+
+# ---- real GPU (device machine) -------------------------------------------------------
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct")])
+def test_real_gpu_paths_move_the_bytes(server, transport, path):
+    import cupy as cp
+
+    if transport == "ucx":
+        pytest.importorskip("ucxx")
+    # UCX's defaults (every transport, cuda_copy included): one UCX context per process,
+    # shared with the other ucx tests of this process
+    s = Session(server.host, server.port)
+    try:  # verify: the server checks a CRC-32 of every request as it arrived (on the GPU for direct)
+        m = s.measure(small_plan(transport, request_bytes=184320, cycles=50, client_memory="cuda",
+                                 server_memory="cuda", gpu_path=path, verify=True))
+    finally:
+        s.close()
+    assert m.completed == 56 and m.error is None
+    assert m.gpu_info["name"] and m.gpu_info["device"] == cp.cuda.Device().id
+    if path == "staged":
+        assert np.median(m.stages["d2h_ns"]) > 0 and np.median(m.stages["server_h2d_ns"]) > 0
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_staging_round_trips_bytes():
+    st = gpu.Staging(184320)
+    st.fill_random(7)
+    want = st.host.copy()
+    st.host[:] = 0
+    st.d2h()
+    assert (st.host == want).all()
+    st.host[8:] = 1
+    st.h2d(8)
+    assert int(st.device[8:].sum()) == 184312 and (st.device[:8].get() == want[:8]).all()
+
+
+def test_staged_server_inverts_ids_when_the_body_fails_its_crc(fake_gpu, server, monkeypatch):
+    # the client announces a CRC that its body does not have: the GPU server must answer as
+    # the host server does (inverted ids -> VerifyError "checksum"), then serve the next plan
+    import zlib
+
+    from hopbench.errors import VerifyError
+
+    calls = []
+
+    def crc32(data, *a):  # the client's call (first) announces 1; every server check sees 2
+        calls.append(len(data))
+        return 1 if len(calls) == 1 else 2
+
+    monkeypatch.setattr(zlib, "crc32", crc32)
+    s = Session(server.host, server.port)
+    try:
+        with pytest.raises(VerifyError, match="checksum"):
+            s.measure(small_plan(request_bytes=184320, client_memory="cuda", server_memory="cuda", verify=True))
+    finally:
+        s.close()
+    assert calls[0] == calls[1] == 184320 - 8
