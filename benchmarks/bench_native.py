@@ -13,6 +13,8 @@ random order per repeat. Every figure is converted to a full round trip in µs:
 - NPtcp: a **best-trial mean** one-way time; ×2.
 - ucx_perftest `tag_lat` (Debian's system UCX, UCX_TLS=tcp): its p50 of **half** round
   trips over the **last 2,048 samples only**; ×2. Compared with hopbench's ucx transport.
+  Not run with `--placement same`: it busy-polls without yielding, so a server and a
+  client on one CPU starve each other (a run hung past 300 s).
 - hopbench: p50 of all timed full round trips.
 
 hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
@@ -35,7 +37,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
-SERVER_CPU, CLIENT_CPU = "1", "0"
+PLACEMENTS = {"split": ("1", "0"), "same": ("0", "0")}  # (server CPU, client CPU), every tool alike
+SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
 TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-ucx")
 SOCKPERF_MAX = 65_507
 
@@ -80,6 +83,8 @@ def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float 
         def parse(out):
             return 2 * float(outfile.read_text().split()[2]) * 1e6
     elif tool == "ucx_perftest":
+        if SERVER_CPU == CLIENT_CPU:
+            return None  # it busy-polls without yielding: two on one CPU starve each other (hung > 300 s here)
         srv = subprocess.Popen(ps + ["env", "UCX_TLS=tcp", "ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         iters = max(50, min(20000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
@@ -116,7 +121,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--places", default="loopback,emu-unshaped,emu-1g")
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement (about)")
+    ap.add_argument("--placement", choices=sorted(PLACEMENTS), default="split",
+                    help="split: servers on CPU 1, clients on CPU 0; same: both on CPU 0 (no cross-CPU wake-up)")
     a = ap.parse_args()
+    global SERVER_CPU, CLIENT_CPU
+    SERVER_CPU, CLIENT_CPU = PLACEMENTS[a.placement]
     missing = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest", "taskset", "ss") if not shutil.which(t)]
     if missing:
         raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")

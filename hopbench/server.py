@@ -193,43 +193,60 @@ class Server:
         return {**self.env, "route_to_client": {"peer": peer, "interface": envmod.interface_info(dev) if dev else None}}
 
     def _plans(self, chan, stats: dict) -> None:
+        # A finished plan's data channel is closed only when the next control message
+        # (PLAN or BYE) arrives, i.e. once the client has all its replies: closing right
+        # after the last send let UCX reset a final rendezvous reply the client had not
+        # yet progressed (seen with both ends on one CPU, 1 MiB replies).
+        done = None
+        try:
+            while True:
+                msg_type, obj = P.recv_msg(chan, P.PLAN, P.BYE)
+                if done is not None:
+                    done.close()
+                    done = None
+                if msg_type == P.BYE:
+                    return
+                done = self._plan(chan, P.Plan.from_wire(obj), stats)
+        finally:
+            if done is not None:
+                done.close()
+
+    def _plan(self, chan, plan: P.Plan, stats: dict):
+        """Serve one plan; returns its data channel (still open) or None for tcp."""
         cfg = self.config
-        while True:
-            msg_type, obj = P.recv_msg(chan, P.PLAN, P.BYE)
-            if msg_type == P.BYE:
-                return
-            plan = P.Plan.from_wire(obj)
-            reason = cfg.caps.check(plan)
-            transport = None
-            if reason is None and plan.transport != "tcp":
-                try:
-                    transport = get_transport(plan.transport)
-                except HopbenchError as exc:
-                    reason = f"server cannot serve transport {plan.transport!r}: {exc}"
-            if reason is None and plan.server_memory == "cuda":
-                reason = self._gpu_reason(plan)
-            if reason is not None:
-                P.send_msg(chan, P.REFUSE, {"reason": reason})
-                raise ProtocolError(f"refused plan: {reason}")
-            stats["plans"] += 1
-            stats["transports"].add(plan.transport)
-            if transport is None:
-                P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": chan.info})
-                self._serve_cycles(chan, plan, stats)
-                continue
-            options = TransportOptions(timeout_s=cfg.idle_timeout_s, poll=cfg.poll,
-                                       settings=cfg.transport_settings.get(plan.transport, {}))
-            listener = transport.listen(cfg.host, 0, options)
+        reason = cfg.caps.check(plan)
+        transport = None
+        if reason is None and plan.transport != "tcp":
             try:
-                P.send_msg(chan, P.ACCEPT, {"data_port": listener.address[1],
-                                            "transport_info": getattr(listener, "info", {})})
-                data = listener.accept(cfg.data_accept_timeout_s)
-            finally:
-                listener.close()
-            try:
-                self._serve_cycles(data, plan, stats)
-            finally:
-                data.close()
+                transport = get_transport(plan.transport)
+            except HopbenchError as exc:
+                reason = f"server cannot serve transport {plan.transport!r}: {exc}"
+        if reason is None and plan.server_memory == "cuda":
+            reason = self._gpu_reason(plan)
+        if reason is not None:
+            P.send_msg(chan, P.REFUSE, {"reason": reason})
+            raise ProtocolError(f"refused plan: {reason}")
+        stats["plans"] += 1
+        stats["transports"].add(plan.transport)
+        if transport is None:
+            P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": chan.info})
+            self._serve_cycles(chan, plan, stats)
+            return None
+        options = TransportOptions(timeout_s=cfg.idle_timeout_s, poll=cfg.poll,
+                                   settings=cfg.transport_settings.get(plan.transport, {}))
+        listener = transport.listen(cfg.host, 0, options)
+        try:
+            P.send_msg(chan, P.ACCEPT, {"data_port": listener.address[1],
+                                        "transport_info": getattr(listener, "info", {})})
+            data = listener.accept(cfg.data_accept_timeout_s)
+        finally:
+            listener.close()
+        try:
+            self._serve_cycles(data, plan, stats)
+        except BaseException:
+            data.close()
+            raise
+        return data
 
     @staticmethod
     def _gpu_reason(plan: P.Plan) -> str | None:

@@ -145,3 +145,25 @@ def test_port_in_use_is_connect_failed(name):
             t.listen("127.0.0.1", first.address[1], TransportOptions())
     finally:
         first.close()
+
+
+def test_tcp_watchdog_bounds_a_stuck_send_and_spares_an_idle_channel():
+    """The TCP channel has no per-call kernel timeout (it cost 1-3 us per round trip);
+    its watchdog must still bound a send the peer never drains, and must not expire a
+    channel that merely sits idle between calls for longer than its timeout."""
+    import time
+
+    client, server = connected("tcp", timeout_s=0.3)
+    try:
+        time.sleep(0.8)  # idle, no call in flight: the watchdog must leave it alone
+        server.send(b"x" * 8)
+        buf = bytearray(8)
+        client.recv_into(buf)
+        assert buf == bytearray(b"x" * 8)
+        t0 = time.monotonic()
+        with pytest.raises(Timeout):
+            client.send(bytearray(64 << 20))  # the server never reads: the send blocks
+        assert 0.25 < time.monotonic() - t0 < 5
+    finally:
+        client.close()
+        server.close()
