@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,4 +58,11 @@ bench-placement: install
 bench-native: install
 	@command -v sockperf >/dev/null && command -v qperf >/dev/null && command -v NPtcp >/dev/null && command -v ucx_perftest >/dev/null \
 	  || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf qperf netpipe-tcp ucx-utils)
-	$(PY) benchmarks/bench_native.py
+	$(PY) benchmarks/bench_native.py --placement same $(BENCH_ARGS)
+	$(PY) benchmarks/bench_native.py --placement split $(BENCH_ARGS)
+
+# GPU payloads (needs a CUDA GPU; installs CuPy): host vs staged vs direct, docs/GPU.md.
+# With both ends on one GPU, start the MPS daemon first (nvidia-cuda-mps-control -d).
+bench-gpu: install
+	$(PY) -m pip install -q -e '.[gpu]'
+	$(PY) benchmarks/gpu_paths.py --out results/gpu-$$(date -u +%Y%m%dT%H%M%SZ) $(BENCH_ARGS)

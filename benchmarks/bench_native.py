@@ -5,7 +5,8 @@
 
 Symmetric round trips (hopbench `--reply-bytes same`: the request is echoed back at full
 size, because the native tools only echo), at 64 B, 4 KiB, 61,440 B, 184,320 B and 1 MiB,
-servers pinned to one CPU and clients to another (every tool alike), interleaved in a
+servers and clients pinned alike for every tool (`--placement same`: both on CPU 0, no
+cross-CPU wake-up; `split`: servers on CPU 1, clients on CPU 0), interleaved in a
 random order per repeat. Every figure is converted to a full round trip in µs:
 
 - sockperf `pp --full-rtt`: its p50 of full round trips; cannot send more than 65,507 B.

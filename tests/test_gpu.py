@@ -41,10 +41,15 @@ def _real_gpu():
 needs_gpu = pytest.mark.skipif(not _real_gpu(), reason="no CUDA device with CuPy here (GPU tests run on the device machine)")
 
 
-def test_staged_both_ends_records_every_stage(fake_gpu, server):
+@pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
+                                       pytest.param("ucx", marks=pytest.mark.ucx)])
+def test_staged_both_ends_records_every_stage(fake_gpu, server, transport):
+    from tests.test_conformance import transport_or_skip
+
+    transport_or_skip(transport)  # staged works over any transport: it hands over pinned host buffers
     s = Session(server.host, server.port)
     try:
-        m = s.measure(small_plan(request_bytes=184320, cycles=60, warmup=5, client_memory="cuda",
+        m = s.measure(small_plan(transport, request_bytes=184320, cycles=60, warmup=5, client_memory="cuda",
                                  server_memory="cuda", verify=True))
     finally:
         s.close()
