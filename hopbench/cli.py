@@ -171,7 +171,7 @@ def run(
     if "cuda" in mem:
         from hopbench import gpu
 
-        gpu.check_choice(mem[0], gpu_path.value, transport)
+        gpu.check_choice(mem, gpu_path.value, transport)
         if mem[0] == "cuda":
             gpu.load()  # a missing CuPy or device fails here, with the install line
     host, port = parse_hostport(peer)

@@ -145,8 +145,7 @@ class Session:
             return None
         from hopbench import gpu
 
-        gpu.check_choice(plan.client_memory, plan.gpu_path, plan.transport)
-        gpu.check_choice(plan.server_memory, plan.gpu_path, plan.transport)
+        gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, plan.transport)
         tls = str(self.transport_settings.get(plan.transport, {}).get("UCX_TLS", ""))
         if plan.gpu_path == "direct" and tls and "cuda" not in tls and tls != "all":
             raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "

@@ -59,9 +59,11 @@ def load():
     return cupy
 
 
-def check_choice(memory: str, path: str, transport: str) -> None:
-    if memory not in MEMORIES:
-        raise ConfigError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
+def check_choice(memories: tuple[str, ...], path: str, transport: str) -> None:
+    """Each end's memory, the path, and whether the transport can take that path."""
+    for memory in memories:
+        if memory not in MEMORIES:
+            raise ConfigError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
     if path not in PATHS:
         raise ConfigError(f"gpu path must be one of {', '.join(PATHS)}, not {path!r}")
     if path == "direct" and transport != "ucx":

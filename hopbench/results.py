@@ -33,11 +33,16 @@ def sample_columns(gpu: bool) -> list[str]:
     return SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else SAMPLE_COLUMNS
 
 
+def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
+    """summary.csv's p50 and CI columns for one stage column ("d2h_ns" -> "d2h_p50_ns", ...)."""
+    base = stage_column.removesuffix("_ns")
+    return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
+
+
 def summary_columns(gpu: bool) -> list[str]:
     if not gpu:
         return SUMMARY_COLUMNS
-    stages = [f"{s[:-3]}_p50{q}_ns" for s in STAGE_COLUMNS for q in ("", "_ci_lo", "_ci_hi")]
-    return SUMMARY_COLUMNS + GPU_COLUMNS + stages
+    return SUMMARY_COLUMNS + GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)]
 
 
 def utc_stamp() -> str:

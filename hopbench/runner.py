@@ -44,9 +44,8 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
     last = max(first_timed, m.completed)
     for name, arr in stage_items:  # per-stage medians with their order-statistic CI
         st = summarize(arr[first_timed:last])
-        summary[f"{name[:-3]}_p50_ns"] = st.get("p50_ns")
-        summary[f"{name[:-3]}_p50_ci_lo_ns"] = st.get("p50_ci_lo_ns")
-        summary[f"{name[:-3]}_p50_ci_hi_ns"] = st.get("p50_ci_hi_ns")
+        for key, stat in zip(R.stage_summary_keys(name), ("p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns")):
+            summary[key] = st.get(stat)
     return rows, summary
 
 

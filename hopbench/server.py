@@ -51,8 +51,6 @@ class _Stop(Exception):
     pass
 
 
-
-
 class Server:
     def __init__(self, config: ServerConfig, log: Callable[[str], None] = print):
         self.config = config
@@ -253,7 +251,7 @@ class Server:
         from hopbench import gpu
 
         try:
-            gpu.check_choice(plan.server_memory, plan.gpu_path, plan.transport)
+            gpu.check_choice((plan.server_memory,), plan.gpu_path, plan.transport)
             gpu.load()
         except HopbenchError as exc:
             return f"server cannot hold the payload in CUDA memory: {exc}"

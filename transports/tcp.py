@@ -120,10 +120,10 @@ class TcpChannel:
             got = self._recv_into(buf, n, _WAITALL)
         except OSError as exc:
             raise self._recv_error(exc) from None
+        if got != n:  # still in the call: the watchdog keeps bounding the rest
+            self._recv_rest(buf, got, n)
         self._in_op = False
         self._ops += 1
-        if got != n:
-            self._recv_rest(buf, got, n)
 
     def _recv_busy_msg(self, buf) -> None:
         n = len(buf)
@@ -146,6 +146,7 @@ class TcpChannel:
                     r = self._recv_busy(view, got, n)
                 else:
                     r = self._recv_into(view[got:], n - got, _WAITALL)
+                self._ops += 1  # progress: a slow but moving message is not stuck
                 if r == 0:
                     if self._expired:
                         raise Timeout(f"receive timed out after {self._timeout} s")
