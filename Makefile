@@ -7,16 +7,16 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[zmq,ucx,plot]'
+	$(PY) -m pip install -q -e '.[zmq,ucx,plot,analysis]'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot]'
+	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot,analysis]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -66,3 +66,7 @@ bench-native: install
 bench-gpu: install
 	$(PY) -m pip install -q -e '.[gpu]'
 	$(PY) benchmarks/gpu_paths.py --out results/gpu-$$(date -u +%Y%m%dT%H%M%SZ) $(BENCH_ARGS)
+
+# How often the intervals cover the truth, compare's false positives and power (synthetic, seeded).
+bench-stats: install
+	$(PY) benchmarks/stats_coverage.py $(BENCH_ARGS)

@@ -11,6 +11,8 @@ from hopbench import compare as C
 from hopbench import fit as F
 from hopbench import verdict as V
 from hopbench.data import load_groups
+from hopbench.errors import ConfigError
+from hopbench.estimate import Estimate, pct
 from hopbench.results import atomic_write
 
 
@@ -20,42 +22,79 @@ def _out(folder: Path) -> Path:
     return out
 
 
+def _fmt_alpha(f: F.Fit) -> str:
+    """alpha with its CI, or, for a negative intercept (an upper segment's), the segment."""
+    if f.alpha_s < 0:
+        return f"{'(intercept of ' + format(f.segment_lo_bytes, ',') + '-' + format(f.segment_hi_bytes, ',') + ' B)':>27}"
+    return f"{f.alpha_s * 1e6:9.1f} {f.alpha_ci[0] * 1e6:8.1f}..{f.alpha_ci[1] * 1e6:<7.1f}"
+
+
+def trend_warning(groups) -> str | None:
+    """A ramp across repeat order, shared by the cells (see hopbench.estimate.repeat_trend)."""
+    from hopbench.estimate import pct, repeat_trend
+
+    t = repeat_trend([(g.repeat_ids, g.repeat_p50_ns) for g in groups])
+    if not t["trend"]:
+        return None
+    fs = ", ".join(f"r{r} x{v:.3f}" for r, v in t["factors"].items())
+    return (f"warning: the repeats drift in time order (Kendall p = {t['p']:.3f}, span {t['span_rel']:.1%} across "
+            f"{len(t['factors'])} repeats: {fs}); the machine was not steady: its {pct(0.95)} intervals assume repeats "
+            f"are exchangeable")
+
+
 def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=print) -> list[F.Fit]:
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
     show(f"alpha-beta fit (latency = alpha + bytes/beta) per rung x transport; operating payload T = {operating_tokens} "
-         f"({operating_tokens * bytes_per_token:,} B)")
-    show(f"{'rung':<14} {'tr':<4} {'alpha us':>9} {'alpha 95% CI':>17} {'beta Mbit/s':>12} {'beta 95% CI':>19} "
-         f"{'n1/2 kB':>8} {'n1/2 tok':>8} {'vs rate':>7} {'vs TCP bound':>12} {'break B':>8} {'bw share':>8}  regime")
+         f"({operating_tokens * bytes_per_token:,} B); points = payload sizes, r = repeats")
+    methods = sorted({f"{f.ci_method} ({'within one run' if f.ci_scope == 'within-run' else 'repeats as the unit'})"
+                      for f in fits})
+    show("CIs: " + "; ".join(methods))
+    show(f"{'rung':<14} {'tr':<4} {'pts':>3} {'r':>2} {'level':>6} {'alpha us':>9} {'alpha CI':>17} {'beta Mbit/s':>12} "
+         f"{'beta CI':>19} {'n1/2 kB':>8} {'n1/2 tok':>8} {'vs rate':>7} {'vs TCP bound':>12} {'break B':>8} "
+         f"{'bw share':>8}  regime")
     for f in fits:
         b = lambda v: v * 8 / 1e6  # noqa: E731
-        show(f"{f.rung:<14} {f.transport:<4} {f.alpha_s * 1e6:9.1f} {f.alpha_ci[0] * 1e6:8.1f}..{f.alpha_ci[1] * 1e6:<7.1f} "
+        lvl = pct(f.ci_level) + ("*" if f.ci_scope == "within-run" else "")
+        show(f"{f.rung:<14} {f.transport:<4} {f.points:>3} {f.n_repeats:>2} {lvl:>6} {_fmt_alpha(f)} "
              f"{b(f.beta_Bps):12.1f} {b(f.beta_ci[0]):9.1f}..{b(f.beta_ci[1]):<8.1f} {f.n_half_bytes / 1e3:8.1f} "
              f"{f.n_half_tokens:8.2f} {f'{f.wire_efficiency:.1%}' if f.wire_efficiency else '-':>7} "
              f"{f'{f.goodput_ratio:.1%}' if f.goodput_ratio else '-':>12} {f.breakpoint_bytes or '-':>8} "
              f"{f.share_bandwidth:8.0%}  {f.regime}")
+    if any(f.ci_scope == "within-run" for f in fits):
+        show("* within one run: the run-to-run spread is not in this interval (measure repeats: a sweep)")
     cross = F.crossover(fits)
     for sentence in cross.values():
         show(sentence)
     wires = F.wire_check(groups, bytes_per_token, operating_tokens)
     if wires:
-        show(f"wire-time check at T = {operating_tokens}: measured p50 vs the physical wire time "
+        show(f"wire-time check at T = {operating_tokens}: measured p50 [CI, level, repeats] vs the physical wire time "
              f"(bytes x 1538/1448 x 8 / rate) and vs wire + the unshaped round trip")
         for w in wires:
-            show(f"  {w['rung']:<10} {w['transport']:<4} measured {w['measured_ns'] / 1e3:9.1f} us  wire {w['wire_ns'] / 1e3:9.1f} us "
-                 f"({w['measured_ns'] / w['wire_ns'] - 1:+.2%})  wire+unshaped {w['expected_ns'] / 1e3:9.1f} us ({w['deviation']:+.2%})")
+            ci = (f"[{w['measured_lo_ns'] / 1e3:.1f}-{w['measured_hi_ns'] / 1e3:.1f}, {pct(w['level'])}, "
+                  f"{w['repeats']}r]" if w.get("level") else "[no CI]")
+            show(f"  {w['rung']:<10} {w['transport']:<4} measured {w['measured_ns'] / 1e3:9.1f} us {ci}  wire "
+                 f"{w['wire_ns'] / 1e3:9.1f} us ({w['measured_ns'] / w['wire_ns'] - 1:+.2%})  wire+unshaped "
+                 f"{w['expected_ns'] / 1e3:9.1f} us ({w['deviation']:+.2%})")
+    trend = trend_warning(groups)
+    if trend:
+        show(trend)
     atomic_write(_out(folder) / "fit.json", json.dumps({"fits": [f.to_dict() for f in fits], "crossover": cross,
-                                                        "wire_check": wires}, indent=1, default=str) + "\n")
+                                                        "wire_check": wires, "repeat_trend": trend},
+                                                       indent=1, default=str) + "\n")
     return fits
 
 
-def hop_rows(folder: Path, operating_tokens: int) -> list[tuple[str, str, float, tuple[float, float]]]:
+def hop_rows(folder: Path, operating_tokens: int) -> list[tuple[str, str, Estimate]]:
+    """(rung, transport, hop estimate in ms) at the operating payload, gap 0."""
     groups, _ = load_groups(folder)
-    rows = []
-    for g in groups:
-        if g.tokens == operating_tokens and g.gap_ms == 0:
-            lo, hi = g.p50_ci_ns()
-            rows.append((g.rung, g.transport, g.p50_ns / 1e6, (lo / 1e6, hi / 1e6)))
+    rows = [(g.rung, g.transport, g.estimate().scaled(1e-6)) for g in groups
+            if g.tokens == operating_tokens and g.gap_ms == 0]
+    if not rows:
+        have = sorted({g.tokens for g in groups if g.tokens})
+        raise ConfigError(f"{folder}: no measurement at the operating payload T = {operating_tokens} "
+                          f"(measured T: {', '.join(map(str, have)) or 'none, only byte sizes'}); "
+                          f"give --tokens with one of them, or measure T = {operating_tokens}")
     return rows
 
 
@@ -77,7 +116,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     if hops:
         vs = [V.verdict(name, "given", ms, inputs) for name, ms in hops.items()]
     else:
-        vs = [V.verdict(r, t, ms, inputs, ci) for r, t, ms, ci in hop_rows(folder, operating_tokens)]
+        vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens)]
     floors = instrument_floors(folder) if folder is not None else {}
     show(f"verdict at the operating payload T = {operating_tokens}"
          + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
@@ -89,7 +128,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
         pairs = C.gap_pairs(groups)
         if pairs:
             show("think time between cycles (--gap-ms): the same cell with and without the gap")
-            show(C.format_table([C.compare_groups(a, b) for a, b in pairs], "no gap", "gap"))
+            show(C.format_table([C.compare_groups(a, b, paired=True) for a, b in pairs], "no gap", "gap"))
     return vs
 
 
@@ -98,7 +137,7 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
 
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens, boot=50)
-    vs = [V.verdict(r, t, ms, inputs, ci) for r, t, ms, ci in hop_rows(folder, operating_tokens)]
+    vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens)]
     paths = P.write_all(Path(folder) / "plots", groups, fits, vs, bytes_per_token, inputs.t_draft_ms, operating_tokens)
     show("plots: " + ", ".join(str(p) for p in paths))
     return paths

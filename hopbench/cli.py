@@ -156,6 +156,7 @@ def run(
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
     from hopbench import results as R
+    from hopbench.estimate import pct
     from hopbench.runner import Payload, run_session
     from hopbench.shape import load_shape
 
@@ -205,7 +206,8 @@ def run(
               "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu,
               "client_memory": mem[0], "server_memory": mem[1], "gpu_path": gpu_path.value}
     print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
-    print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'95% CI of p50':>19} {'p99 us':>9}  note")
+    print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} {'level':>6} "
+          f"{'p99 us':>9}  note")
 
     def show(s: dict) -> None:
         note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
@@ -215,7 +217,7 @@ def run(
         if s.get("n"):
             print(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                   f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
-                  f"{s['p99_ns'] / 1e3:9.1f}  {note}")
+                  f"{pct(s['p50_ci_level']):>6} {s['p99_ns'] / 1e3:9.1f}  {note}")
 
     try:
         w = run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
@@ -232,6 +234,8 @@ def run(
         f = w.header["floor"]
         print(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
               f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}]; a hop near it measures the host, not the link")
+    print("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
+          "sweep, to measure that)")
     print(f"results: {folder}")
 
 
@@ -289,9 +293,9 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
 @app.command()
 def verdict(
     results: Annotated[Optional[Path], typer.Argument(help="A sweep or run folder (or give --hop-ms).")] = None,
-    t_draft: Annotated[Optional[float], typer.Option(help="ms the drafter costs per cycle = the break-even hop.")] = None,
-    cycle: Annotated[Optional[float], typer.Option(help="Decode cycle with the drafter co-located, ms.")] = None,
-    tok_s: Annotated[Optional[float], typer.Option(help="Co-located throughput, tok/s.")] = None,
+    t_draft: Annotated[Optional[str], typer.Option(help="ms the drafter costs per cycle = the break-even hop; '15.88+-0.4' gives a 95% half-width. Default: the study's, configs/shape.toml.")] = None,
+    cycle: Annotated[Optional[str], typer.Option(help="Decode cycle with the drafter co-located, ms (VALUE or VALUE+-HALF).")] = None,
+    tok_s: Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")] = None,
     tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
     tolerance: Annotated[float, typer.Option(help="Projected gain within this fraction is a dead heat.")] = 0.01,
@@ -299,11 +303,15 @@ def verdict(
 ):
     """Break-even hop and projected tok/s per rung x transport."""
     from hopbench import analysis
-    from hopbench.verdict import Inputs
+    from hopbench.verdict import Inputs, parse_quantity
 
     s = _shape(shape)
-    inputs = Inputs(t_draft if t_draft is not None else s.t_draft_ms, cycle if cycle is not None else s.cycle_ms,
-                    tok_s if tok_s is not None else s.tok_s, tolerance)
+    td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (s.t_draft_ms, 0.0)
+    cy = parse_quantity(cycle, "--cycle") if cycle is not None else (s.cycle_ms, 0.0)
+    ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (s.tok_s, 0.0)
+    if not 0 <= tolerance < 1:
+        raise ConfigError(f"--tolerance {tolerance}: expected a fraction in [0, 1)")
+    inputs = Inputs(td[0], cy[0], ts[0], tolerance, td[1], cy[1], ts[1])
     hops = None
     if hop_ms:
         hops = {}
@@ -356,18 +364,28 @@ def export(
 
 
 @app.command()
-def compare(a: Annotated[Path, typer.Argument(help="Baseline result folder.")],
-            b: Annotated[Path, typer.Argument(help="Result folder to compare against it.")]):
-    """Per matching cell: difference of medians (B - A) with CI, effect size, significance."""
+def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or run folders A1,A2,... (one run = one repeat).")],
+            b: Annotated[str, typer.Argument(help="Folder(s) to compare against it, the same way.")],
+            run_spread: Annotated[Optional[float], typer.Option(help="Run-to-run spread (relative SD of one run's median) to judge one run against one run; default: measured where a side has repeats, else 0.10.")] = None,
+            paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True):
+    """Per matching cell: B - A with a 95% CI, repeats as the unit, paired where pairing is real."""
     from hopbench import compare as C
-    from hopbench.data import load_groups
+    from hopbench.data import first_header, load_runs
 
-    ga, _ = load_groups(a)
-    gb, _ = load_groups(b)
+    fa = [Path(x) for x in a.split(",") if x]
+    fb = [Path(x) for x in b.split(",") if x]
+    ga, _ = load_runs(fa)
+    gb, _ = load_runs(fb)
     pairs = C.match(ga, gb)
     if not pairs:
         raise ConfigError(f"no matching cells between {a} and {b}")
-    print(C.format_table([C.compare_groups(x, y) for x, y in pairs]))
+    rows = []
+    for x, y in pairs:
+        real = paired and C.interleaved(x, y)
+        rows.append(C.compare_groups(x, y, paired=real, run_spread=run_spread))
+    print(C.format_table(rows))
+    for w in C.baseline_warnings(first_header(fa[0]), first_header(fb[0])):
+        typer.secho(f"warning: {w}", fg="yellow", err=True)
 
 
 @app.command()

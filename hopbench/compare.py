@@ -1,42 +1,47 @@
-"""Paired comparison of two result folders (or, within one sweep, gap vs no gap):
-per matching cell the difference of medians with a bootstrap 95% CI, the effect size in
-robust standard deviations, and whether the difference is significant (CI excludes 0).
+"""Comparing two sets of measurements of the same cells: B against A, per matching cell.
 
-The unit of resampling is the repeat when both sides have >= 5 repeats (run-to-run spread
-is the real uncertainty on these machines: the quantized-drafter study's lesson), else
-the individual samples."""
+The unit is the repeat (a whole run), never the single cycle: on shared machines the
+run-to-run spread is the real uncertainty (the sister study's lesson: +-20% between runs,
+medians of three repeats could not resolve a 9% effect). Three designs, chosen per cell:
+
+- paired: repeat r of A with repeat r of B, where the pairing is real: the two cells of one
+  sweep (measured in the same repeat pass, e.g. gap vs no gap), or two lists of runs that
+  were interleaved in time (A1 B1 A2 B2 ..., checked from their start times). A drift
+  shared by a repeat cancels in the pair. Statistic: the mean of log(B_r / A_r) with a
+  Student-t interval and p-value (scipy.stats.ttest_1samp).
+- unpaired repeats: both sides have >= 2 repeats but no pairing. Welch's t on the log
+  repeat medians (scipy.stats.ttest_ind, equal_var=False). Any offset between the two
+  sessions is part of the difference: the baseline check below lists what changed.
+- one run on a side: the data hold no run-to-run spread, so the difference is set against
+  a stated spread (the relative SD of a run's median): measured from repeats where a side
+  has them, else --run-spread, else the default below. A difference inside
+  1.96 x spread x sqrt(1/n_A + 1/n_B) is reported as not resolvable.
+
+Ratios are B / A of the cell estimates' scale; "rel" = ratio - 1 with its 95% interval.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
+from hopbench.analysis_deps import scipy_stats
 from hopbench.data import Group
 
-MIN_REPEATS = 5
+LEVEL = 0.95
+# Default run-to-run spread (relative SD of one run's median) when no side has repeats: the
+# sister study's "+-20% run-to-run spread" read as +-2 SD. A judgement call, stated in the
+# output; give --run-spread (or compare sweeps with repeats) to replace it.
+DEFAULT_RUN_SPREAD = 0.10
+DEFAULT_RUN_SPREAD_SOURCE = "default: the seed study's +-20% run-to-run spread read as +-2 SD"
 
 
 def robust_sigma(x: np.ndarray) -> float:
     x = np.asarray(x, float)
     return float(1.4826 * np.median(np.abs(x - np.median(x))))
-
-
-def diff_of_medians(a: np.ndarray, b: np.ndarray, boot: int = 2000, seed: int = 11) -> tuple[float, float, float]:
-    """median(b) - median(a) with a percentile-bootstrap 95% CI."""
-    rng = np.random.default_rng(seed)
-    a = np.asarray(a, float)
-    b = np.asarray(b, float)
-    d = float(np.median(b) - np.median(a))
-    # resample in chunks to bound memory for large samples
-    diffs = np.empty(boot)
-    chunk = max(1, int(2e7 // max(len(a), len(b))))
-    for s in range(0, boot, chunk):
-        m = min(chunk, boot - s)
-        ma = np.median(a[rng.integers(0, len(a), (m, len(a)))], axis=1)
-        mb = np.median(b[rng.integers(0, len(b), (m, len(b)))], axis=1)
-        diffs[s:s + m] = mb - ma
-    return d, float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
 
 
 @dataclass
@@ -46,56 +51,196 @@ class Comparison:
     payload: str
     gap_a_ms: float
     gap_b_ms: float
-    unit: str
-    n_a: int
+    design: str
+    n_a: int  # repeats (runs) on each side
     n_b: int
+    n_pairs: int
     median_a_ns: float
     median_b_ns: float
     diff_ns: float
-    diff_ci_ns: tuple[float, float]
-    diff_rel: float
-    effect_sigma: float
+    diff_rel: float  # B / A - 1 (geometric mean of the paired ratios when paired)
+    diff_rel_ci: tuple[float, float]
+    level: float
+    p: float | None
+    spread: float | None  # relative SD of one run's median, where it was needed
+    spread_source: str | None
     significant: bool
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def call(self) -> str:
+        if self.significant:
+            return "B slower" if self.diff_rel > 0 else "B faster"
+        if self.spread is not None:
+            return f"not resolvable below the run-to-run spread ({self.spread:.1%})"
+        return "no difference resolved"
 
-def compare_groups(a: Group, b: Group, boot: int = 2000) -> Comparison:
-    if len(a.repeat_p50_ns) >= MIN_REPEATS and len(b.repeat_p50_ns) >= MIN_REPEATS:
-        unit, xa, xb = "repeat medians", np.array(a.repeat_p50_ns), np.array(b.repeat_p50_ns)
+
+def _spread_of(g: Group) -> float | None:
+    x = np.log(np.asarray(g.repeat_p50_ns, float))
+    return float(np.std(x, ddof=1)) if len(x) >= 3 else None
+
+
+def paired_ids(a: Group, b: Group) -> list[int]:
+    return sorted(set(a.repeat_ids) & set(b.repeat_ids))
+
+
+def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float | None = None,
+                   spread_source: str | None = None) -> Comparison:
+    st = scipy_stats()
+    ea, eb = a.estimate(), b.estimate()
+    la = np.log(np.asarray(a.repeat_p50_ns, float))
+    lb = np.log(np.asarray(b.repeat_p50_ns, float))
+    ids = paired_ids(a, b) if paired else []
+    p: float | None = None
+    spread = None
+    src = None
+    if paired and len(ids) >= 2:
+        ra = {r: v for r, v in zip(a.repeat_ids, la)}
+        rb = {r: v for r, v in zip(b.repeat_ids, lb)}
+        d = np.array([rb[r] - ra[r] for r in ids])
+        design = "paired by repeat"
+        m = float(d.mean())
+        if np.all(d == d[0]):
+            lo = hi = m
+            p = 0.0 if m != 0 else 1.0
+        else:
+            se = float(d.std(ddof=1)) / math.sqrt(len(d))
+            t = float(st.t.ppf(0.5 + LEVEL / 2, len(d) - 1))
+            lo, hi = m - t * se, m + t * se
+            p = float(st.ttest_1samp(d, 0.0).pvalue)
+        n_pairs = len(d)
+    elif len(la) >= 2 and len(lb) >= 2:
+        design = "unpaired repeats (Welch)"
+        m = float(lb.mean() - la.mean())
+        va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+        se = math.sqrt(va + vb)
+        if se == 0:
+            lo = hi = m
+            p = 0.0 if m != 0 else 1.0
+        else:
+            df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+            t = float(st.t.ppf(0.5 + LEVEL / 2, df))
+            lo, hi = m - t * se, m + t * se
+            p = float(st.ttest_ind(lb, la, equal_var=False).pvalue)
+        n_pairs = 0
     else:
-        unit, xa, xb = "samples", a.pooled.astype(float), b.pooled.astype(float)
-    d, lo, hi = diff_of_medians(xa, xb, boot=boot)
-    sig = np.sqrt((robust_sigma(xa) ** 2 + robust_sigma(xb) ** 2) / 2) or float("nan")
-    ma = float(np.median(xa))
-    return Comparison(a.rung, a.transport, a.payload, a.gap_ms, b.gap_ms, unit, len(xa), len(xb), ma,
-                      float(np.median(xb)), d, (lo, hi), d / ma if ma else 0.0, d / sig, bool(lo > 0 or hi < 0))
+        design = "one run on a side"
+        if run_spread is not None:
+            spread, src = run_spread, spread_source or "given (--run-spread)"
+        else:
+            measured = [s for s in (_spread_of(a), _spread_of(b)) if s is not None]
+            if measured:
+                spread, src = float(max(measured)), "measured: the SD of log repeat medians of the side with repeats"
+            else:
+                spread, src = DEFAULT_RUN_SPREAD, DEFAULT_RUN_SPREAD_SOURCE
+        m = float(lb.mean() - la.mean())
+        half = float(st.norm.ppf(0.5 + LEVEL / 2)) * spread * math.sqrt(1 / len(la) + 1 / len(lb))
+        lo, hi = m - half, m + half
+        p = float(2 * st.norm.sf(abs(m) / (spread * math.sqrt(1 / len(la) + 1 / len(lb))))) if spread > 0 else None
+        n_pairs = 0
+        if len(la) == 1 and len(lb) == 1:
+            design = "one run each"
+    return Comparison(a.rung, a.transport, a.payload, a.gap_ms, b.gap_ms, design, len(la), len(lb), n_pairs,
+                      ea.value, eb.value, eb.value - ea.value, math.exp(m) - 1, (math.exp(lo) - 1, math.exp(hi) - 1),
+                      LEVEL, p, spread, src, bool(lo > 0 or hi < 0))
 
 
 def match(groups_a: list[Group], groups_b: list[Group]) -> list[tuple[Group, Group]]:
-    idx = {(g.rung, g.transport, g.payload, g.gap_ms): g for g in groups_b}
-    pairs = [(g, idx[(g.rung, g.transport, g.payload, g.gap_ms)]) for g in groups_a
-             if (g.rung, g.transport, g.payload, g.gap_ms) in idx]
+    idx = {g.key: g for g in groups_b}
+    pairs = [(g, idx[g.key]) for g in groups_a if g.key in idx]
     if not pairs:  # two single runs of different rung names: match on transport and payload
-        idx2 = {(g.transport, g.payload, g.gap_ms): g for g in groups_b}
-        pairs = [(g, idx2[(g.transport, g.payload, g.gap_ms)]) for g in groups_a if (g.transport, g.payload, g.gap_ms) in idx2]
+        idx2 = {g.key[1:]: g for g in groups_b}
+        pairs = [(g, idx2[g.key[1:]]) for g in groups_a if g.key[1:] in idx2]
     return pairs
 
 
 def gap_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
     """Within one sweep: each gap > 0 group against its gap-0 twin."""
-    base = {(g.rung, g.transport, g.payload): g for g in groups if g.gap_ms == 0}
-    return [(base[(g.rung, g.transport, g.payload)], g) for g in groups
-            if g.gap_ms > 0 and (g.rung, g.transport, g.payload) in base]
+    base = {g.key[:3]: g for g in groups if g.gap_ms == 0}
+    return [(base[g.key[:3]], g) for g in groups if g.gap_ms > 0 and g.key[:3] in base]
+
+
+def interleaved(a: Group, b: Group) -> bool:
+    """True when A's and B's repeats alternate in time (A1 B1 A2 B2 ... or B1 A1 B2 A2 ...),
+    so that repeat r of A and repeat r of B form a real pair."""
+    ids = paired_ids(a, b)
+    if len(ids) < 2 or len(ids) != len(a.repeat_ids) or len(ids) != len(b.repeat_ids):
+        return False
+    ta = dict(zip(a.repeat_ids, a.started_unix))
+    tb = dict(zip(b.repeat_ids, b.started_unix))
+    if any(ta[r] is None or tb[r] is None for r in ids):
+        return False
+    seq = []
+    for r in ids:
+        first, second = (ta[r], tb[r]) if ta[r] <= tb[r] else (tb[r], ta[r])
+        seq += [first, second]
+    return all(x < y for x, y in zip(seq, seq[1:]))
+
+
+# What a baseline's recorded environment is compared on (label, path in the header).
+ENV_KEYS = [
+    ("software", ("software",)), ("client host", ("client_env", "hostname")),
+    ("client kernel", ("client_env", "kernel")), ("client CPU", ("client_env", "cpu_model")),
+    ("client pinning", ("client_env", "pinned")), ("client CPU governor", ("client_env", "cpu_governor")),
+    ("client python", ("client_env", "python")), ("client packages", ("client_env", "packages")),
+    ("tcp congestion control", ("client_env", "tcp_congestion_control")),
+    ("server host", ("server_env", "hostname")), ("server kernel", ("server_env", "kernel")),
+    ("server CPU governor", ("server_env", "cpu_governor")), ("server software", ("server_software",)),
+    ("placement", ("placement",)), ("poll", ("config", "poll")), ("client CPUs", ("config", "cpu")),
+    ("transport settings", ("transport_settings",)), ("peer", ("peer",)),
+]
+
+
+def _get(d: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def baseline_warnings(env_a: dict, env_b: dict, max_age_days: float = 1.0) -> list[str]:
+    """What differs between the two recorded environments, and how far apart in time they
+    were measured: each a line. env_*: a run's report header (see data.first_header)."""
+    out = []
+    from datetime import datetime
+
+    ta, tb = env_a.get("created_utc"), env_b.get("created_utc")
+    try:
+        dt = (datetime.fromisoformat(str(tb).replace("Z", "+00:00")) -
+              datetime.fromisoformat(str(ta).replace("Z", "+00:00"))).total_seconds() / 86400
+        if abs(dt) > max_age_days:
+            out.append(f"the baseline A was measured {abs(dt):.1f} days {'before' if dt > 0 else 'after'} B: a stale "
+                       f"baseline compares two machines' states, not two settings; re-measure A beside B")
+    except (TypeError, ValueError):
+        out.append("the measurement time of A or B is not recorded: its age cannot be checked")
+    for label, path in ENV_KEYS:
+        va, vb = _get(env_a, path), _get(env_b, path)
+        if va != vb:
+            if isinstance(va, dict) and isinstance(vb, dict):
+                keys = sorted(k for k in set(va) | set(vb) if va.get(k) != vb.get(k))
+                diff = ", ".join(f"{k} {va.get(k)!r} -> {vb.get(k)!r}" for k in keys)
+                out.append(f"{label} differ: {diff}")
+            else:
+                out.append(f"{label} differs: A {va!r}, B {vb!r}")
+    return out
 
 
 def format_table(cs: list[Comparison], label_a: str = "A", label_b: str = "B") -> str:
-    lines = [f"{'rung':<14} {'tr':<4} {'payload':<9} {'unit':<15} {label_a + ' p50 us':>11} {label_b + ' p50 us':>11} "
-             f"{'diff us':>9} {'95% CI us':>21} {'rel':>7} {'sigma':>6}  verdict"]
+    lines = [f"difference B - A per cell; rel = B/A - 1 with its 95% CI (repeats as the unit; design per row); "
+             f"n = repeats A/B (pairs)",
+             f"{'rung':<14} {'tr':<4} {'payload':<9} {'design':<26} {'n':>9} {label_a + ' p50 us':>11} "
+             f"{label_b + ' p50 us':>11} {'diff us':>9} {'rel':>7} {'rel 95% CI':>17} {'p':>6}  call"]
     for c in cs:
-        lines.append(f"{c.rung:<14} {c.transport:<4} {c.payload:<9} {c.unit:<15} {c.median_a_ns / 1e3:11.1f} "
-                     f"{c.median_b_ns / 1e3:11.1f} {c.diff_ns / 1e3:9.1f} "
-                     f"{c.diff_ci_ns[0] / 1e3:9.1f}..{c.diff_ci_ns[1] / 1e3:<9.1f} {c.diff_rel:+7.1%} {c.effect_sigma:6.2f}  "
-                     f"{'significant' if c.significant else 'not significant'}")
+        n = f"{c.n_a}/{c.n_b}" + (f"({c.n_pairs})" if c.n_pairs else "")
+        p = "-" if c.p is None else f"{c.p:.3f}"
+        lines.append(f"{c.rung:<14} {c.transport:<4} {c.payload:<9} {c.design:<26} {n:>9} {c.median_a_ns / 1e3:11.1f} "
+                     f"{c.median_b_ns / 1e3:11.1f} {c.diff_ns / 1e3:9.1f} {c.diff_rel:+7.1%} "
+                     f"{c.diff_rel_ci[0]:+7.1%}..{c.diff_rel_ci[1]:<+8.1%} {p:>6}  {c.call}")
+    spreads = {(c.spread, c.spread_source) for c in cs if c.spread is not None}
+    for s, src in sorted(spreads, key=str):
+        lines.append(f"run-to-run spread used where a side has one run: {s:.1%} (relative SD of a run's median; {src})")
     return "\n".join(lines)

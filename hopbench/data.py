@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from hopbench.errors import HopbenchError
-from hopbench.stats import median_ci
+from hopbench.estimate import LEVEL, Estimate, cell_estimate
 
 
 @dataclass
@@ -27,30 +27,29 @@ class Group:
     rate_mbit: float | None
     repeat_p50_ns: list[float] = field(default_factory=list)
     samples: list[np.ndarray] = field(default_factory=list)
+    repeat_ids: list[int] = field(default_factory=list)  # the sweep's repeat index (0 for a run)
+    started_unix: list[float | None] = field(default_factory=list)  # when each repeat was measured
+    n_cycles: list[int] = field(default_factory=list)  # timed cycles per repeat
+    software: str | None = None  # the software that measured it (as recorded)
+
+    @property
+    def key(self) -> tuple[str, str, str, float]:
+        """The identity of a measurement cell (rung, transport, payload, gap)."""
+        return (self.rung, self.transport, self.payload, self.gap_ms)
 
     @property
     def pooled(self) -> np.ndarray:
         return np.concatenate(self.samples) if self.samples else np.zeros(0, dtype=np.int64)
 
-    @property
-    def by_repeats(self) -> bool:
-        return len(self.repeat_p50_ns) >= 5
+    def estimate(self, level: float = LEVEL) -> Estimate:
+        """The cell's estimate: the one aggregation every command uses (hopbench.estimate)."""
+        within = self.samples[0] if len(self.repeat_p50_ns) == 1 and self.samples else None
+        return cell_estimate(self.repeat_p50_ns, within, n_samples=sum(self.n_cycles) or int(self.pooled.size),
+                             level=level)
 
     @property
     def p50_ns(self) -> float:
-        """Median of per-repeat medians with >= 5 repeats, else the pooled samples' median
-        (so the estimate and its CI below always come from the same data)."""
-        if self.by_repeats or not self.samples:
-            return float(np.median(self.repeat_p50_ns))
-        return float(np.median(self.pooled))
-
-    def p50_ci_ns(self) -> tuple[float, float]:
-        """95% CI of the median: across repeats when there are >= 5 (order statistics over
-        repeat medians; the repeat-to-repeat spread is the real uncertainty), else from the
-        pooled samples' order statistics."""
-        if self.by_repeats or not self.samples:
-            return median_ci(np.sort(np.array(self.repeat_p50_ns)))
-        return median_ci(np.sort(self.pooled))
+        return self.estimate().value
 
 
 def _timed_samples(samples_csv: Path) -> dict[str, np.ndarray]:
@@ -100,8 +99,55 @@ def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
                 g = groups[key] = Group(rung, plan["transport"], p["payload"], p.get("tokens"), plan["request_bytes"],
                                         plan["reply_bytes"], float(plan.get("gap_ms", 0.0)), rates.get(rung))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
+            g.repeat_ids.append(int(((run.get("sweep") or {}).get("cell") or {}).get("repeat", len(g.repeat_ids))))
+            g.started_unix.append(p.get("started_unix"))
+            g.n_cycles.append(int(s.get("n") or 0))
+            g.software = g.software or run.get("software")
             if p["payload"] in samples:
                 g.samples.append(samples[p["payload"]])
     if not groups:
         raise HopbenchError(f"{folder}: no complete measurements found")
     return sorted(groups.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
+
+
+def load_runs(folders: list[str | Path]) -> tuple[list[Group], dict]:
+    """Several `hopbench run` folders of the same cells as one set of repeats: run i is
+    repeat i (in the order given). One folder: load_groups."""
+    if len(folders) == 1:
+        return load_groups(folders[0])
+    merged: dict[tuple, Group] = {}
+    top: dict = {}
+    for i, f in enumerate(folders):
+        if (Path(f) / "sweep.json").exists():
+            raise HopbenchError(f"{f}: a sweep folder; give sweeps one at a time (their repeats are inside)")
+        groups, t = load_groups(f)
+        top = top or t
+        for g in groups:
+            g.repeat_ids = [i] * len(g.repeat_ids)
+            m = merged.get(g.key)
+            if m is None:
+                merged[g.key] = g
+                continue
+            m.repeat_p50_ns += g.repeat_p50_ns
+            m.samples += g.samples
+            m.repeat_ids += g.repeat_ids
+            m.started_unix += g.started_unix
+            m.n_cycles += g.n_cycles
+    return sorted(merged.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
+
+
+def first_header(folder: str | Path) -> dict:
+    """The recorded environment of a result folder, as compare's baseline check reads it:
+    a run's report header, or a sweep's first cell's (with the sweep's creation time)."""
+    folder = Path(folder)
+    if (folder / "sweep.json").exists():
+        top = _read_json(folder / "sweep.json")
+        cells = sorted((folder / "cells").glob("*/*/*/*/report.json"))
+        head = _read_json(cells[0]) if cells else {}
+        head["created_utc"] = top.get("created_utc", head.get("created_utc"))
+    else:
+        head = _read_json(folder / "report.json")
+    plans = [p.get("plan", {}) for p in head.get("payloads", [])]
+    head["transport_settings"] = {p.get("transport"): p.get("transport_settings") for p in plans}
+    head.pop("payloads", None)
+    return head

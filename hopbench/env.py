@@ -87,6 +87,7 @@ def collect(peer_host: str | None = None) -> dict[str, Any]:
         "tcp_slow_start_after_idle": _read(Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle")),
         "tcp_congestion_control": _read(Path("/proc/sys/net/ipv4/tcp_congestion_control")),
         "netns": _netns_name(),
+        "cpu_governor": _read(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
     }
     if peer_host:
         dev = route_interface(peer_host)

@@ -7,16 +7,40 @@ import csv
 import hashlib
 import io
 import json
+import math
 from pathlib import Path
 
-from hopbench import __version__
 from hopbench.data import Group
 from hopbench.errors import HopbenchError
 from hopbench.results import atomic_write
 
 RECORD_FIELDS = ["id", "study", "source", "created_utc", "rung", "transport", "payload", "tokens", "request_bytes",
                  "reply_bytes", "gap_ms", "rate_mbit", "repeats", "n", "p50_ms", "p50_ci_lo_ms", "p50_ci_hi_ms",
-                 "alpha_us", "beta_mbit_s", "regime", "software"]
+                 "p50_ci_level", "p50_ci_scope", "alpha_us", "alpha_ci_lo_us", "alpha_ci_hi_us", "beta_mbit_s",
+                 "beta_ci_lo_mbit_s", "beta_ci_hi_mbit_s", "fit_ci_level", "fit_ci_scope", "segment_lo_bytes",
+                 "segment_hi_bytes", "segment_intercept_us", "breakpoint_bytes", "regime", "software"]
+
+
+def _r(v: float | None, nd: int) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, nd)
+
+
+def fit_fields(f) -> dict:
+    """alpha and beta with their CIs and the segment they belong to. alpha is a latency only
+    when it is >= 0; a negative intercept (an upper segment's) is written as
+    segment_intercept_us with alpha_us null, never as a latency."""
+    if f is None:
+        return {k: None for k in RECORD_FIELDS if k.startswith(("alpha", "beta", "fit_", "segment", "breakpoint"))}
+    mbit = 8 / 1e6
+    return {
+        "alpha_us": _r(f.alpha_s * 1e6, 3) if f.alpha_s >= 0 else None,
+        "alpha_ci_lo_us": _r(f.alpha_ci[0] * 1e6, 3) if f.alpha_s >= 0 else None,
+        "alpha_ci_hi_us": _r(f.alpha_ci[1] * 1e6, 3) if f.alpha_s >= 0 else None,
+        "beta_mbit_s": _r(f.beta_Bps * mbit, 3), "beta_ci_lo_mbit_s": _r(f.beta_ci[0] * mbit, 3),
+        "beta_ci_hi_mbit_s": _r(f.beta_ci[1] * mbit, 3), "fit_ci_level": f.ci_level, "fit_ci_scope": f.ci_scope,
+        "segment_lo_bytes": f.segment_lo_bytes, "segment_hi_bytes": f.segment_hi_bytes,
+        "segment_intercept_us": _r(f.alpha_s * 1e6, 3), "breakpoint_bytes": f.breakpoint_bytes,
+    }
 
 
 def record_id(study: str, source: str, g: Group) -> str:
@@ -28,17 +52,20 @@ def records(groups: list[Group], top: dict, source: str, study: str, fits=()) ->
     fit_by = {(f.rung, f.transport): f for f in fits}
     out = []
     for g in groups:
-        lo, hi = g.p50_ci_ns()
+        e = g.estimate()
         f = fit_by.get((g.rung, g.transport))
         out.append({
             "id": record_id(study, source, g), "study": study, "source": source,
             "created_utc": top.get("created_utc"), "rung": g.rung, "transport": g.transport, "payload": g.payload,
             "tokens": g.tokens, "request_bytes": g.request_bytes, "reply_bytes": g.reply_bytes, "gap_ms": g.gap_ms,
-            "rate_mbit": g.rate_mbit, "repeats": len(g.repeat_p50_ns), "n": int(g.pooled.size),
-            "p50_ms": round(g.p50_ns / 1e6, 6), "p50_ci_lo_ms": round(lo / 1e6, 6), "p50_ci_hi_ms": round(hi / 1e6, 6),
-            "alpha_us": round(f.alpha_s * 1e6, 3) if f else None,
-            "beta_mbit_s": round(f.beta_Bps * 8 / 1e6, 3) if f else None,
-            "regime": f.regime if f else None, "software": f"hopbench {__version__}",
+            "rate_mbit": g.rate_mbit, "repeats": e.n_repeats, "n": e.n_samples,
+            "p50_ms": round(e.value / 1e6, 6),
+            "p50_ci_lo_ms": None if e.lo is None else round(e.lo / 1e6, 6),
+            "p50_ci_hi_ms": None if e.hi is None else round(e.hi / 1e6, 6),
+            "p50_ci_level": None if e.level is None else round(e.level, 6), "p50_ci_scope": e.scope,
+            **fit_fields(f),
+            "regime": f.regime if f else None,
+            "software": g.software or top.get("software") or "unknown",
         })
     return out
 

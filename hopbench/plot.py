@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from hopbench.data import Group
+from hopbench.estimate import pct
 from hopbench.fit import Fit
 
 
@@ -46,9 +47,12 @@ def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: in
             if not gs:
                 continue
             x = np.array([g.request_bytes for g in gs])
-            y = np.array([g.p50_ns for g in gs]) / 1e3
-            ci = np.array([g.p50_ci_ns() for g in gs]).T / 1e3
-            ax.errorbar(x, y, yerr=[y - ci[0], ci[1] - y], fmt="o", ms=4, color=colors[rung], label=f"{rung} (median, 95% CI)")
+            es = [g.estimate() for g in gs]
+            y = np.array([e.value for e in es]) / 1e3
+            lo = np.array([e.lo if e.has_interval else e.value for e in es]) / 1e3
+            hi = np.array([e.hi if e.has_interval else e.value for e in es]) / 1e3
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o", ms=4, color=colors[rung],
+                        label=f"{rung} (median, {es[0].label()})")
             fit = next((f for f in fits if f.rung == rung and f.transport == tr), None)
             if fit:
                 for seg in fit.segments:
@@ -58,10 +62,12 @@ def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: in
                     ax.plot([fit.n_half_bytes], [2 * fit.alpha_s * 1e6], marker="D", color=colors[rung], ms=7,
                             mfc="white", label=f"{rung} n½ = {fit.n_half_bytes / 1e3:.1f} kB")
         for t in (1, 3, 8):
-            ax.axvline(t * bytes_per_token, color="0.85", lw=0.8, zorder=0)
+            ax.axvline(t * bytes_per_token, color="tab:purple", lw=1.0, ls=":", zorder=0)
+            ax.annotate(f"T={t}", (t * bytes_per_token, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
+                        textcoords="offset points", fontsize=7, color="tab:purple")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("request payload (bytes; grey lines: T = 1, 3, 8 accepted tokens)")
+        ax.set_xlabel("request payload (bytes; dotted purple: T = 1, 3, 8 accepted tokens)")
         ax.set_title(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -87,12 +93,18 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
             c = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
             lo.append(v.hop_ms - c[0])
             hi.append(c[1] - v.hop_ms)
-        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=tr)
+        bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=tr)
+        for bar, v in zip(bars, [v for r in rungs for v in verdicts if v.rung == r and v.transport == tr]):
+            ax.annotate(f"{v.hop_ms:.3g} ms\n{v.gain:+.1%}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7)
     ax.axhline(t_draft_ms, color="crimson", ls="--", label=f"break-even hop = t_draft = {t_draft_ms} ms")
     ax.set_xticks(range(len(rungs)), rungs)
     ax.set_yscale("log")
-    ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, p50 with 95% CI)")
-    ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays)")
+    levels = sorted({pct(v.hop_ci_level) for v in verdicts if v.hop_ci_level})
+    ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})")
+    ax.margins(y=0.25)
+    ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n"
+                 "label: hop and projected tok/s gain)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     return fig

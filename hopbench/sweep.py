@@ -33,7 +33,6 @@ from hopbench import results as R
 from hopbench.config import CONFIG_DIR, check_keys, load_toml, require
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.shape import Shape, log_grid
-from hopbench.stats import median_ci
 
 SWEEP_SCHEMA = "hopbench.sweep"
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
@@ -461,10 +460,9 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
             done = i + 1
             el = time.monotonic() - t_start
             eta = el / done * (len(todo) - done)
-            sys.stderr.write(f"\r[{done}/{len(todo)}] {100 * done / len(todo):3.0f}%  elapsed {el:5.0f} s  "
-                             f"ETA {eta:5.0f} s  {cell.key:<48}")
-            sys.stderr.flush()
-        sys.stderr.write("\n")
+            progress(done, len(todo), el, eta, cell.key)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
         status = "complete" if not report["failed_cells"] else "incomplete"
     except KeyboardInterrupt:
         log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
@@ -480,15 +478,25 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
 
 
 AGG_COLUMNS = ["rung", "transport", "payload", "tokens", "request_bytes", "reply_bytes", "gap_ms", "repeats",
-               "n", "p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns", "p50_rep_min_ns", "p50_rep_max_ns", "spread_rel",
-               "pooled_p50_ns", "pooled_mean_ns", "rate_mbit"]
+               "n", "p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns", "p50_ci_level", "p50_ci_scope", "p50_rep_min_ns",
+               "p50_rep_max_ns", "spread_rel", "rate_mbit"]
+
+
+def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> None:
+    """On a terminal one live line; in a log file a plain line per 10% (no carriage returns)."""
+    text = f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  ETA {eta:5.0f} s  {key}"
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r{text:<100}")
+    elif done == total or done * 10 // total != (done - 1) * 10 // total:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def aggregate(folder: Path) -> list[dict]:
-    """Per (rung, transport, payload, gap): the median of per-repeat medians, the spread
-    across repeats and a distribution-free CI of that median (order statistics of the
-    repeat medians: with 5 repeats it is [min, max], 94% coverage). Reads the cells with
-    the same loader the analysis commands use."""
+    """Per (rung, transport, payload, gap): the cell estimate every analysis command uses
+    (hopbench.estimate: median of repeat medians, order-statistic CI over repeats with its
+    achieved level: 75% at 3 repeats, 93.75% at 5), plus the spread across repeats. Reads
+    the cells with the same loader the analysis commands use."""
     from hopbench.data import load_groups
 
     try:
@@ -497,15 +505,13 @@ def aggregate(folder: Path) -> list[dict]:
         return []
     rows = []
     for g in groups:
+        e = g.estimate()
         p50s = np.sort(np.array(g.repeat_p50_ns, dtype=float))
-        lo, hi = median_ci(p50s)
-        pooled = g.pooled if g.samples else np.zeros(1, dtype=np.int64)
-        med = float(np.median(p50s))
         rows.append({"rung": g.rung, "transport": g.transport, "payload": g.payload, "tokens": g.tokens,
                      "request_bytes": g.request_bytes, "reply_bytes": g.reply_bytes, "gap_ms": g.gap_ms,
-                     "repeats": len(p50s), "n": int(pooled.size), "p50_ns": med, "p50_ci_lo_ns": lo,
-                     "p50_ci_hi_ns": hi, "p50_rep_min_ns": float(p50s[0]), "p50_rep_max_ns": float(p50s[-1]),
-                     "spread_rel": float((p50s[-1] - p50s[0]) / med) if med else 0.0,
-                     "pooled_p50_ns": float(np.median(pooled)), "pooled_mean_ns": float(pooled.mean()),
+                     "repeats": e.n_repeats, "n": e.n_samples, "p50_ns": e.value, "p50_ci_lo_ns": e.lo,
+                     "p50_ci_hi_ns": e.hi, "p50_ci_level": e.level, "p50_ci_scope": e.scope,
+                     "p50_rep_min_ns": float(p50s[0]), "p50_rep_max_ns": float(p50s[-1]),
+                     "spread_rel": float((p50s[-1] - p50s[0]) / e.value) if e.value else 0.0,
                      "rate_mbit": g.rate_mbit})
     return rows

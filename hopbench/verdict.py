@@ -4,14 +4,36 @@ Moving the drafter frees t_draft from every decode cycle and adds one hop:
     projected cycle = cycle - t_draft + hop
     projected tok/s = tok/s x cycle / projected cycle
     break-even hop  = t_draft
-The hop's CI is carried through (the projection is monotonic in the hop, so the CI ends
-map to CI ends). "dead heat" when the CI straddles break-even, or when the projected gain
-is within +-tolerance (default 1%, the study's "to within 1%").
+The inputs default to the remote-drafter study's measured decode cycle (configs/shape.toml
+[decode]: t_draft 15.88 ms = draft_fwd 9.91 + markov_sample 4.75 + ctxkv 1.23, cycle
+89.34 ms, 24.05 tok/s co-located). Each input may carry its own uncertainty
+("15.88+-0.4": a 95% half-width).
+
+Calls, in this order:
+- "dead heat" when the hop is within +-tolerance of the break-even hop (the study's rule:
+  its 16.02 ms hop against 15.88 ms break-even, +0.88%, "to within 1%");
+- "undecided" when the projected gain's 95% interval straddles zero (the data cannot
+  tell a gain from a loss);
+- otherwise "move the drafter" (gain > 0) or "keep the drafter local".
+
+Uncertainty: the hop's interval (from hopbench.estimate, at its achieved level) and the
+inputs' intervals are propagated to the projected tok/s and gain by Monte Carlo (seeded),
+each input drawn from a normal (split normal for an asymmetric hop interval) matching its
+interval; the projection's interval is the central 95% of the draws.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from hopbench.errors import ConfigError
+from hopbench.estimate import Estimate, _norm_ppf, pct
+
+DRAWS = 20000
 
 
 @dataclass(frozen=True)
@@ -20,6 +42,35 @@ class Inputs:
     cycle_ms: float
     tok_s: float
     tolerance: float = 0.01
+    t_draft_pm: float = 0.0  # 95% half-widths of the inputs (0: taken as exact)
+    cycle_pm: float = 0.0
+    tok_s_pm: float = 0.0
+
+    def describe(self) -> str:
+        def q(v: float, pm: float, unit: str) -> str:
+            return f"{v:g}{'+-' + format(pm, 'g') if pm else ''}{unit}"
+
+        return (f"t_draft = {q(self.t_draft_ms, self.t_draft_pm, ' ms')} (break-even hop), decode cycle = "
+                f"{q(self.cycle_ms, self.cycle_pm, ' ms')}, co-located = {q(self.tok_s, self.tok_s_pm, ' tok/s')}, "
+                f"dead heat = hop within {self.tolerance:.0%} of break-even")
+
+
+_QTY = re.compile(r"^\s*([0-9.eE+-]+?)\s*(?:(?:\+-|±|\+/-)\s*([0-9.eE+]+))?\s*$")
+
+
+def parse_quantity(text: str, what: str) -> tuple[float, float]:
+    """'15.88' or '15.88+-0.4' / '15.88±0.4' -> (value, 95% half-width)."""
+    m = _QTY.match(str(text))
+    try:
+        if not m:
+            raise ValueError
+        v = float(m.group(1))
+        pm = float(m.group(2)) if m.group(2) else 0.0
+    except ValueError:
+        raise ConfigError(f"{what} {text!r}: expected a number, optionally with +-HALF_WIDTH (95%)") from None
+    if not math.isfinite(v) or v <= 0 or pm < 0 or not math.isfinite(pm):
+        raise ConfigError(f"{what} {text!r}: expected a positive number")
+    return v, pm
 
 
 @dataclass
@@ -28,10 +79,15 @@ class Verdict:
     transport: str
     hop_ms: float
     hop_ci_ms: tuple[float, float] | None
+    hop_ci_level: float | None
+    hop_ci_scope: str | None
+    n_repeats: int | None
+    n_cycles: int | None
     break_even_ms: float
+    hop_vs_break_even: float  # hop / break-even - 1
     projected_cycle_ms: float
     projected_tok_s: float
-    projected_tok_s_ci: tuple[float, float] | None
+    projected_tok_s_ci: tuple[float, float] | None  # 95%, propagated
     gain: float
     gain_ci: tuple[float, float] | None
     call: str
@@ -45,38 +101,66 @@ def project(hop_ms: float, inp: Inputs) -> tuple[float, float]:
     return cycle, inp.tok_s * inp.cycle_ms / cycle
 
 
-def verdict(rung: str, transport: str, hop_ms: float, inp: Inputs, hop_ci_ms: tuple[float, float] | None = None) -> Verdict:
-    cycle, tok = project(hop_ms, inp)
+def _draw_hop(rng: np.random.Generator, hop: Estimate) -> np.ndarray:
+    if not hop.has_interval or not hop.level:
+        return np.full(DRAWS, hop.value)
+    z = _norm_ppf(0.5 + hop.level / 2)
+    sd_lo = max(hop.value - hop.lo, 0.0) / z  # type: ignore[operator]
+    sd_hi = max(hop.hi - hop.value, 0.0) / z  # type: ignore[operator]
+    e = rng.standard_normal(DRAWS)
+    return hop.value + np.where(e < 0, e * sd_lo, e * sd_hi)
+
+
+def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed: int = 3) -> Verdict:
+    """hop: an Estimate in ms (or a bare number in ms, taken as exact)."""
+    if not isinstance(hop, Estimate):
+        hop = Estimate(float(hop), None, None, None, "given", "given", 0, 0)
+    cycle, tok = project(hop.value, inp)
     gain = tok / inp.tok_s - 1
     tok_ci = gain_ci = None
-    straddles = False
-    if hop_ci_ms is not None:
-        lo, hi = hop_ci_ms
-        tok_ci = (project(hi, inp)[1], project(lo, inp)[1])  # a longer hop gives fewer tok/s
-        gain_ci = (tok_ci[0] / inp.tok_s - 1, tok_ci[1] / inp.tok_s - 1)
-        straddles = lo <= inp.t_draft_ms <= hi
-    if straddles or abs(gain) <= inp.tolerance:
+    if hop.has_interval or inp.t_draft_pm or inp.cycle_pm or inp.tok_s_pm:
+        rng = np.random.default_rng(seed)
+        h = _draw_hop(rng, hop)
+        td = inp.t_draft_ms + rng.standard_normal(DRAWS) * inp.t_draft_pm / 1.959964
+        cy = inp.cycle_ms + rng.standard_normal(DRAWS) * inp.cycle_pm / 1.959964
+        ts = inp.tok_s + rng.standard_normal(DRAWS) * inp.tok_s_pm / 1.959964
+        tok_d = ts * cy / (cy - td + h)
+        gain_d = cy / (cy - td + h) - 1
+        tok_ci = (float(np.percentile(tok_d, 2.5)), float(np.percentile(tok_d, 97.5)))
+        gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
+    rel = hop.value / inp.t_draft_ms - 1
+    if abs(rel) <= inp.tolerance:
         call = "dead heat"
+    elif gain_ci is not None and gain_ci[0] <= 0 <= gain_ci[1]:
+        call = "undecided (the 95% interval straddles break-even)"
     elif gain > 0:
         call = "move the drafter"
     else:
         call = "keep the drafter local"
-    return Verdict(rung, transport, hop_ms, hop_ci_ms, inp.t_draft_ms, cycle, tok, tok_ci, gain, gain_ci, call)
+    return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
+                   hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
+                   inp.t_draft_ms, rel, cycle, tok, tok_ci, gain, gain_ci, call)
 
 
 def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:
     """floors: transport -> the instrument's floor in ms (64 B on loopback), shown beside the hop."""
     floors = floors or {}
     lines = [
-        f"inputs: t_draft = {inp.t_draft_ms} ms (break-even hop), decode cycle = {inp.cycle_ms} ms, "
-        f"co-located = {inp.tok_s} tok/s, dead-heat tolerance = {inp.tolerance:.0%}",
-        f"{'rung':<16} {'transport':<9} {'hop ms':>9} {'hop 95% CI':>19} {'floor ms':>9} {'cycle ms':>9} {'tok/s':>7} "
-        f"{'tok/s CI':>15} {'gain':>7}  call",
+        f"inputs: {inp.describe()}",
+        "hop = median of repeat medians; its CI at the level shown (order statistics over repeats; 'run' = within one "
+        "run only, run-to-run spread not included); tok/s and gain CIs: 95%, all inputs' intervals propagated",
+        f"{'rung':<16} {'transport':<9} {'n':>9} {'hop ms':>9} {'hop CI':>17} {'level':>11} {'floor ms':>9} "
+        f"{'vs b-e':>7} {'cycle ms':>9} {'tok/s':>7} {'tok/s 95% CI':>15} {'gain':>7} {'gain 95% CI':>15}  call",
     ]
     for v in vs:
         ci = f"{v.hop_ci_ms[0]:.3f}-{v.hop_ci_ms[1]:.3f}" if v.hop_ci_ms else "-"
+        lvl = "-" if v.hop_ci_level is None else (pct(v.hop_ci_level) + (" run" if v.hop_ci_scope == "within-run" else ""))
+        n = "-" if not v.n_repeats else f"{v.n_repeats}r/{v.n_cycles or 0}c"
         tci = f"{v.projected_tok_s_ci[0]:.2f}-{v.projected_tok_s_ci[1]:.2f}" if v.projected_tok_s_ci else "-"
+        gci = f"{v.gain_ci[0]:+.1%}..{v.gain_ci[1]:+.1%}" if v.gain_ci else "-"
         fl = f"{floors[v.transport]:.3f}" if v.transport in floors else "-"
-        lines.append(f"{v.rung:<16} {v.transport:<9} {v.hop_ms:9.3f} {ci:>19} {fl:>9} {v.projected_cycle_ms:9.2f} "
-                     f"{v.projected_tok_s:7.2f} {tci:>15} {v.gain:+7.1%}  {v.call}")
+        lines.append(f"{v.rung:<16} {v.transport:<9} {n:>9} {v.hop_ms:9.3f} {ci:>17} {lvl:>11} {fl:>9} "
+                     f"{v.hop_vs_break_even:+7.1%} {v.projected_cycle_ms:9.2f} {v.projected_tok_s:7.2f} {tci:>15} "
+                     f"{v.gain:+7.1%} {gci:>15}  {v.call}")
+    lines.append("n = repeats r / timed cycles c; vs b-e = hop / break-even - 1")
     return "\n".join(lines)

@@ -20,10 +20,12 @@ def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None
         a, b = (alpha, beta) if bp is None or x < bp else (alpha2, beta2)
         true = a + x / b
         g = Group(rung, transport, f"B{x}", None, x, 8, 0.0, rate)
-        for _ in range(reps):
+        for r in range(reps):
             s = (true * (1 + noise * rng.standard_normal(400)) * 1e9).astype(np.int64)
             g.samples.append(s)
             g.repeat_p50_ns.append(float(np.median(s)))
+            g.repeat_ids.append(r)
+            g.n_cycles.append(len(s))
         gs.append(g)
     return gs
 
@@ -60,6 +62,12 @@ def test_regime_latency_bound_and_crossover_sentence():
     assert "the crossover sits between 1gbe and roce" in F.crossover(fits)["tcp"]
 
 
+def est(v, lo, hi, level=0.95, reps=5):
+    from hopbench.estimate import Estimate
+
+    return Estimate(v, lo, hi, level, "repeats", "test", reps, 1000)
+
+
 def test_verdict_reproduces_the_study():
     inp = V.Inputs(15.88, 89.34, 24.05)
     gbe = V.verdict("1gbe", "tcp", 1.713, inp)
@@ -67,14 +75,32 @@ def test_verdict_reproduces_the_study():
     fast_ethernet = V.verdict("100mb", "tcp", 16.02, inp)
     assert gbe.projected_tok_s == pytest.approx(28.59, abs=0.015) and round(gbe.gain * 100) == 19
     assert round(roce.gain * 100) == 21
-    assert fast_ethernet.call == "dead heat" and abs(fast_ethernet.gain) < 0.01
+    # the study's rule: hop within 1% of break-even (16.02 / 15.88 = +0.88%)
+    assert fast_ethernet.call == "dead heat" and fast_ethernet.hop_vs_break_even == pytest.approx(0.0088, abs=1e-4)
+    assert V.verdict("x", "tcp", 16.2, inp).call == "keep the drafter local"  # +2.0%: outside the 1%
     # hand-computed: cycle 89.34 - 15.88 + 10 = 83.46; 24.05 * 89.34 = 2148.627; / 83.46 = 25.74439
-    v = V.verdict("x", "tcp", 10.0, inp, (9.0, 11.0))
+    v = V.verdict("x", "tcp", est(10.0, 9.0, 11.0), inp)
     assert v.projected_cycle_ms == pytest.approx(83.46)
     assert v.projected_tok_s == pytest.approx(25.74439, abs=1e-4)
-    assert v.projected_tok_s_ci[0] < v.projected_tok_s < v.projected_tok_s_ci[1]
-    assert V.verdict("x", "tcp", 15.0, inp, (14.0, 17.0)).call == "dead heat"  # CI straddles break-even
-    assert V.verdict("x", "tcp", 20.0, inp, (19.0, 21.0)).call == "keep the drafter local"
+    # propagated: the hop's CI ends map to tok/s near project(11) .. project(9)
+    assert v.projected_tok_s_ci[0] == pytest.approx(V.project(11.0, inp)[1], rel=0.01)
+    assert v.projected_tok_s_ci[1] == pytest.approx(V.project(9.0, inp)[1], rel=0.01)
+    # a CI that straddles break-even, point outside the tolerance: undecided, not a dead heat
+    assert V.verdict("x", "tcp", est(15.0, 14.0, 17.0), inp).call.startswith("undecided")
+    assert V.verdict("x", "tcp", est(20.0, 19.0, 21.0), inp).call == "keep the drafter local"
+
+
+def test_verdict_input_uncertainty_widens_the_projection():
+    exact = V.verdict("x", "tcp", est(10.0, 9.9, 10.1), V.Inputs(15.88, 89.34, 24.05))
+    fuzzy = V.verdict("x", "tcp", est(10.0, 9.9, 10.1), V.Inputs(15.88, 89.34, 24.05, t_draft_pm=2.0, tok_s_pm=1.0))
+    w = lambda v: v.projected_tok_s_ci[1] - v.projected_tok_s_ci[0]  # noqa: E731
+    assert w(fuzzy) > 3 * w(exact)
+    # an input with a +- and no hop CI still gets a propagated interval
+    assert V.verdict("x", "tcp", 10.0, V.Inputs(15.88, 89.34, 24.05, t_draft_pm=1.0)).projected_tok_s_ci is not None
+    assert V.parse_quantity("15.88+-0.4", "--t-draft") == (15.88, 0.4)
+    assert V.parse_quantity("15.88±0.4", "--t-draft") == (15.88, 0.4)
+    with pytest.raises(Exception, match="expected a number"):
+        V.parse_quantity("fast", "--t-draft")
 
 
 def test_export_idempotent_and_preserves_foreign_content(tmp_path):
@@ -103,20 +129,59 @@ def test_export_refuses_unparseable_file(tmp_path):
     assert path.read_text() == "{not json"
 
 
-def test_compare_flags_planted_shift_not_null():
+def _run_group(samples, started=0.0):
+    g = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
+    g.samples.append(samples.astype(np.int64))
+    g.repeat_p50_ns.append(float(np.median(samples)))
+    g.repeat_ids.append(0)
+    g.started_unix.append(started)
+    g.n_cycles.append(len(samples))
+    return g
+
+
+def test_compare_one_run_each_is_judged_against_the_run_spread():
     rng = np.random.default_rng(3)
     base = rng.lognormal(np.log(1e6), 0.2, 2000)
+    # 5% apart with thousands of cycles: cycle-level CIs would call it; run-level cannot
+    small = C.compare_groups(_run_group(base), _run_group(rng.lognormal(np.log(1.05e6), 0.2, 2000)))
+    assert small.design == "one run each" and not small.significant
+    assert small.spread == C.DEFAULT_RUN_SPREAD and "not resolvable" in small.call
+    big = C.compare_groups(_run_group(base), _run_group(rng.lognormal(np.log(1.5e6), 0.2, 2000)))
+    assert big.significant and big.diff_rel == pytest.approx(0.5, abs=0.05)
+    tight = C.compare_groups(_run_group(base), _run_group(rng.lognormal(np.log(1.05e6), 0.2, 2000)), run_spread=0.01)
+    assert tight.significant and "given" in tight.spread_source
 
-    def grp(samples):
-        g = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
-        g.samples.append(samples.astype(np.int64))
-        g.repeat_p50_ns.append(float(np.median(samples)))
-        return g
 
-    shifted = C.compare_groups(grp(base), grp(rng.lognormal(np.log(1.05e6), 0.2, 2000)))
-    null = C.compare_groups(grp(base), grp(rng.lognormal(np.log(1e6), 0.2, 2000)))
-    assert shifted.significant and shifted.diff_rel == pytest.approx(0.05, abs=0.025)
-    assert not null.significant
+def test_compare_interleaved_runs_are_paired():
+    rng = np.random.default_rng(5)
+    a = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
+    b = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
+    for r in range(5):
+        f = rng.lognormal(0, 0.05)  # shared by the pair: cancels when paired
+        for g, shift, t in ((a, 1.0, 10.0 * r), (b, 1.1, 10.0 * r + 5)):
+            g.repeat_p50_ns.append(1e6 * f * shift * rng.lognormal(0, 0.01))
+            g.repeat_ids.append(r)
+            g.started_unix.append(t)
+            g.n_cycles.append(100)
+    assert C.interleaved(a, b)
+    c = C.compare_groups(a, b, paired=True)
+    assert c.design == "paired by repeat" and c.significant and c.diff_rel == pytest.approx(0.10, abs=0.03)
+    b.started_unix = [100.0 + t for t in b.started_unix]  # B measured after all of A: not a pairing
+    assert not C.interleaved(a, b)
+
+
+def test_baseline_warnings_list_every_difference():
+    a = {"created_utc": "2026-11-01T00:00:00+00:00", "software": "hopbench 0.1.0",
+         "client_env": {"hostname": "h1", "kernel": "6.1", "cpu_governor": "performance", "packages": {"numpy": "1"}},
+         "config": {"poll": "busy"}}
+    b = {"created_utc": "2026-12-01T00:00:00+00:00", "software": "hopbench 0.2.0",
+         "client_env": {"hostname": "h1", "kernel": "6.5", "cpu_governor": "powersave", "packages": {"numpy": "2"}},
+         "config": {"poll": "block"}}
+    ws = C.baseline_warnings(a, b)
+    text = "\n".join(ws)
+    assert "30.0 days before" in text and "client kernel" in text and "governor" in text
+    assert "numpy '1' -> '2'" in text and "poll" in text and "software" in text
+    assert "hostname" not in text and C.baseline_warnings(a, a) == []
 
 
 def test_plots_render_expected_series(tmp_path):
@@ -132,7 +197,7 @@ def test_plots_render_expected_series(tmp_path):
     assert any("emu-1g (median" in s for s in labels) and any("loopback (median" in s for s in labels)
     assert any("n½" in s for s in labels)
     assert fig.axes[0].get_xscale() == "log" and "bytes" in fig.axes[0].get_xlabel()
-    vs = [V.verdict("emu-1g", "tcp", 1.5, V.Inputs(15.88, 89.34, 24.05), (1.4, 1.6))]
+    vs = [V.verdict("emu-1g", "tcp", est(1.5, 1.4, 1.6), V.Inputs(15.88, 89.34, 24.05))]
     fig2 = P.hop_cost(vs, 15.88, 3)
     labels2 = [t.get_text() for t in fig2.axes[0].get_legend().get_texts()]
     assert "tcp" in labels2 and any("break-even" in s for s in labels2)

@@ -1,0 +1,17 @@
+"""The analysis extra, imported lazily: the measuring path (serve, run) needs numpy only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hopbench.errors import ConfigError
+
+INSTALL = "pip install 'hopbench[analysis]'"
+
+
+def scipy_stats() -> Any:
+    try:
+        from scipy import stats
+    except ImportError:
+        raise ConfigError(f"this analysis needs scipy: {INSTALL}") from None
+    return stats
