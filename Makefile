@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats
+.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,3 +70,7 @@ bench-gpu: install
 # How often the intervals cover the truth, compare's false positives and power (synthetic, seeded).
 bench-stats: install
 	$(PY) benchmarks/stats_coverage.py $(BENCH_ARGS)
+
+# Thousands of malformed control frames against a real server: answers, tracebacks, log lines.
+bench-protocol: install
+	$(PY) benchmarks/protocol_barrage.py $(BENCH_ARGS)

@@ -50,7 +50,7 @@ def attack(kind: str, port: int, rng: random.Random) -> str:
         elif kind == "truncated-body":
             s.sendall(P.pack_header(P.HELLO, 200) + b'{"protocol": 1')
         elif kind == "absurd-length":
-            s.sendall(struct.pack("<4sHHII", b"HOPB", 1, P.HELLO, 0xFFFFFFFF, 0))
+            s.sendall(struct.pack("<4sHHII", b"HOPB", P.VERSION, P.HELLO, 0xFFFFFFFF, 0))
         elif kind == "wrong-version":
             s.sendall(struct.pack("<4sHHII", b"HOPB", 2, P.HELLO, 0, 0))
         elif kind == "reset":

@@ -13,7 +13,7 @@ import numpy as np
 
 from hopbench import __version__
 from hopbench import protocol as P
-from hopbench.errors import ConfigError, Refused
+from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError, Refused, VerifyError
 from hopbench.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
 from hopbench.transport import TransportOptions, get_transport
 from transports.tcp import TcpChannel, connect_socket
@@ -55,26 +55,53 @@ class Session:
         opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s, poll=self.poll)
         self.control = TcpChannel(connect_socket(self.host, self.port, self.connect_timeout_s), opts)
         try:
-            P.send_msg(self.control, P.HELLO, {"protocol": P.VERSION, "role": "client",
-                                               "software": f"hopbench {__version__}", "env": self.client_env})
+            hello: dict[str, Any] = {"protocol": P.VERSION, "role": "client", "software": f"hopbench {__version__}"}
+            if not self.secret:  # with a secret, the environment crosses only after authentication
+                hello["env"] = self.client_env
+            P.send_msg(self.control, P.HELLO, hello)
             _, self.server_hello = P.recv_msg(self.control, P.HELLO)
+            self._check_hello(self.server_hello)
             self._authenticate()
         except BaseException:
             self.control.close()
             raise
 
+    def _check_hello(self, hello: dict) -> None:
+        """What docs/PROTOCOL.md says a server's HELLO must be."""
+        where = f"the server at {self.host}:{self.port}"
+        try:
+            P.validate(hello, "HELLO server")
+            P.validate(hello["caps"], "caps")
+            if hello["auth"] is not None:
+                P.validate(hello["auth"], "auth challenge")
+                if "env" in hello:
+                    raise ProtocolError("HELLO server: 'env' must be absent before authentication")
+        except ProtocolError as exc:
+            raise ProtocolError(f"{where} broke the protocol: {exc}") from None
+        if hello["protocol"] != P.VERSION:
+            raise ProtocolError(f"{where} speaks protocol {hello['protocol']}, this client {P.VERSION}")
+
     def _authenticate(self) -> None:
         challenge = (self.server_hello.get("auth") or {}).get("challenge")
         if not challenge:
+            if self.secret:
+                raise Refused(f"the server at {self.host}:{self.port} does not authenticate, but a secret was given "
+                              "(--secret or HOPBENCH_SECRET): refusing an unauthenticated server (an impostor, or a "
+                              "server started without --secret)")
             return
         if not self.secret:
             raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
         nonce = os.urandom(16).hex()
-        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce)})
+        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce),
+                                          "env": self.client_env})
         _, reply = P.recv_msg(self.control, P.AUTH)
         if not P.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
             raise Refused("the server failed to prove it knows the secret")
-        self.server_hello["env"] = reply.get("env", {})
+        try:
+            P.validate(reply, "AUTH server")
+        except ProtocolError as exc:
+            raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
+        self.server_hello["env"] = reply["env"]
 
     @property
     def server_env(self) -> dict:
@@ -97,7 +124,8 @@ class Session:
             gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
             P.send_msg(self.control, P.PLAN, plan.to_wire())
             _, accept = P.recv_msg(self.control, P.ACCEPT)
-            m.server_info = accept.get("transport_info") or {}
+            self._check_accept(accept, plan)
+            m.server_info = accept["transport_info"]
             if transport is None:
                 data = self.control
             else:
@@ -111,7 +139,9 @@ class Session:
                 request, reply = alloc(plan.request_bytes), alloc(plan.reply_bytes)
                 if body is not None:
                     memoryview(request).cast("B")[P.SEQ_BYTES:] = body
-                m.completed = run_cycles(data, request, reply, codec, samples, clock=clock, gap_s=gap_s)
+                m.completed = self._cycles(data, plan, reply, lambda: run_cycles(
+                    data, request, reply, codec, samples, clock=clock, gap_s=gap_s))
+                self._check_tail(reply, plan)
             else:
                 request, reply = gpu_bufs
                 if body is not None:
@@ -121,8 +151,8 @@ class Session:
                 stages = None if direct else np.zeros((plan.total, len(CLIENT_STAGES)), dtype=np.int64)
                 if stages is not None:
                     m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
-                m.completed = run_cycles_gpu(data, request, reply, codec, samples, stages, direct=direct,
-                                             clock=clock, gap_s=gap_s)
+                m.completed = self._cycles(data, plan, reply.host, lambda: run_cycles_gpu(
+                    data, request, reply, codec, samples, stages, direct=direct, clock=clock, gap_s=gap_s))
             if plan.server_stages:  # the server's own copy times follow the last reply
                 server = np.zeros((plan.total, 2), dtype=np.int64)
                 data.recv_into(server.view(np.uint8).reshape(-1))
@@ -138,6 +168,52 @@ class Session:
             if data is not None and data is not self.control:
                 data.close()
         return m
+
+    def _check_accept(self, accept: dict, plan: P.Plan) -> None:
+        try:
+            P.validate(accept, "ACCEPT")
+            if (plan.transport == "tcp") != (accept["data_port"] is None):
+                raise ProtocolError("ACCEPT: 'data_port' must be null for tcp and a port for any other transport")
+        except ProtocolError as exc:
+            raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
+
+    @staticmethod
+    def _check_tail(reply, plan: P.Plan) -> None:
+        """The bytes of a reply after the K ids are zero (docs/PROTOCOL.md); checked on
+        the last reply, after the loop, so it costs nothing per cycle."""
+        tail = np.frombuffer(memoryview(reply).cast("B"), dtype=np.uint8)[plan.k * plan.id_bytes:]
+        if tail.size and tail.any():
+            raise ProtocolError(f"the server's reply carries non-zero bytes after the {plan.k} ids "
+                                f"(first at offset {plan.k * plan.id_bytes + int(np.argmax(tail != 0))})")
+
+    def _cycles(self, data, plan: P.Plan, reply_host, loop: Callable[[], int]) -> int:
+        """Run the timed loop; turn a server's abort on the data stream into its reason,
+        and abort the plan towards the server when this end stops it (a wrong reply,
+        Ctrl-C), so the server logs why and serves on."""
+        try:
+            return loop()
+        except VerifyError as exc:
+            if P.is_abort(reply_host):
+                done = getattr(exc, "completed_cycles", 0)
+                try:
+                    reason = P.read_abort(data, reply_host)
+                except HopbenchError as inner:
+                    reason = f"(unreadable abort frame: {inner})"
+                err = PeerError(f"the server aborted the plan after {done} round trips: {reason}")
+                err.completed_cycles = done  # type: ignore[attr-defined]
+                raise err from None
+            self._abort(data, plan, str(exc))
+            raise
+        except KeyboardInterrupt:
+            self._abort(data, plan, "client interrupted")
+            raise
+
+    @staticmethod
+    def _abort(data, plan: P.Plan, reason: str) -> None:
+        try:
+            P.send_abort(data, reason, plan.request_bytes)
+        except Exception:  # best effort: the peer may be gone
+            pass
 
     def _gpu_buffers(self, plan: P.Plan, m: Measurement):
         """Device + pinned buffers for a plan whose client end is in CUDA memory."""
@@ -158,9 +234,29 @@ class Session:
         request.fill_random(0)
         return request, reply
 
-    def close(self) -> None:
+    def bye(self, wait_s: float = 2.0) -> None:
+        """End the session as the protocol says: BYE, then the server closes. A server
+        that sends anything after BYE, or does not close, broke the protocol."""
+        P.send_msg(self.control, P.BYE)
+        self._bye_sent = True
+        sock = self.control.socket
+        sock.settimeout(wait_s)
         try:
-            P.send_msg(self.control, P.BYE)
-        except Exception:
-            pass
+            extra = sock.recv(1)
+        except TimeoutError:
+            raise ProtocolError(f"the server at {self.host}:{self.port} did not close the connection within "
+                                f"{wait_s:g} s of BYE") from None
+        except OSError:
+            extra = b""
+        finally:
+            self.control.close()
+        if extra:
+            raise ProtocolError(f"the server at {self.host}:{self.port} sent data after BYE")
+
+    def close(self) -> None:
+        if not getattr(self, "_bye_sent", False):
+            try:
+                P.send_msg(self.control, P.BYE)
+            except Exception:
+                pass
         self.control.close()

@@ -41,6 +41,10 @@ class ProtocolError(HopbenchError):
     exit_code = 4
 
 
+class PeerError(ProtocolError):
+    """The peer reported an error (an ERROR frame, on the control or the data stream)."""
+
+
 class Refused(ProtocolError):
     """The server refused the plan or the session (the reason is the server's)."""
 

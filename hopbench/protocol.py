@@ -14,14 +14,19 @@ K draft ids id_i = (seq*k + i) mod 2**(8*id_bytes), unsigned LE.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hopbench.errors import ProtocolError, Refused, VerifyError
+from hopbench.errors import PeerError, ProtocolError, Refused, VerifyError
 
 MAGIC = b"HOPB"
-VERSION = 1
+# The header's version and the HELLO body's "protocol" are the same number. Any change to
+# frames, keys or their meaning increments it; peers of different versions refuse each
+# other (docs/PROTOCOL.md, "Versioning"). 2: minimal HELLO before authentication, the
+# environment in AUTH, abort frames on the data stream, strict keys.
+VERSION = 2
 HEADER = struct.Struct("<4sHHII")
 HEADER_BYTES = HEADER.size  # 16
 MAX_BODY = 65536  # control bodies are small JSON objects; never allocate more than this
@@ -55,13 +60,111 @@ def encode_body(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode_body(body: bytes) -> dict[str, Any]:
+    """One UTF-8 JSON object, or ProtocolError (never another exception): not UTF-8, not
+    JSON, NaN/Infinity, numbers beyond Python's digit limit, nesting deeper than the
+    parser's recursion limit, anything but an object."""
     try:
-        obj = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"control body is not UTF-8 JSON ({exc.__class__.__name__})") from None
+        obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise ProtocolError("control body is not UTF-8") from None
+    except RecursionError:
+        raise ProtocolError("control body nests too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, a number of too many digits
+        raise ProtocolError(f"control body is not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
-        raise ProtocolError("control body is not a JSON object")
+        raise ProtocolError(f"control body is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+# ---- frame bodies: keys, types and ranges (docs/PROTOCOL.md, "Frame bodies") -------------
+
+_HEX = frozenset("0123456789abcdef")
+U32 = 2**32
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check(kind: Any, v: Any) -> bool:
+    if isinstance(kind, tuple):  # one of several kinds
+        return any(_check(k, v) for k in kind)
+    if kind is None:
+        return v is None
+    if kind == "int":
+        return _is_int(v) and 0 <= v < 2**63
+    if kind == "port":
+        return _is_int(v) and 1 <= v <= 65535
+    if kind == "num":
+        return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v >= 0
+    if kind == "str":
+        return isinstance(v, str) and len(v) <= 4096
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "obj":
+        return isinstance(v, dict)
+    if kind == "hex32":
+        return isinstance(v, str) and len(v) == 32 and set(v) <= _HEX
+    if kind == "hex64":
+        return isinstance(v, str) and len(v) == 64 and set(v) <= _HEX
+    if isinstance(kind, frozenset):
+        return isinstance(v, str) and v in kind
+    raise AssertionError(kind)
+
+
+def _describe(kind: Any) -> str:
+    if isinstance(kind, tuple):
+        return " or ".join(_describe(k) for k in kind)
+    if kind is None:
+        return "null"
+    if isinstance(kind, frozenset):
+        return "one of " + ", ".join(sorted(kind))
+    return {"int": "an integer 0..2^63-1", "port": "a port 1..65535", "num": "a finite number >= 0",
+            "str": "a string (<= 4096 chars)", "bool": "true or false", "obj": "an object",
+            "hex32": "32 lowercase hex digits", "hex64": "64 lowercase hex digits"}[kind]
+
+
+# name -> {key: (kind, required)}
+SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "HELLO client": {"protocol": ("int", True), "role": (frozenset({"client"}), True), "software": ("str", True),
+                     "env": ("obj", False)},
+    "HELLO server": {"protocol": ("int", True), "role": (frozenset({"server"}), True), "software": ("str", True),
+                     "caps": ("obj", True), "auth": (("obj", None), True), "env": ("obj", False)},
+    "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True)},
+    "auth challenge": {"challenge": ("hex32", True)},
+    "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True), "env": ("obj", False)},
+    "AUTH server": {"mac": ("hex64", True), "env": ("obj", True)},
+    "PLAN": {"transport": ("str", True), "request_bytes": ("int", True), "reply_bytes": ("int", True),
+             "k": ("int", True), "id_bytes": ("int", True), "cycles": ("int", True), "warmup": ("int", True),
+             "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
+             "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
+             "server_memory": (frozenset({"host", "cuda"}), False),
+             "gpu_path": (frozenset({"staged", "direct"}), False)},
+    "ACCEPT": {"data_port": (("port", None), True), "transport_info": ("obj", True)},
+    "REFUSE": {"reason": ("str", True)},
+    "ERROR": {"reason": ("str", True)},
+}
+
+
+def validate(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    """Check a body against SCHEMAS[name]: every required key present, no unknown key,
+    every value of its kind. ProtocolError naming the first fault."""
+    schema = SCHEMAS[name]
+    unknown = sorted(set(obj) - set(schema))
+    if unknown:
+        raise ProtocolError(f"{name}: unknown key {unknown[0][:40]!r}")
+    for key, (kind, required) in schema.items():
+        if key not in obj:
+            if required:
+                raise ProtocolError(f"{name}: missing key {key!r}")
+            continue
+        if not _check(kind, obj[key]):
+            raise ProtocolError(f"{name}: {key!r} must be {_describe(kind)}")
     return obj
 
 
@@ -74,9 +177,10 @@ def send_msg(channel, msg_type: int, obj: dict[str, Any] | None = None) -> None:
         channel.send(body)
 
 
-def recv_msg(channel, *expected: int) -> tuple[int, dict[str, Any]]:
-    """Receive one control frame. REFUSE and ERROR become exceptions; a type outside
-    `expected` is a ProtocolError."""
+def recv_frame(channel) -> tuple[int, dict[str, Any]]:
+    """Receive one control frame (header, then body): (type, body object). ProtocolError
+    for anything that is not a well-formed frame; REFUSE/ERROR are returned, not raised.
+    BYE must have an empty body (length 0)."""
     header = bytearray(HEADER_BYTES)
     channel.recv_into(header)
     msg_type, length = unpack_header(bytes(header))
@@ -85,10 +189,19 @@ def recv_msg(channel, *expected: int) -> tuple[int, dict[str, Any]]:
         body = bytearray(length)
         channel.recv_into(body)
         obj = decode_body(bytes(body))
+        if msg_type == BYE:
+            raise ProtocolError("BYE must have an empty body")
+    return msg_type, obj
+
+
+def recv_msg(channel, *expected: int) -> tuple[int, dict[str, Any]]:
+    """Receive one control frame. REFUSE and ERROR become exceptions; a type outside
+    `expected` is a ProtocolError."""
+    msg_type, obj = recv_frame(channel)
     if msg_type == REFUSE and REFUSE not in expected:
-        raise Refused(f"server refused: {obj.get('reason', '(no reason given)')}")
+        raise Refused(f"server refused: {_reason(obj)}")
     if msg_type == ERROR and ERROR not in expected:
-        raise ProtocolError(f"peer reported an error: {obj.get('reason', '(no reason given)')}")
+        raise PeerError(f"peer reported an error: {_reason(obj)}")
     if expected and msg_type not in expected:
         want = "/".join(TYPE_NAMES[t] for t in expected)
         raise ProtocolError(f"expected {want}, got {TYPE_NAMES[msg_type]}")
@@ -137,34 +250,19 @@ class Plan:
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> "Plan":
-        ints = ("request_bytes", "reply_bytes", "k", "id_bytes", "cycles", "warmup")
-        for key in ints:
-            v = obj.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ProtocolError(f"plan field {key!r} must be a non-negative integer")
-        if not isinstance(obj.get("transport"), str):
-            raise ProtocolError("plan field 'transport' must be a string")
+        validate(obj, "PLAN")
         crc = obj.get("payload_crc32")
-        if crc is not None and (not isinstance(crc, int) or isinstance(crc, bool) or not 0 <= crc < 2**32):
-            raise ProtocolError("plan field 'payload_crc32' must be null or an unsigned 32-bit integer")
-        settings = obj.get("transport_settings") or {}
-        if not isinstance(settings, dict):
-            raise ProtocolError("plan field 'transport_settings' must be an object")
-        gap = obj.get("gap_ms", 0.0)
-        if not isinstance(gap, (int, float)) or isinstance(gap, bool):
-            raise ProtocolError("plan field 'gap_ms' must be a number")
-        mem = {}
-        for key, choices in (("client_memory", ("host", "cuda")), ("server_memory", ("host", "cuda")),
-                             ("gpu_path", ("staged", "direct"))):
-            mem[key] = obj.get(key, choices[0])
-            if mem[key] not in choices:
-                raise ProtocolError(f"plan field {key!r} must be one of {', '.join(choices)}")
+        if crc is not None and crc >= U32:
+            raise ProtocolError("PLAN: 'payload_crc32' must be null or an unsigned 32-bit integer")
+        if obj.get("verify") and crc is None:
+            raise ProtocolError("PLAN: 'verify' is true but 'payload_crc32' is null")
         return cls(
-            **mem,
             transport=obj["transport"], request_bytes=obj["request_bytes"], reply_bytes=obj["reply_bytes"],
             k=obj["k"], id_bytes=obj["id_bytes"], cycles=obj["cycles"], warmup=obj["warmup"],
-            verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(gap),
-            transport_settings=settings,
+            verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(obj.get("gap_ms", 0.0)),
+            transport_settings=obj.get("transport_settings") or {},
+            client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
+            gpu_path=obj.get("gpu_path", "staged"),
         )
 
 
@@ -260,6 +358,58 @@ class ReplyCodec:
         return check
 
 
+def _reason(obj: dict[str, Any]) -> str:
+    r = obj.get("reason")
+    return r[:500] if isinstance(r, str) else "(no reason given)"
+
+
+# ---- aborting a plan on the data stream -------------------------------------------------
+#
+# Either end may end a plan early by sending, in place of its next data message, an ERROR
+# frame (header + body) carried in whole data messages of the size the other end expects:
+# the frame's bytes, zero-padded to a multiple of that size, sent as consecutive messages.
+# The receiver sees the magic at offset 0 of a message (a request's seq or a reply's ids
+# can never start with it: docs/PROTOCOL.md), reads the header (and more messages if
+# needed) and then the body. The same rule works on a byte stream and on message-framed
+# transports.
+
+
+def abort_messages(reason: str, size: int) -> list[bytes]:
+    body = encode_body({"reason": reason[:1000]})
+    frame = pack_header(ERROR, len(body)) + body
+    n = -(-len(frame) // size)
+    frame = frame.ljust(n * size, b"\0")
+    return [frame[i * size:(i + 1) * size] for i in range(n)]
+
+
+def send_abort(channel, reason: str, size: int) -> None:
+    for msg in abort_messages(reason, size):
+        channel.send(msg)
+
+
+def is_abort(first: Any) -> bool:
+    return bytes(memoryview(first).cast("B")[:4]) == MAGIC
+
+
+def read_abort(channel, first: Any) -> str:
+    """The reason of an abort whose first data message is `first` (receiving the rest of
+    the frame's messages, of the same size, from `channel`)."""
+    size = len(memoryview(first).cast("B"))
+    data = bytearray(memoryview(first).cast("B"))
+    buf = bytearray(size)
+    while len(data) < HEADER_BYTES:
+        channel.recv_into(buf)
+        data += buf
+    msg_type, length = unpack_header(bytes(data[:HEADER_BYTES]))
+    if msg_type != ERROR:
+        raise ProtocolError(f"a data message carries a {TYPE_NAMES[msg_type]} frame; only ERROR may abort a plan")
+    while len(data) < HEADER_BYTES + length:
+        channel.recv_into(buf)
+        data += buf
+    obj = validate(decode_body(bytes(data[HEADER_BYTES:HEADER_BYTES + length])), "ERROR") if length else {}
+    return _reason(obj)
+
+
 def auth_mac(secret: str, *parts: str) -> str:
     """HMAC-SHA256 over the nonces (hex), keyed by the shared secret; the secret itself
     never crosses the wire."""
@@ -272,4 +422,6 @@ def auth_mac(secret: str, *parts: str) -> str:
 def auth_ok(secret: str, mac: object, *parts: str) -> bool:
     import hmac
 
-    return isinstance(mac, str) and hmac.compare_digest(mac, auth_mac(secret, *parts))
+    if not _check("hex64", mac):  # compare_digest raises on non-ASCII str: check the form first
+        return False
+    return hmac.compare_digest(str(mac), auth_mac(secret, *parts))

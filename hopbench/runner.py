@@ -101,6 +101,7 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
         s = Session("127.0.0.1", port, poll=poll, transport_settings=transport_settings or {})
         try:
             m = s.measure(P.Plan(transport, 64, k * id_bytes, k, id_bytes, cycles, max(10, cycles // 10)))
+            s.bye()
         finally:
             s.close()
         x = np.sort(m.timed)
@@ -153,6 +154,7 @@ def run_session(
             writer.write("running")
             if on_payload:
                 on_payload(summary)
+        session.bye()
         if floor:
             writer.header["floor"] = measure_floor(transport, k, id_bytes, min(cycles, 2000), poll, transport_settings)
     except BaseException as exc:

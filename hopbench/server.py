@@ -21,7 +21,7 @@ from typing import Callable
 from hopbench import __version__
 from hopbench import env as envmod
 from hopbench import protocol as P
-from hopbench.errors import HopbenchError, ProtocolError
+from hopbench.errors import HopbenchError, PeerError, ProtocolError
 from hopbench.transport import TransportOptions, get_transport
 from transports.tcp import TcpListener
 
@@ -49,6 +49,14 @@ def _shutdown(sock) -> None:
 
 class _Stop(Exception):
     pass
+
+
+class _Ended(HopbenchError):
+    """The session ends; the client has been told already (REFUSE or a data-stream abort)."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class Server:
@@ -107,7 +115,9 @@ class Server:
             pass
 
     def serve_session(self, chan) -> dict:
-        """Run one client's session to its end; never raises for client faults."""
+        """Run one client's session to its end; never raises for client faults. Every
+        way a session ends is one log line; a client fault gets an ERROR or REFUSE frame
+        first (docs/PROTOCOL.md, "Errors")."""
         peer = chan.info.get("peer", "?")
         t0 = time.monotonic()
         self.sessions += 1
@@ -116,18 +126,28 @@ class Server:
             self._session(chan, stats)
         except (_Stop, KeyboardInterrupt):
             raise
-        except HopbenchError as exc:
+        except _Ended as exc:  # the client was already told (REFUSE, or an abort on the data stream)
             stats["error"] = str(exc)
-            if isinstance(exc, ProtocolError):
-                try:  # tell the client why, if it still listens
-                    P.send_msg(chan, P.ERROR, {"reason": str(exc)})
-                except HopbenchError:
-                    pass
+        except PeerError as exc:  # the client reported an error: nothing to answer
+            stats["error"] = str(exc)
+        except ProtocolError as exc:
+            stats["error"] = str(exc)
+            try:  # tell the client why, if it still listens
+                P.send_msg(chan, P.ERROR, {"reason": str(exc)})
+            except HopbenchError:
+                pass
+        except HopbenchError as exc:  # transport faults: the client went away or timed out
+            stats["error"] = str(exc)
         except Exception as exc:  # a bug, but one client must never take the server down
-            import traceback
+            stats["error"] = f"internal error {exc.__class__.__name__}: {exc}"
+            try:
+                P.send_msg(chan, P.ERROR, {"reason": "internal server error"})
+            except Exception:
+                pass
+            if os.environ.get("HOPBENCH_DEBUG"):
+                import traceback
 
-            stats["error"] = f"internal error {exc!r}"
-            traceback.print_exc()
+                traceback.print_exc()
         finally:
             chan.close()
         outcome = "ok" if stats["error"] is None else f"error: {stats['error']}"
@@ -158,30 +178,45 @@ class Server:
                 watchdog.cancel()
         self._plans(chan, stats)
 
+    @staticmethod
+    def _expect(chan, state: str, *allowed: int) -> tuple[int, dict]:
+        """The state machine (docs/PROTOCOL.md, "States"): a frame the state does not allow
+        is a ProtocolError naming both; an ERROR from the client ends the session."""
+        msg_type, obj = P.recv_frame(chan)
+        if msg_type in allowed:
+            return msg_type, obj
+        if msg_type == P.ERROR:
+            reason = obj.get("reason") if isinstance(obj.get("reason"), str) else "(no reason given)"
+            raise PeerError(f"client reported an error in state {state}: {reason[:200]}")
+        want = "/".join(P.TYPE_NAMES[t] for t in allowed)
+        raise ProtocolError(f"unexpected {P.TYPE_NAMES[msg_type]} in state {state} (expected {want})")
+
+    def _refuse(self, chan, reason: str) -> None:
+        P.send_msg(chan, P.REFUSE, {"reason": reason})
+        raise _Ended(f"refused: {reason}")
+
     def _handshake(self, chan, stats: dict) -> None:
         cfg = self.config
-        _, hello = P.recv_msg(chan, P.HELLO)
-        if hello.get("protocol") != P.VERSION:
-            P.send_msg(chan, P.REFUSE, {"reason": f"protocol version {hello.get('protocol')!r} not supported (server speaks {P.VERSION})"})
-            raise ProtocolError(f"client speaks protocol {hello.get('protocol')!r}")
+        _, hello = self._expect(chan, "AWAIT_HELLO", P.HELLO)
+        if _is_int(hello.get("protocol")) and hello["protocol"] != P.VERSION:
+            self._refuse(chan, f"protocol version {hello['protocol']} not supported (server speaks {P.VERSION})")
+        P.validate(hello, "HELLO client")
         challenge = os.urandom(16).hex() if cfg.secret else None
-        P.send_msg(chan, P.HELLO, {
-            "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
-            "auth": {"challenge": challenge} if challenge else None,
-            "env": self._env_for(chan) if not cfg.secret else {"hostname": self.env.get("hostname")}, "caps": {
-                "max_request_bytes": cfg.caps.max_request_bytes,
-                "max_reply_bytes": cfg.caps.max_reply_bytes,
-                "max_cycles": cfg.caps.max_cycles,
-            },
-        })
+        reply = {"protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
+                 "auth": {"challenge": challenge} if challenge else None,
+                 "caps": {"max_request_bytes": cfg.caps.max_request_bytes,
+                          "max_reply_bytes": cfg.caps.max_reply_bytes, "max_cycles": cfg.caps.max_cycles}}
+        if not challenge:  # with a secret, nothing but this minimal HELLO before authentication
+            reply["env"] = self._env_for(chan)
+        P.send_msg(chan, P.HELLO, reply)
         if challenge:
             # client proves it knows the secret; the server proves it back (mutual)
-            _, auth = P.recv_msg(chan, P.AUTH)
-            nonce = auth.get("nonce")
-            if not isinstance(nonce, str) or not P.auth_ok(cfg.secret, auth.get("mac"), "client", challenge, nonce):
-                P.send_msg(chan, P.REFUSE, {"reason": "authentication failed: wrong or missing secret"})
-                raise ProtocolError("client failed authentication")
-            P.send_msg(chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", nonce, challenge), "env": self._env_for(chan)})
+            _, auth = self._expect(chan, "AWAIT_AUTH", P.AUTH)
+            P.validate(auth, "AUTH client")
+            if not P.auth_ok(cfg.secret, auth["mac"], "client", challenge, auth["nonce"]):
+                self._refuse(chan, "authentication failed: wrong or missing secret")
+            P.send_msg(chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", auth["nonce"], challenge),
+                                      "env": self._env_for(chan)})
 
     def _env_for(self, chan) -> dict:
         """The server's environment plus the interface its route back to this client
@@ -198,7 +233,7 @@ class Server:
         done = None
         try:
             while True:
-                msg_type, obj = P.recv_msg(chan, P.PLAN, P.BYE)
+                msg_type, obj = self._expect(chan, "READY", P.PLAN, P.BYE)
                 if done is not None:
                     done.close()
                     done = None
@@ -222,8 +257,7 @@ class Server:
         if reason is None and plan.server_memory == "cuda":
             reason = self._gpu_reason(plan)
         if reason is not None:
-            P.send_msg(chan, P.REFUSE, {"reason": reason})
-            raise ProtocolError(f"refused plan: {reason}")
+            self._refuse(chan, reason)
         stats["plans"] += 1
         stats["transports"].add(plan.transport)
         if transport is None:
@@ -277,7 +311,8 @@ class Server:
             for seq in range(plan.total):
                 recv_into(request)
                 if unpack_seq(request, 0)[0] != seq:
-                    raise ProtocolError(f"request carries seq {unpack_seq(request, 0)[0]}, expected {seq}")
+                    self._bad_request(chan, request, seq, plan)
+                    return
                 if crc is not None and zlib.crc32(body) != crc:
                     codec.pack(reply, seq, corrupt=True)
                 send(reply)
@@ -285,6 +320,26 @@ class Server:
             seq = plan.total
         finally:
             stats["cycles"] += seq
+
+    def _bad_request(self, chan, request, seq: int, plan: P.Plan) -> None:
+        """A request whose seq is not the expected one: the client's abort (the plan ends,
+        the session goes on), or a protocol fault (the server aborts on the data stream,
+        in reply-sized messages, and ends the session)."""
+        if P.is_abort(request):
+            reason = P.read_abort(chan, request)
+            self.log(f"client aborted plan at seq {seq}: {reason[:200]}")
+            return
+        got = P.SEQ.unpack_from(request, 0)[0]
+        self._abort(chan, f"request carries seq {got}, expected {seq}", plan)
+
+    @staticmethod
+    def _abort(chan, reason: str, plan: P.Plan) -> None:
+        """End the plan and the session, telling the client on the data stream."""
+        try:
+            P.send_abort(chan, reason, plan.reply_bytes)
+        except HopbenchError:
+            pass
+        raise _Ended(reason)
 
     def _serve_cycles_gpu(self, chan, plan: P.Plan, stats: dict) -> None:
         """The drafter's side with GPU memory: requests end in, replies start in, device
@@ -323,14 +378,22 @@ class Server:
                     recv_into(rdev)
                     send(sdev)
                     req.d2h(0, None if crc is not None else P.SEQ_BYTES)
+                    if unpack_seq(req_host, 0)[0] != seq:
+                        req.d2h()  # the whole message: it may be the client's abort
+                        self._bad_request(chan, req_host, seq, plan)
+                        return
                     if not self._check_request(req_host, seq, crc, unpack_seq):
-                        raise ProtocolError(f"request {seq} failed its CRC-32 check (checked after the reply was sent)")
+                        self._abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)",
+                                    plan)
                     pack(seq + 1)
                     rep.h2d(0, ids_end)
             else:
                 rhost, shost = req.host, rep.host
                 for seq in range(plan.total):
                     recv_into(rhost)
+                    if unpack_seq(req_host, 0)[0] != seq:
+                        self._bad_request(chan, req_host, seq, plan)
+                        return
                     if not self._check_request(req_host, seq, crc, unpack_seq):
                         codec.pack(rep.host, seq, corrupt=True)  # as on host: the client sees inverted ids
                         rep.h2d(0, ids_end)
@@ -352,8 +415,5 @@ class Server:
 
     @staticmethod
     def _check_request(req_host, seq: int, crc, unpack_seq) -> bool:
-        """ProtocolError for a wrong seq; False when the body fails its CRC-32."""
-        got = unpack_seq(req_host, 0)[0]
-        if got != seq:
-            raise ProtocolError(f"request carries seq {got}, expected {seq}")
+        """False when the body fails its CRC-32 (the seq is checked by the caller)."""
         return crc is None or zlib.crc32(req_host[P.SEQ_BYTES:]) == crc

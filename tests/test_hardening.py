@@ -28,7 +28,7 @@ def test_secret_accepted_refused_and_missing(server_factory):
         Session(srv.host, srv.port)
     s = Session(srv.host, srv.port, secret="s3cret")  # still serving
     s.close()
-    assert any("failed authentication" in line for line in srv.lines)
+    assert any("authentication failed" in line for line in srv.lines)
 
 
 def test_secret_never_crosses_the_wire():

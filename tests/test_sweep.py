@@ -3,6 +3,7 @@ teardown after an interruption mid-sweep."""
 
 import csv
 import json
+import re
 import os
 import signal
 import subprocess
@@ -64,12 +65,17 @@ def test_sweep_interrupt_teardown_and_resume(tmp_path):
     out = tmp_path / "sweep"
     before = set(netem.leftovers())
     p = run_sweep_cli(out)
-    # wait until a few cells are done, then Ctrl-C the whole process group
+    # wait until a few cells are done (progress goes to a non-terminal as one plain line
+    # per 10%, no carriage returns), then Ctrl-C the whole process group
     buf = ""
-    while "[8/" not in buf:
-        ch = p.stderr.read(1)
-        assert ch, f"sweep ended early: {buf[-500:]}"
-        buf += ch
+    while True:
+        line = p.stderr.readline()
+        assert line, f"sweep ended early: {buf[-500:]}"
+        assert "\r" not in line
+        buf += line
+        m = re.match(r"\[(\d+)/\d+\]", line)
+        if m and int(m.group(1)) >= 8:
+            break
     os.killpg(p.pid, signal.SIGINT)
     p.wait(60)
     assert p.returncode != 0

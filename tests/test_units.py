@@ -78,9 +78,9 @@ def test_header_roundtrip_and_rejections():
     with pytest.raises(ProtocolError, match="version"):
         P.unpack_header(struct.pack("<4sHHII", b"HOPB", 99, 1, 0, 0))
     with pytest.raises(ProtocolError, match="exceeds"):
-        P.unpack_header(struct.pack("<4sHHII", b"HOPB", 1, 1, 10**9, 0))
+        P.unpack_header(struct.pack("<4sHHII", b"HOPB", P.VERSION, 1, 10**9, 0))
     with pytest.raises(ProtocolError, match="unknown message type"):
-        P.unpack_header(struct.pack("<4sHHII", b"HOPB", 1, 77, 0, 0))
+        P.unpack_header(struct.pack("<4sHHII", b"HOPB", P.VERSION, 77, 0, 0))
 
 
 def test_plan_wire_roundtrip_and_validation():
