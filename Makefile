@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol
+.PHONY: system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,19 @@ test: install-dev
 test-fast: install-dev
 	$(PY) -m pytest -q -m "not slow and not netns"
 
-sweep: install
+# The emulated rungs need iproute2 (ip, tc) and ethtool; as root with apt, install them if missing.
+system-tools:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; command -v ip >/dev/null || missing="$$missing iproute2"; \
+	  command -v ethtool >/dev/null || missing="$$missing ethtool"; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing (emulated rungs)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || echo "warning: could not install$$missing"; fi; \
+	fi
+
+sweep: install system-tools
 	$(HB) sweep $(SWEEP) $(SWEEP_ARGS)
 
-sweep-quick: install
+sweep-quick: install system-tools
 	$(HB) sweep $(SWEEP) --quick $(SWEEP_ARGS)
 
 bench-core: install

@@ -5,7 +5,7 @@ of the same shape, on loopback, interleaved, several repeats, in one run.
 
 Both servers are separate processes; both clients run in this process. Placement is the
 same for both (default: every process pinned to CPU 0, the VM's stable path; see
-../shared/MEASURED.md on the ~100 us cross-CPU wake-up). Prints per size the median of
+docs/MEASURED.md on the ~100 us cross-CPU wake-up). Prints per size the median of
 the per-repeat p50s for each, and the ratio hopbench / minimal (target <= 1.05)."""
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hopbench.serverproc import ready_port  # noqa: E402
 PLACEMENTS = {"same CPU": ("0", "0"), "split CPUs": ("1", "0"), "unpinned": (None, None)}
 SIZES = (64, 184_320)
 
@@ -33,7 +34,7 @@ def one(place, link, placement, poll, a) -> dict[int, float]:
                                  "--opt", "UCX_TLS=tcp"] + (["--cpu", server_cpu] if server_cpu else []),
                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        port = int(srv.stdout.readline().rsplit(":", 1)[1])
+        port = ready_port(srv)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "r"
             r = subprocess.run(pc + [sys.executable, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes",

@@ -19,6 +19,7 @@ from tests.specpeer import HEADER, SpecClient  # noqa: E402
 
 from hopbench import protocol as P  # noqa: E402
 from hopbench.client import Session  # noqa: E402
+from hopbench.serverproc import parse_ready  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
 SECRET = "barrage"
@@ -52,8 +53,8 @@ def wait_port(logf) -> int:
     while time.monotonic() < deadline:
         logf.seek(0)
         for line in logf:
-            if "listening on" in line:
-                return int(line.rsplit(":", 1)[1])
+            if parse_ready(line):
+                return parse_ready(line)[1]
         time.sleep(0.05)  # polling a file the child writes; not synchronisation of the measurement
     raise SystemExit("the server did not start")
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from hopbench import protocol as P  # noqa: E402
 from hopbench.client import Session  # noqa: E402
+from hopbench.serverproc import ready_port  # noqa: E402
 
 MEM_BOUND_KIB = 32 * 1024  # judgement call: what the server may grow by over the whole attack
 
@@ -86,7 +87,7 @@ def main() -> None:
     srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--idle-timeout", "2",
                             "--handshake-timeout", "1", "--max-request-bytes", str(16 * 2**20)],
                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    port = int(srv.stdout.readline().rsplit(":", 1)[1])
+    port = ready_port(srv)
     log_lines: list[str] = []
     threading.Thread(target=lambda: log_lines.extend(srv.stdout), daemon=True).start()
     # one normal session first, so the baseline memory includes a served client

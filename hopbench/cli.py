@@ -145,7 +145,8 @@ def run(
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable (UCX_TLS=tcp, copy_threshold=65536).")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for a server started with --secret.")] = None,
     interface: Annotated[Optional[str], typer.Option(help="Warn unless the route to the peer leaves by this interface.")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), checked against the interface speed.")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s): checked against the interface speed and recorded (fit compares beta with it).")] = None,
+    rung_name: Annotated[Optional[str], typer.Option("--rung", help="Name of the link in the results (default 'run'), e.g. 1gbe-lab.")] = None,
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
     floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.")] = True,
@@ -157,6 +158,7 @@ def run(
     _pin(cpu)
     from hopbench import results as R
     from hopbench.estimate import pct
+    from hopbench.placement import placement_note
     from hopbench.runner import Payload, run_session
     from hopbench.shape import load_shape
 
@@ -199,15 +201,26 @@ def run(
         typer.secho(f"warning: {w.message}", fg="yellow", err=True)
     if strict and pre.warnings:
         raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
-    folder = R.new_folder(results_dir, name, out)
+    if out is not None and out.exists():
+        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     config = {"transport": transport, "k": k, "id_bytes": sh.id_bytes, "cycles": cycles, "warmup": warmup,
               "verify": verify, "gap_ms": gap_ms, "poll": poll.value, "timeout_s": timeout,
               "tokens": token_list, "bytes": byte_list, "reply_bytes": reply_bytes,
               "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu,
-              "client_memory": mem[0], "server_memory": mem[1], "gpu_path": gpu_path.value}
-    print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
-    print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} {'level':>6} "
-          f"{'p99 us':>9}  note")
+              "client_memory": mem[0], "server_memory": mem[1], "gpu_path": gpu_path.value,
+              "rate_mbit": rate, "rung": rung_name}
+    made: list[Path] = []
+
+    def make_folder() -> Path:
+        folder = R.new_folder(results_dir, name, out)
+        made.append(folder)
+        note = None if cpu else placement_note(host)
+        if note:  # once connected (a run that cannot start says only why), on stdout: advice, not an error
+            print(f"note: {note}")
+        print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
+        print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
+              f"{'level':>6} {'p99 us':>9}  note")
+        return folder
 
     def show(s: dict) -> None:
         note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
@@ -219,17 +232,24 @@ def run(
                   f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
                   f"{pct(s['p50_ci_level']):>6} {s['p99_ns'] / 1e3:9.1f}  {note}")
 
+    def warn(text: str) -> None:
+        typer.secho(f"warning: {text}", fg="yellow", err=True)
+
     try:
-        w = run_session(host, port, payloads, folder=folder, transport=transport, k=k, id_bytes=sh.id_bytes,
-                    cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
-                    timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
-                    secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor, memory=mem,
-                    gpu_path=gpu_path.value)
+        w = run_session(host, port, payloads, folder=make_folder, transport=transport, k=k, id_bytes=sh.id_bytes,
+                        cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
+                        timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
+                        secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor, memory=mem,
+                        gpu_path=gpu_path.value, on_warning=warn)
     except KeyboardInterrupt:
-        print(f"interrupted: what was measured is in {folder} (status incomplete)", file=sys.stderr)
+        where = f": what was measured is in {made[0]} (status incomplete)" if made else "; nothing was measured"
+        print(f"interrupted{where}", file=sys.stderr)
         raise typer.Exit(130)
     except HopbenchError as exc:
-        raise type(exc)(f"{exc} (measured so far kept in {folder})") from None
+        if made:
+            raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
+        raise
+    folder = made[0]
     if w.header.get("floor"):
         f = w.header["floor"]
         print(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
@@ -250,8 +270,9 @@ def sweep(
     analyse: Annotated[bool, typer.Option(help="Run fit, verdict and plot on the result at the end.")] = True,
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
     shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
+    skip_missing: Annotated[bool, typer.Option(help="Measure without the transports that are not installed here (otherwise the pre-flight refuses).")] = False,
 ):
-    """Measure rungs x transports x payloads, interleaved and repeated; resumable."""
+    """Measure rungs x transports x payloads, interleaved and repeated; resumable (run the same command again)."""
     from hopbench.shape import load_shape
     from hopbench.sweep import load_sweep, run_sweep
 
@@ -260,7 +281,7 @@ def sweep(
     only = [r for r in rungs.split(",") if r] if rungs else None
     try:
         folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
-                           resume=not new, only_rungs=only, strict=strict)
+                           resume=not new, only_rungs=only, strict=strict, analyse=analyse, skip_missing=skip_missing)
     except KeyboardInterrupt:
         raise typer.Exit(130)
     print(f"sweep results: {folder}")
@@ -292,7 +313,7 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
 
 @app.command()
 def verdict(
-    results: Annotated[Optional[Path], typer.Argument(help="A sweep or run folder (or give --hop-ms).")] = None,
+    results: Annotated[Optional[list[Path]], typer.Argument(help="Sweep or run folders, one table each (or give --hop-ms).")] = None,
     t_draft: Annotated[Optional[str], typer.Option(help="ms the drafter costs per cycle = the break-even hop; '15.88+-0.4' gives a 95% half-width. Default: the study's, configs/shape.toml.")] = None,
     cycle: Annotated[Optional[str], typer.Option(help="Decode cycle with the drafter co-located, ms (VALUE or VALUE+-HALF).")] = None,
     tok_s: Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")] = None,
@@ -321,9 +342,15 @@ def verdict(
                 hops[name] = float(val)
             except ValueError:
                 raise ConfigError(f"--hop-ms {item!r}: expected NAME=MS") from None
-    elif results is None:
+    elif not results:
         raise ConfigError("give a result folder or --hop-ms")
-    analysis.run_verdict(results, inputs, tokens or s.operating_tokens, hops)
+    if hops:
+        analysis.run_verdict(None, inputs, tokens or s.operating_tokens, hops)
+        return
+    for i, folder in enumerate(results):
+        if len(results) > 1:
+            print(("\n" if i else "") + f"== {folder}")
+        analysis.run_verdict(folder, inputs, tokens or s.operating_tokens)
 
 
 @app.command()
@@ -414,6 +441,9 @@ def doctor(
         report = D.peer_report(host, port, interface, rate, secret=secret)
     else:
         report = D.local_report()
+        if rate:
+            iface = next((i for i in report.interfaces if i["name"] == interface), None) if interface else None
+            D.check_speed(report, rate, iface)
     print(_json.dumps(report.to_dict(), indent=1, default=str) if json_out else D.format_report(report))
     if strict and report.warnings:
         raise typer.Exit(1)

@@ -120,8 +120,8 @@ class Session:
             body = os.urandom(plan.request_bytes - P.SEQ_BYTES)
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
-            transport = None if plan.transport == "tcp" else get_transport(plan.transport)
             gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
+            transport = None if plan.transport == "tcp" else get_transport(plan.transport)
             P.send_msg(self.control, P.PLAN, plan.to_wire())
             _, accept = P.recv_msg(self.control, P.ACCEPT)
             self._check_accept(accept, plan)
@@ -132,7 +132,7 @@ class Session:
                 opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
                                         poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
                 data = transport.connect(self.host, int(accept["data_port"]), opts)
-            m.data_info = dict(data.info)
+            m.data_info = dict(data.info)  # refreshed after the cycles (below): UCX's lanes are known by then
             codec = P.ReplyCodec(plan.k, plan.id_bytes)
             if gpu_bufs is None:
                 alloc = getattr(data, "alloc", bytearray)
@@ -166,6 +166,10 @@ class Session:
             raise
         finally:
             if data is not None and data is not self.control:
+                try:
+                    m.data_info = dict(data.info)
+                except Exception:  # info of a broken channel: keep what was read at connect
+                    pass
                 data.close()
         return m
 

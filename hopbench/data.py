@@ -70,23 +70,42 @@ def _read_json(path: Path) -> dict:
         raise HopbenchError(f"{path}: not valid JSON ({exc})") from None
 
 
+def check_schema(doc: dict, path: Path, expected: str) -> None:
+    """Older schema versions are read; a newer one (or another kind of file) is refused."""
+    from hopbench import __version__
+    from hopbench.results import SCHEMA_VERSION
+
+    if doc.get("schema") != expected:
+        raise HopbenchError(f"{path}: not a {expected} file (schema {doc.get('schema')!r})")
+    v = doc.get("schema_version")
+    if not isinstance(v, int) or v < 1:
+        raise HopbenchError(f"{path}: schema_version {v!r} is not a version")
+    if v > SCHEMA_VERSION:
+        raise HopbenchError(f"{path} was written by a newer hopbench ({doc.get('software') or 'schema ' + str(v)}: "
+                            f"schema {v}); this hopbench {__version__} reads up to schema {SCHEMA_VERSION}: upgrade it")
+
+
 def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
-    """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json)."""
+    """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
+    Reads every schema version up to the current one (tests/golden)."""
     folder = Path(folder)
     if (folder / "sweep.json").exists():
         top = _read_json(folder / "sweep.json")
+        check_schema(top, folder / "sweep.json", "hopbench.sweep")
         rates = {k: v.get("rate_mbit") for k, v in top.get("rungs", {}).items()}
         reports = sorted((folder / "cells").glob("*/*/*/*/report.json"))
     elif (folder / "report.json").exists():
         top = _read_json(folder / "report.json")
-        rates = {}
+        check_schema(top, folder / "report.json", "hopbench.run")
+        cfg = top.get("config") or {}
+        rates = {cfg.get("rung") or "run": cfg.get("rate_mbit")}
         reports = [folder / "report.json"]
     else:
         raise HopbenchError(f"{folder}: neither a sweep (sweep.json) nor a run (report.json) folder")
     groups: dict[tuple, Group] = {}
     for rp in reports:
         run = _read_json(rp)
-        rung = run.get("rung", "run")
+        rung = run.get("rung") or (run.get("config") or {}).get("rung") or "run"
         samples = _timed_samples(rp.parent / "samples.csv") if (rp.parent / "samples.csv").exists() else {}
         for p in run.get("payloads", []):
             s = p["summary"]

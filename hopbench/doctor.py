@@ -39,6 +39,7 @@ class Report:
     cpu_governors: dict[str, int] = field(default_factory=dict)
     peer: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
+    rate_check: dict[str, Any] | None = None  # the rate the user named (--rate) against what was found
 
     def warn(self, code: str, message: str) -> None:
         self.findings.append(Finding("warn", code, message))
@@ -190,6 +191,9 @@ def check_route(r: Report, rt: dict, expected_interface: str | None, sys_root: P
 
 
 def check_speed(r: Report, rung_rate_mbit: float | None, iface: dict | None) -> None:
+    if rung_rate_mbit:
+        r.rate_check = {"rate_mbit": rung_rate_mbit, "interface": (iface or {}).get("name"),
+                        "negotiated_mbps": (iface or {}).get("speed_mbps")}
     if rung_rate_mbit and iface and iface.get("speed_mbps") and iface["speed_mbps"] < rung_rate_mbit:
         r.warn("speed-mismatch", f"{iface['name']} negotiated {iface['speed_mbps']} Mb/s, below the rung's "
                                  f"{rung_rate_mbit:g} Mb/s (link partner, cable or switch?)")
@@ -260,6 +264,23 @@ def format_report(r: Report) -> str:
         lines.append(f"server {p['server_env'].get('hostname')}: its route back leaves by "
                      f"{p['server_interface'].get('name')} ({p['server_interface'].get('speed_mbps') or '?'} Mb/s)")
         lines.append(f"goodput probe: {p['goodput_mbps']:.0f} Mb/s (slower end negotiated: {p['slower_end_mbps'] or '?'} Mb/s)")
+    if r.rate_check:
+        rc = r.rate_check
+        rate = rc["rate_mbit"]
+        neg = rc.get("negotiated_mbps")
+        where = rc.get("interface") or "the route's interface"
+        if neg:
+            verdict = "enough" if neg >= rate else "BELOW the nominal rate"
+            lines.append(f"nominal rate (--rate) {rate:g} Mb/s vs {where} negotiated {neg} Mb/s: {verdict}")
+        else:
+            lines.append(f"nominal rate (--rate) {rate:g} Mb/s: {where} reports no negotiated speed (virtual or "
+                         f"down), so only the goodput probe can check it" + ("" if r.peer and "goodput_mbps" in r.peer
+                                                                           else " (give --peer)"))
+        if r.peer and r.peer.get("goodput_mbps"):
+            g = r.peer["goodput_mbps"]
+            lines.append(f"goodput probe {g:.0f} Mb/s = {g / rate:.0%} of the nominal {rate:g} Mb/s"
+                         + (" (TCP over Ethernet tops out near 94%)" if g <= rate else
+                            " (above the nominal rate: the link is faster than --rate says)"))
     for f in r.findings:
         lines.append(f"{'WARNING' if f.level == 'warn' else 'note'}: {f.message}")
     if not r.warnings:

@@ -1,5 +1,5 @@
 """Link emulation on one machine: two network namespaces joined by a veth pair,
-optionally shaped with tc tbf (netem does not exist in this kernel; see MEASURED.md).
+optionally shaped with tc tbf (netem does not exist in this kernel; see docs/MEASURED.md).
 
     with Link.create(rate_mbit=100) as link:
         link.server_cmd([...]); link.client_ns ...
@@ -23,7 +23,7 @@ from hopbench.errors import HopbenchError
 PREFIX = "hb"
 _counter = itertools.count()
 
-# tbf parameters (MEASURED.md): Ethernet framing charged as 24 B overhead with an 84 B
+# tbf parameters (docs/MEASURED.md): Ethernet framing charged as 24 B overhead with an 84 B
 # minimum (1538 B on the wire per 1448 B MSS segment at MTU 1500); a bucket of ~200 us
 # of line time; a queue limit big enough that a 4 MiB request never drops.
 TBF_OVERHEAD = 24
@@ -108,7 +108,7 @@ class Link:
             _run(["ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up"])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             # TSO off + GRO on: with the defaults a shaped veth reorders across CPUs and
-            # retransmits (MEASURED.md). Needs ethtool; recorded either way.
+            # retransmits (docs/MEASURED.md). Needs ethtool; recorded either way.
             if shutil.which("ethtool"):
                 r = _run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gro", "on"], check=False)
                 self.settings.setdefault("offloads", {})[dev] = "tso off gro on" if r.returncode == 0 else f"ethtool failed: {r.stderr.strip()}"

@@ -95,7 +95,9 @@ def calibrate(python: str, cycles: int = 300) -> tuple[str, dict]:
         srv = subprocess.Popen([python, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--poll", p.poll]
                                + (["--cpu", p.server_cpu] if p.server_cpu else []), stdout=subprocess.PIPE, text=True)
         try:
-            port = int(srv.stdout.readline().rsplit(":", 1)[1])
+            from hopbench.serverproc import ready_port
+
+            port = ready_port(srv)
             with tempfile.TemporaryDirectory() as tmp:
                 r = subprocess.run([python, "-m", "hopbench", "run", "--peer", f"127.0.0.1:{port}", "--bytes", "64,184320",
                                     "--cycles", str(cycles), "--warmup", "30", "--poll", p.poll, "--out", f"{tmp}/r"]
@@ -112,3 +114,32 @@ def calibrate(python: str, cycles: int = 300) -> tuple[str, dict]:
     if not scored:
         return "unpinned-auto", table
     return min(scored, key=scored.get), table
+
+
+def last_calibration(results_root: Path = Path("results")) -> str | None:
+    """The placement the newest sweep in results_root calibrated and chose here, if any."""
+    import json
+
+    for p in sorted(results_root.glob("*/sweep.json"), reverse=True):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("placement_calibration") and doc.get("placements_resolved"):
+            return f"{doc['placements_resolved'][0]} (measured by the sweep in {p.parent})"
+    return None
+
+
+def placement_note(peer_host: str, results_root: Path = Path("results")) -> str | None:
+    """What an unpinned `run` should know on a machine where placement matters (few CPUs:
+    a VM's cross-CPU wake-up costs ~100 us, and the scheduler moves the ends between CPUs
+    mid-run, so round trips drift): pin both ends, with the placement a sweep would pick."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 8:
+        return None
+    chosen = last_calibration(results_root) or "split-busy (the usual winner on small VMs; `make bench-placement` measures all)"
+    p = placement("split-busy") if len(cpus) >= 2 else placement("same-block")
+    return (f"unpinned on a {len(cpus)}-CPU machine: the scheduler moves both ends between CPUs and round trips drift "
+            f"(a cross-CPU wake-up costs ~100 us on VMs). Placement the sweep picks: {chosen}; e.g. on the server's "
+            f"host `hopbench serve --cpu {p.server_cpu} --poll {p.poll}` and here `hopbench run --cpu {p.client_cpu} "
+            f"--poll {p.poll}`" + (" (both ends on this host)" if peer_host.startswith("127.") else ""))

@@ -123,6 +123,14 @@ def cdfs(groups: list[Group], tokens=(1, 3, 8)):
                     ax.plot(x, np.arange(1, len(x) + 1) / len(x), styles.get(g.transport, "-"),
                             color=plt.cm.tab10(k), label=f"{g.transport} T={t}")
         ax.set_xscale("log")
+        # a narrow range (one decade or less, e.g. the 100 Mbit panel) gets minor tick labels
+        # that overlap: keep at most a few plain labels
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.set_xlabel("round trip (µs)")
         ax.set_title(f"{rung}: latency CDF per payload")
         ax.grid(True, which="both", alpha=0.3)

@@ -14,7 +14,14 @@ from typing import Any, Iterable
 from hopbench.errors import HopbenchError
 
 SCHEMA = "hopbench.run"
-SCHEMA_VERSION = 1
+# Schema history (report.json `schema_version`; sweep.json has its own, same numbers):
+#   1  hopbench 0.1.0: the first format.
+#   2  config.rate_mbit / config.rung (what the user said about the link), summary
+#      p50_ci_level (achieved level of the within-run interval) and drift_p, env
+#      cpu_governor; sweep summary.csv: the cell estimate with p50_ci_level/p50_ci_scope.
+# Readers accept every version up to SCHEMA_VERSION (tests/golden holds one folder of each
+# older version, which must keep loading) and refuse newer ones with a clear line.
+SCHEMA_VERSION = 2
 
 SAMPLE_COLUMNS = ["payload", "transport", "tokens", "request_bytes", "reply_bytes", "seq", "phase", "warmup", "rtt_ns"]
 SUMMARY_COLUMNS = [

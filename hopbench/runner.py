@@ -13,6 +13,8 @@ from hopbench import env as envmod
 from hopbench import protocol as P
 from hopbench import results as R
 from hopbench.client import Measurement, Session
+from hopbench.errors import Refused
+from hopbench.serverproc import ready_port
 from hopbench.stats import summarize
 
 
@@ -92,12 +94,15 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
 
     from hopbench.stats import median_ci
 
+    import os
+
     opts = [f"--opt={kk}={v}" for kk, v in ((transport_settings or {}).get(transport) or {}).items()]
+    # a private loopback server of this process: no secret, whatever HOPBENCH_SECRET says
+    env = {k: v for k, v in os.environ.items() if k != "HOPBENCH_SECRET"}
     srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--once", "--poll", poll,
-                            *opts], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            *opts], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
-        line = srv.stdout.readline()
-        port = int(line.rsplit(":", 1)[1])
+        port = ready_port(srv)
         s = Session("127.0.0.1", port, poll=poll, transport_settings=transport_settings or {})
         try:
             m = s.measure(P.Plan(transport, 64, k * id_bytes, k, id_bytes, cycles, max(10, cycles // 10)))
@@ -114,20 +119,48 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
         srv.wait(10)
 
 
+def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
+    """Every plan against the caps the server announced, before anything is measured."""
+    if not caps:
+        return
+    c = P.Caps(**{k: v for k, v in caps.items() if k in ("max_request_bytes", "max_reply_bytes", "max_cycles")})
+    bad = [(label, reason) for label, plan in plans if (reason := c.check(plan))]
+    if bad:
+        lines = "; ".join(f"{label}: {reason}" for label, reason in bad[:4]) + (" ..." if len(bad) > 4 else "")
+        raise Refused(f"the server's caps refuse {len(bad)} of {len(plans)} payloads, so nothing was measured: {lines}")
+
+
 def run_session(
-    host: str, port: int, payloads: list[Payload], *, folder: Path, transport: str, k: int, id_bytes: int,
+    host: str, port: int, payloads: list[Payload], *, folder: Path | Callable[[], Path], transport: str, k: int,
+    id_bytes: int,
     cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "auto",
     timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
     config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
     secret: str | None = None, floor: bool = False, memory: tuple[str, str] = ("host", "host"),
-    gpu_path: str = "staged",
+    gpu_path: str = "staged", on_warning: Callable[[str], None] | None = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
-    Errors propagate after the files are written (status "incomplete" / "error")."""
+    `folder` may be a callable that creates it: it is called only once the server has
+    answered and accepted the whole plan list, so a run that never connects (or that the
+    server's caps refuse) leaves nothing on disk. Errors propagate after the files are
+    written (status "incomplete" / "error")."""
     client_env = envmod.collect(peer_host=host)
     session = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll,
                       transport_settings=transport_settings or {}, client_env=client_env, secret=secret)
+
+    def plan_for(p: Payload) -> P.Plan:
+        return P.Plan(transport=transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=k,
+                      id_bytes=id_bytes, cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms,
+                      transport_settings=(transport_settings or {}).get(transport, {}),
+                      client_memory=memory[0], server_memory=memory[1], gpu_path=gpu_path)
+
+    try:
+        check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
+        folder = folder() if callable(folder) else folder
+    except BaseException:
+        session.close()
+        raise
     header = {
         "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
         "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": config or {},
@@ -139,10 +172,7 @@ def run_session(
     status, error = "complete", None
     try:
         for p in payloads:
-            plan = P.Plan(transport=transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=k,
-                          id_bytes=id_bytes, cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms,
-                          transport_settings=(transport_settings or {}).get(transport, {}),
-                          client_memory=memory[0], server_memory=memory[1], gpu_path=gpu_path)
+            plan = plan_for(p)
             try:
                 m = session.measure(plan, gap_s=gap_ms / 1000.0)
             except BaseException as exc:
@@ -152,6 +182,9 @@ def run_session(
                 raise
             summary = writer.add(m, p)
             writer.write("running")
+            for note in m.data_info.get("warnings") or []:
+                if on_warning:
+                    on_warning(note)
             if on_payload:
                 on_payload(summary)
         session.bye()

@@ -31,8 +31,10 @@ import numpy as np
 from hopbench import netem
 from hopbench import results as R
 from hopbench.config import CONFIG_DIR, check_keys, load_toml, require
-from hopbench.errors import ConfigError, HopbenchError
+from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
 from hopbench.shape import Shape, log_grid
+from hopbench.serverproc import parse_ready
+from hopbench.transport import get_transport
 
 SWEEP_SCHEMA = "hopbench.sweep"
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
@@ -273,7 +275,11 @@ class RungRuntime:
         self.server = _Proc(prefix + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{self.host}:0", *opts],
                             self.logs / f"server-{tag}.log")
         line = self.server.readline(60)
-        self.port = int(line.rsplit(":", 1)[1])
+        while line and not parse_ready(line):  # a library's warnings before the ready line
+            line = self.server.readline(60)
+        if not parse_ready(line):
+            raise HopbenchError(f"the server of rung {tag} did not report ready (see {self.logs}/server-{tag}.log)")
+        self.port = parse_ready(line)[1]
         self.server.drain_to_log()
 
     def server_died(self) -> bool:
@@ -332,11 +338,52 @@ def cell_done(folder: Path) -> bool:
         return False
 
 
+def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> tuple[list[str], set[str]]:
+    """What this sweep needs and this machine lacks: one line each with the exact install
+    command, and the transports that are missing. Checked before anything is measured."""
+    from hopbench.transport import REGISTRY, install_line
+
+    lines: list[str] = []
+    missing_tr: set[str] = set()
+    wanted = [t for t in cfg.transports if any(t in r.transports for r in rungs)]
+    for t in wanted:
+        try:
+            get_transport(t)
+        except TransportUnavailable:
+            missing_tr.add(t)
+            extra = REGISTRY[t].extra
+            lines.append(f"transport {t} is not installed: {install_line(extra) if extra else 'see docs/TRANSPORTS.md'}")
+        except HopbenchError as exc:
+            missing_tr.add(t)
+            lines.append(f"transport {t}: {exc}")
+    if analyse:
+        import importlib.util
+
+        for mod, extra, what in (("matplotlib", "plot", "the plots"), ("scipy", "analysis", "fit and verdict")):
+            if importlib.util.find_spec(mod) is None:
+                lines.append(f"{what} need {mod}: {install_line(extra)} (or --no-analyse)")
+    if any(r.kind == "emulated" for r in rungs) and os.geteuid() == 0:
+        for tool, pkg, why in (("ip", "iproute2", "network namespaces"), ("tc", "iproute2", "the tbf shaper"),
+                               ("ethtool", "ethtool", "veth offloads (left on, they reorder packets: docs/SWEEP.md)")):
+            if not shutil.which(tool):
+                lines.append(f"{tool} not found, needed for {why}: apt-get install {pkg}")
+    return lines, missing_tr
+
+
 def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
               resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
-              log: Callable[[str], None] = print) -> Path:
+              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False) -> Path:
     rung_names = only_rungs or list(cfg.rungs)
     rungs = [load_rung(n) for n in rung_names]
+    problems, missing_tr = missing_requirements(cfg, rungs, analyse)
+    if problems and not (skip_missing and all(p.startswith("transport ") for p in problems)):
+        raise ConfigError("pre-flight found what this sweep needs and this machine lacks (nothing was measured):\n  "
+                          + "\n  ".join(problems)
+                          + ("\n  (--skip-missing measures without the missing transports)" if missing_tr else ""))
+    if missing_tr:
+        for p in problems:
+            log(f"warning: {p}; skipped (--skip-missing)")
+        cfg = replace(cfg, transports=tuple(t for t in cfg.transports if t not in missing_tr))
     # cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route
     # to the peer against the interface and rate the rung config names
     from hopbench import doctor
@@ -399,7 +446,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     cells = plan_cells(cfg, rungs, shape, seed, resolved)
     by_rung = {r.name: r for r in rungs}
     report: dict[str, Any] = {
-        "schema": SWEEP_SCHEMA, "schema_version": 1, "status": "running", "created_utc": R.utc_iso(),
+        "schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
         "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
         "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
         "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,

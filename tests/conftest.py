@@ -1,3 +1,4 @@
+import socket
 import threading
 
 import pytest
@@ -45,3 +46,12 @@ def server_factory():
 def small_plan(transport="tcp", request_bytes=61440, reply_bytes=8, cycles=50, warmup=5, **kw):
     return P.Plan(transport=transport, request_bytes=request_bytes, reply_bytes=reply_bytes, k=2, id_bytes=4,
                   cycles=cycles, warmup=warmup, **kw)
+
+
+def dead_port() -> int:
+    """A port nothing listens on (bound, read, closed)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

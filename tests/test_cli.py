@@ -8,6 +8,7 @@ import sys
 from typer.testing import CliRunner
 
 from hopbench.cli import app
+from tests.conftest import dead_port
 
 runner = CliRunner()
 
@@ -41,14 +42,6 @@ def test_existing_result_folder_is_never_overwritten(server, tmp_path):
     assert (out / "keep.txt").read_text() == "precious"
 
 
-def _dead_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def one_line_error(args):
     r = subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
@@ -58,7 +51,7 @@ def one_line_error(args):
 
 
 def test_unreachable_peer_one_line(tmp_path):
-    line = one_line_error(["run", "--peer", f"127.0.0.1:{_dead_port()}", "--out", str(tmp_path / "x")])
+    line = one_line_error(["run", "--peer", f"127.0.0.1:{dead_port()}", "--out", str(tmp_path / "x")])
     assert "cannot reach" in line
 
 

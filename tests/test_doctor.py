@@ -10,6 +10,7 @@ import pytest
 
 from hopbench import doctor as D
 from hopbench import netem
+from hopbench.serverproc import ready_port
 
 
 def make_iface(root: Path, name, *, up=True, carrier=1, speed=1000, driver="igb", physical=True, pci="0000:01:00.0"):
@@ -127,7 +128,7 @@ def test_doctor_flags_shaped_veth_as_slower_hop():
         srv = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
                                f"{link.server_addr}:0"], stdout=subprocess.PIPE, text=True)
         try:
-            port = int(srv.stdout.readline().rsplit(":", 1)[1])
+            port = ready_port(srv)
             r = subprocess.run(link.exec_prefix("client") + [sys.executable, "-m", "hopbench", "doctor", "--peer",
                                f"{link.server_addr}:{port}", "--json"], capture_output=True, text=True, timeout=120)
         finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hopbench import netem
+from hopbench.serverproc import ready_port
 
 ok, why = netem.available()
 CYCLES = 20000
@@ -23,7 +24,7 @@ MID_T3 = (CYCLES + 3) * 61440 + 50 * 184320
 def serve(prefix=(), host="127.0.0.1"):
     p = subprocess.Popen([*prefix, sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:0"],
                          stdout=subprocess.PIPE, text=True)
-    return p, int(p.stdout.readline().rsplit(":", 1)[1])
+    return p, ready_port(p)
 
 
 def run_until_first_payload(prefix, peer, out, timeout="3"):

@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from hopbench import protocol as P
+from hopbench import results as R
 from hopbench.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
 from hopbench.runner import Payload, run_session
@@ -37,7 +38,7 @@ def test_run_writes_complete_files(server, tmp_path):
     run_session(server.host, server.port, payloads, folder=out, transport="tcp", k=2, id_bytes=4,
                 cycles=40, warmup=4)
     rep = json.loads((out / "report.json").read_text())
-    assert rep["status"] == "complete" and rep["schema_version"] == 1
+    assert rep["status"] == "complete" and rep["schema_version"] == R.SCHEMA_VERSION
     assert rep["server_env"]["hostname"] and rep["client_env"]["route"]["interface"]["name"] == "lo"
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert [(r["request_bytes"], r["reply_bytes"], r["tokens"]) for r in summary] == [("61440", "8", "1"), ("184320", "8", "3")]

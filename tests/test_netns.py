@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from hopbench import netem
+from hopbench.serverproc import ready_port
 
 ok, why = netem.available()
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(not ok, reason=f"needs network namespaces: {why}")]
@@ -16,9 +17,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.skipif(not ok, reason=f"needs netwo
 def start_server(link, *extra):
     proc = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
                             f"{link.server_addr}:0", *extra], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert "listening on" in line, line
-    return proc, int(line.rsplit(":", 1)[1])
+    return proc, ready_port(proc)
 
 
 @pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),

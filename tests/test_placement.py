@@ -12,6 +12,7 @@ import pytest
 
 from hopbench.placement import parse_cpus
 from tests.test_conformance import TRANSPORTS, exchange, transport_or_skip
+from hopbench.serverproc import ready_port
 
 CPUS = sorted(os.sched_getaffinity(0))
 
@@ -25,7 +26,7 @@ def test_parse_cpus():
 def start_server(*extra):
     p = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", *extra],
                          stdout=subprocess.PIPE, text=True)
-    return p, int(p.stdout.readline().rsplit(":", 1)[1])
+    return p, ready_port(p)
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs")

@@ -35,10 +35,14 @@ os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, 
 # UCX reads its logging options once, when libucs loads. Its INFO log names the transport
 # and device it selects for each endpoint ("tag(tcp/lo)"); send that log to a private file
 # (not the terminal) and parse it. A user's own UCX_LOG_* settings win.
-if "UCX_LOG_FILE" not in os.environ and "UCX_LOG_LEVEL" not in os.environ:
+# A child process inherits a parent hopbench's private setting (marked by
+# HOPBENCH_UCX_LOG); that is not the user's, so the child takes a file of its own.
+_inherited = os.environ.get("HOPBENCH_UCX_LOG") and os.environ.get("UCX_LOG_FILE") == os.environ["HOPBENCH_UCX_LOG"]
+if _inherited or ("UCX_LOG_FILE" not in os.environ and "UCX_LOG_LEVEL" not in os.environ):
     _LOG_PATH = os.path.join(tempfile.gettempdir(), f"hopbench-ucx-{os.getpid()}.log")
     os.environ["UCX_LOG_FILE"] = _LOG_PATH
     os.environ["UCX_LOG_LEVEL"] = "info"
+    os.environ["HOPBENCH_UCX_LOG"] = _LOG_PATH
     atexit.register(lambda: os.path.exists(_LOG_PATH) and os.unlink(_LOG_PATH))
 else:
     _LOG_PATH = None
@@ -220,7 +224,19 @@ class UcxChannel:
         self._send_tag = send_tag
         self._recv_tag = recv_tag
         self._arrays: dict[int, tuple[object, Array]] = {}
-        self.info = info
+        self._info = info
+
+    @property
+    def info(self) -> dict:
+        """The settings in effect; the lanes UCX selected are read afresh (UCX logs them
+        as it configures the endpoint, not always before connect returns), and a UCX_TLS
+        that UCX could not honour is named in `warnings`."""
+        info = dict(self._info)
+        info["selected"] = _selected()
+        note = fallback_note((info.get("settings") or {}).get("UCX_TLS"), info["selected"])
+        if note:
+            info["warnings"] = [note]
+        return info
 
     def alloc(self, n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.uint8)
@@ -267,6 +283,23 @@ def _selected() -> list[str]:
     """Transport/device lanes UCX has configured in this process so far (from its log)."""
     _selected_seen.extend(f"{m.group(1)}-node {m.group(2)}" for line in _log.new_lines() if (m := _SELECTED.search(line)))
     return sorted(set(_selected_seen)) if _LOG_PATH else ["unknown (UCX_LOG_* set by the user)"]
+
+
+# UCX_TLS names that are not transports of their own (aliases, modifiers, always-there)
+_TLS_GENERIC = {"all", "self", "sm", "shm", "tcp", "posix", "sysv", "cma", "knem", "xpmem", "mm", "^"}
+
+
+def fallback_note(tls: object, selected: list[str]) -> str | None:
+    """A warning when UCX_TLS asked for transports (rc, ud, dc, cuda_ipc, ...) none of
+    which UCX put on a lane: it fell back (to tcp, typically, on a host without RDMA)."""
+    if not tls or not isinstance(tls, str) or tls.startswith("^"):
+        return None
+    asked = {t.strip() for t in tls.split(",") if t.strip()} - _TLS_GENERIC
+    used = {m.split("/")[0] for lane in selected for m in re.findall(r"[\w.]+/[\w.:-]+", lane)}
+    if not asked or not used or any(a in used or any(u.startswith(a.rstrip("_x")) for u in used) for a in asked):
+        return None
+    return (f"UCX_TLS={tls} asked for {', '.join(sorted(asked))}, but UCX put only {', '.join(sorted(used))} on the "
+            f"lanes (no such device here?): the measurement is of {', '.join(sorted(used))}")
 
 
 def _base_info(ctx, options: TransportOptions) -> dict:

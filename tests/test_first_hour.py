@@ -1,0 +1,204 @@
+"""The first hour of a new user (issue 22): every README step works, says what it did, and
+fails early with one line. Each test reproduces a hole a user fell into."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hopbench import data as D
+from hopbench import export as E
+from hopbench.cli import app
+from tests.conftest import dead_port
+from hopbench.serverproc import ready_port
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+runner = CliRunner()
+
+
+def hb(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def serve(*extra, env=None):
+    p = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
+    return p, ready_port(p)
+
+
+def test_secret_from_the_environment_covers_the_floor_too(tmp_path):
+    srv, port = serve(env={"HOPBENCH_SECRET": "s3"})
+    try:
+        r = hb("run", "--peer", f"127.0.0.1:{port}", "--tokens", "1", "--cycles", "20", "--warmup", "2",
+               "--out", str(tmp_path / "r"), env={"HOPBENCH_SECRET": "s3"})
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["status"] == "complete" and rep["floor"]["n"] == 20
+
+
+@pytest.mark.parametrize("why", ["dead port", "wrong secret"])
+def test_a_run_that_never_connects_leaves_nothing_on_disk(tmp_path, why):
+    srv = None
+    if why == "dead port":
+        peer = f"127.0.0.1:{dead_port()}"
+    else:
+        srv, port = serve(env={"HOPBENCH_SECRET": "right"})
+        peer = f"127.0.0.1:{port}"
+    try:
+        r = hb("run", "--peer", peer, "--out", str(tmp_path / "x"), "--secret", "wrong")
+    finally:
+        if srv:
+            srv.terminate()
+            srv.wait(10)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "kept in" not in lines[0], r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_servers_caps_are_checked_against_the_whole_plan_first(tmp_path):
+    srv, port = serve("--max-request-bytes", "200000")
+    try:
+        r = hb("run", "--peer", f"127.0.0.1:{port}", "--tokens", "1,8", "--out", str(tmp_path / "x"))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode != 0 and "T8: request_bytes 491520 exceeds the server cap of 200000" in r.stderr
+    assert "nothing was measured" in r.stderr and not (tmp_path / "x").exists()
+    assert "T1 " not in r.stdout  # T1 was not measured first
+
+
+def test_sweep_preflight_names_missing_extras_before_measuring(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text((ROOT / "tests" / "data" / "sweep-tiny.toml").read_text())
+    code = ("import sys; sys.modules['zmq'] = None; sys.modules['ucxx'] = None; from hopbench.cli import main; "
+            f"sys.argv = ['hopbench', 'sweep', {str(cfg)!r}, '--rungs', 'loopback', '--out', {str(tmp_path / 'o')!r}]; "
+            "main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode != 0
+    assert "pip install 'hopbench[zmq]'" in r.stderr and "nothing was measured" in r.stderr
+    assert r.stderr.count("not available") == 0 and r.stderr.count("is not installed") <= 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_records_the_link_and_advises_placement(server, tmp_path):
+    out = tmp_path / "r"
+    res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", "3", "--cycles", "20",
+                              "--warmup", "2", "--no-floor", "--rate", "1000", "--rung", "lab-1g", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    if len(os.sched_getaffinity(0)) <= 8:
+        assert "unpinned on a" in res.output and "--cpu" in res.output
+    cfg = json.loads((out / "report.json").read_text())["config"]
+    assert cfg["rate_mbit"] == 1000 and cfg["rung"] == "lab-1g"
+    (g,), _ = D.load_groups(out)
+    assert g.rung == "lab-1g" and g.rate_mbit == 1000
+    rec = E.records([g], {}, "x", "s")[0]
+    assert rec["rung"] == "lab-1g" and rec["rate_mbit"] == 1000
+
+
+def test_verdict_without_the_operating_payload_fails_and_takes_several_folders(server, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out, tok in ((a, "1"), (b, "3")):
+        res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", tok, "--cycles", "20",
+                                  "--warmup", "2", "--no-floor", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    r = hb("verdict", str(a))
+    assert r.returncode != 0 and "no measurement at the operating payload T = 3 (measured T: 1)" in r.stderr
+    r = hb("verdict", str(b), str(b), "--t-draft", "15.88+-0.4")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(f"== {b}") == 2 and "t_draft = 15.88+-0.4 ms" in r.stdout
+
+
+def test_golden_results_of_every_older_schema_load_and_newer_are_refused(tmp_path):
+    groups, top = D.load_groups(GOLDEN / "sweep-v1")
+    assert top["schema_version"] == 1 and {g.payload for g in groups} >= {"T1", "T3"}
+    assert all(len(g.repeat_p50_ns) == 2 and g.repeat_ids == [0, 1] for g in groups)
+    (g_run, *_), _ = D.load_groups(GOLDEN / "run-v1")
+    assert g_run.rung == "run" and g_run.software == "hopbench 0.1.0"
+    r = hb("fit", str(_copy(GOLDEN / "sweep-v1", tmp_path / "s")))
+    assert r.returncode == 0, r.stderr
+    # export keeps each record's own software version
+    assert {rec["software"] for rec in E.records(groups, top, "g", "s")} == {"hopbench 0.1.0"}
+    newer = _copy(GOLDEN / "run-v1", tmp_path / "newer")
+    rep = json.loads((newer / "report.json").read_text())
+    rep["schema_version"] = 99
+    (newer / "report.json").write_text(json.dumps(rep))
+    r = hb("verdict", str(newer))
+    assert r.returncode != 0 and "written by a newer hopbench" in r.stderr and "upgrade" in r.stderr
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_ucx_falling_back_is_said_on_the_terminal(tmp_path):
+    try:
+        import ucxx  # noqa: F401
+    except ImportError:
+        pytest.skip("ucxx not installed")
+    srv, port = serve()
+    try:
+        r = hb("run", "--peer", f"127.0.0.1:{port}", "--transport", "ucx", "--opt", "UCX_TLS=rc,tcp", "--tokens", "1",
+               "--cycles", "10", "--warmup", "2", "--no-floor", "--out", str(tmp_path / "r"))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    if not Path("/sys/class/infiniband").exists():  # no RDMA device: UCX must have fallen back to tcp
+        assert "warning: UCX_TLS=rc,tcp asked for rc, but UCX put only tcp on the lanes" in r.stderr
+
+
+def test_doctor_compares_the_rate_it_is_given():
+    a, b = hb("doctor", "--rate", "100"), hb("doctor", "--rate", "1000")
+    la = [ln for ln in a.stdout.splitlines() if "nominal rate" in ln]
+    lb = [ln for ln in b.stdout.splitlines() if "nominal rate" in ln]
+    assert la and lb and la != lb and "100 Mb/s" in la[0] and "1000 Mb/s" in lb[0]
+
+
+def test_hop_cost_figure_labels_each_bar_with_value_and_gain():
+    pytest.importorskip("matplotlib")
+    from hopbench import plot as P
+    from hopbench import verdict as V
+    from hopbench.estimate import Estimate
+
+    inp = V.Inputs(15.88, 89.34, 24.05)
+    vs = [V.verdict("emu-1g", "tcp", Estimate(1.56, 1.5, 1.6, 0.9375, "repeats", "t", 5, 100), inp),
+          V.verdict("emu-100m", "tcp", Estimate(15.8, 15.7, 15.9, 0.9375, "repeats", "t", 5, 100), inp)]
+    fig = P.hop_cost(vs, 15.88, 3)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any("1.56 ms" in t and "+19.1%" in t for t in texts), texts
+    assert any("15.8 ms" in t for t in texts)
+    assert "93.8%" in fig.axes[0].get_ylabel()
+
+
+def test_docs_link_only_inside_the_repository():
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = md.read_text()
+        assert "../shared" not in text and "shared/seeds" not in text, md
+        for target in re.findall(r"\]\(([^)#:]+)\)", text):  # markdown links to files
+            assert (md.parent / target).exists(), (md, target)
+
+
+def test_sweep_preflight_needs_ethtool_for_emulated_rungs(monkeypatch):
+    from hopbench import sweep as S
+
+    if os.geteuid() != 0:
+        pytest.skip("emulated rungs are checked as root only (otherwise the sweep falls back to loopback)")
+    cfg = S.load_sweep(ROOT / "tests" / "data" / "sweep-tiny.toml")
+    rungs = [S.load_rung(n) for n in cfg.rungs]
+    real_which = shutil.which
+    monkeypatch.setattr(S.shutil, "which", lambda name: None if name == "ethtool" else real_which(name))
+    lines, _ = S.missing_requirements(cfg, rungs, analyse=False)
+    assert any(ln.startswith("ethtool not found") and "apt-get install ethtool" in ln for ln in lines), lines
