@@ -93,7 +93,9 @@ def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
         top = _read_json(folder / "sweep.json")
         check_schema(top, folder / "sweep.json", "hopbench.sweep")
         rates = {k: v.get("rate_mbit") for k, v in top.get("rungs", {}).items()}
-        reports = sorted((folder / "cells").glob("*/*/*/*/report.json"))
+        # a cell's attempts that did not complete were set aside as r<N>.failed-<stamp>-<i>:
+        # their payloads may be whole, but the repeat is the one that completed
+        reports = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
     elif (folder / "report.json").exists():
         top = _read_json(folder / "report.json")
         check_schema(top, folder / "report.json", "hopbench.run")
@@ -161,7 +163,7 @@ def first_header(folder: str | Path) -> dict:
     folder = Path(folder)
     if (folder / "sweep.json").exists():
         top = _read_json(folder / "sweep.json")
-        cells = sorted((folder / "cells").glob("*/*/*/*/report.json"))
+        cells = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
         head = _read_json(cells[0]) if cells else {}
         head["created_utc"] = top.get("created_utc", head.get("created_utc"))
     else:

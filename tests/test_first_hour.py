@@ -202,3 +202,13 @@ def test_sweep_preflight_needs_ethtool_for_emulated_rungs(monkeypatch):
     monkeypatch.setattr(S.shutil, "which", lambda name: None if name == "ethtool" else real_which(name))
     lines, _ = S.missing_requirements(cfg, rungs, analyse=False)
     assert any(ln.startswith("ethtool not found") and "apt-get install ethtool" in ln for ln in lines), lines
+
+
+def test_a_cell_attempt_set_aside_is_not_counted_as_a_repeat(tmp_path):
+    """An attempt interrupted after its cycles (status incomplete, payload whole) is renamed
+    r<N>.failed-...; the resumed sweep's cell must still have exactly its repeats."""
+    sweep = _copy(GOLDEN / "sweep-v1", tmp_path / "s")
+    cell = next(sweep.glob("cells/*/*/*/r0"))
+    shutil.copytree(cell, cell.with_name("r0.failed-20261203T000000Z-3"))
+    groups, _ = D.load_groups(sweep)
+    assert all(len(g.repeat_p50_ns) == 2 for g in groups)
