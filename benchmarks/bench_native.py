@@ -130,7 +130,7 @@ def main() -> None:
     missing = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest", "taskset", "ss") if not shutil.which(t)]
     if missing:
         raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")
-    from hopbench import netem
+    from hopbench.orchestration import netem
 
     print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
     print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}")

@@ -20,7 +20,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from hopbench.serverproc import ready_port  # noqa: E402
+from hopbench.orchestration.serverproc import ready_port  # noqa: E402
 PLACEMENTS = {"same CPU": ("0", "0"), "split CPUs": ("1", "0"), "unpinned": (None, None)}
 SIZES = (64, 184_320)
 
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--places", default="loopback,netns")
     a = ap.parse_args()
-    from hopbench import netem
+    from hopbench.orchestration import netem
 
     if os.cpu_count() < 2:
         raise SystemExit("needs at least 2 CPUs")

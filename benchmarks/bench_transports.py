@@ -29,8 +29,8 @@ SIZES = (61_440, 184_320)
 
 def client_main(spec: dict) -> None:
     import minimal
-    from hopbench import protocol as P
-    from hopbench.client import Session
+    from hopbench.core import protocol as P
+    from hopbench.core.client import Session
 
     def busy(tr: str) -> bool:  # the minimal ping-pong runs in the mode hopbench resolves to
         return spec["poll"] == "busy" or (spec["poll"] == "auto" and tr == "ucx")
@@ -71,7 +71,7 @@ def start(cmd: list[str], procs: list) -> tuple[subprocess.Popen, int]:
 
 
 def run_place(place: str, a) -> dict:
-    from hopbench import netem
+    from hopbench.orchestration import netem
 
     link = netem.Link.create() if place == "netns" else None
     server_cpu, client_cpu = {"same": ("0", "0"), "split": ("1", "0"), "none": (None, None)}[a.cpu]

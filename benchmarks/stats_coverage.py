@@ -13,8 +13,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_estimate import _cell_pair, synth_sweep  # noqa: E402
 
-from hopbench import compare as C  # noqa: E402
-from hopbench import fit as F  # noqa: E402
+from hopbench.analysis import compare as C  # noqa: E402
+from hopbench.analysis import fit as F  # noqa: E402
 
 TRIALS = int(sys.argv[1]) if len(sys.argv) > 1 else 400
 

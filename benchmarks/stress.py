@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hopbench import protocol as P  # noqa: E402
-from hopbench.client import Session  # noqa: E402
-from hopbench.serverproc import ready_port  # noqa: E402
+from hopbench.core import protocol as P  # noqa: E402
+from hopbench.core.client import Session  # noqa: E402
+from hopbench.orchestration.serverproc import ready_port  # noqa: E402
 
 MEM_BOUND_KIB = 32 * 1024  # judgement call: what the server may grow by over the whole attack
 

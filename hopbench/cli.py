@@ -70,7 +70,7 @@ def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
 def _pin(cpu: str | None) -> None:
     import os
 
-    from hopbench.placement import pin
+    from hopbench.core.placement import pin
 
     pin(cpu)
     if cpu:
@@ -103,12 +103,12 @@ def serve(
     gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,
 ):
     """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
-    from hopbench import protocol as P
-    from hopbench.server import Server, ServerConfig
+    from hopbench.core import protocol as P
+    from hopbench.core.server import Server, ServerConfig
 
     _pin(cpu)
     if gpu:
-        from hopbench import gpu as gpumod
+        from hopbench.core import gpu as gpumod
 
         gpu_info = gpumod.device_info()
     host, port = parse_hostport(bind)
@@ -158,8 +158,8 @@ def run(
     _pin(cpu)
     from hopbench import results as R
     from hopbench.estimate import pct
-    from hopbench.placement import placement_note
-    from hopbench.runner import Payload, run_session
+    from hopbench.core.placement import placement_note
+    from hopbench.orchestration.runner import Payload, run_session
     from hopbench.shape import load_shape
 
     scfg = load_shape(shape)
@@ -167,12 +167,12 @@ def run(
     k = sh.k if k is None else k
     if k < 1:
         raise ConfigError("--k must be at least 1")
-    from hopbench.transport import get_transport
+    from hopbench.core.transport import get_transport
 
     get_transport(transport)  # a missing extra fails here, before anything is measured, with its install line
     mem = (memory.value, (server_memory or memory).value)
     if "cuda" in mem:
-        from hopbench import gpu
+        from hopbench.core import gpu
 
         gpu.check_choice(mem, gpu_path.value, transport)
         if mem[0] == "cuda":
@@ -194,7 +194,7 @@ def run(
 
     payloads = [Payload(f"T{t}", t, sh.request_bytes(t), reply_for(sh.request_bytes(t))) for t in token_list]
     payloads += [Payload(f"B{b}", None, b, reply_for(b)) for b in byte_list]
-    from hopbench.doctor import preflight
+    from hopbench.orchestration.doctor import preflight
 
     pre = preflight(host, interface, rate)
     for w in pre.warnings:
@@ -274,7 +274,7 @@ def sweep(
 ):
     """Measure rungs x transports x payloads, interleaved and repeated; resumable (run the same command again)."""
     from hopbench.shape import load_shape
-    from hopbench.sweep import load_sweep, run_sweep
+    from hopbench.orchestration.sweep import load_sweep, run_sweep
 
     scfg = load_shape(shape)
     cfg = load_sweep(config, quick=quick)
@@ -286,7 +286,7 @@ def sweep(
         raise typer.Exit(130)
     print(f"sweep results: {folder}")
     if analyse:
-        from hopbench import analysis
+        from hopbench.analysis import commands as analysis
 
         analysis.report_all(folder, scfg)
 
@@ -305,7 +305,7 @@ ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder."
 def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens (default from config).")] = None,
         shape: ShapeOpt = None):
     """Fit latency = alpha + bytes/beta per rung x transport; regimes and the crossover."""
-    from hopbench import analysis
+    from hopbench.analysis import commands as analysis
 
     s = _shape(shape)
     analysis.run_fit(results, s.shape.bytes_per_token, tokens or s.operating_tokens)
@@ -323,8 +323,8 @@ def verdict(
     shape: ShapeOpt = None,
 ):
     """Break-even hop and projected tok/s per rung x transport."""
-    from hopbench import analysis
-    from hopbench.verdict import Inputs, parse_quantity
+    from hopbench.analysis import commands as analysis
+    from hopbench.analysis.verdict import Inputs, parse_quantity
 
     s = _shape(shape)
     td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (s.t_draft_ms, 0.0)
@@ -356,8 +356,8 @@ def verdict(
 @app.command()
 def plot(results: ResultsArg, shape: ShapeOpt = None):
     """Latency vs payload with fits, hop cost vs break-even, latency CDFs (PNG + SVG)."""
-    from hopbench import analysis
-    from hopbench.verdict import Inputs
+    from hopbench.analysis import commands as analysis
+    from hopbench.analysis.verdict import Inputs
 
     s = _shape(shape)
     analysis.run_plot(results, s.shape.bytes_per_token, Inputs(s.t_draft_ms, s.cycle_ms, s.tok_s), s.operating_tokens)
@@ -372,9 +372,9 @@ def export(
     shape: ShapeOpt = None,
 ):
     """Upsert summaries as runs[] records (stable ids; everything else in the file kept)."""
-    from hopbench import export as E
-    from hopbench import fit as F
-    from hopbench.data import load_groups
+    from hopbench.analysis import export as E
+    from hopbench.analysis import fit as F
+    from hopbench.analysis.data import load_groups
     from hopbench.results import atomic_write
 
     s = _shape(shape)
@@ -396,8 +396,8 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
             run_spread: Annotated[Optional[float], typer.Option(help="Run-to-run spread (relative SD of one run's median) to judge one run against one run; default: measured where a side has repeats, else 0.10.")] = None,
             paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True):
     """Per matching cell: B - A with a 95% CI, repeats as the unit, paired where pairing is real."""
-    from hopbench import compare as C
-    from hopbench.data import first_header, load_runs
+    from hopbench.analysis import compare as C
+    from hopbench.analysis.data import first_header, load_runs
 
     fa = [Path(x) for x in a.split(",") if x]
     fb = [Path(x) for x in b.split(",") if x]
@@ -428,10 +428,10 @@ def doctor(
     """Check interfaces, drivers, RDMA/UCX devices, sysctls, and (with --peer) the path."""
     import json as _json
 
-    from hopbench import doctor as D
+    from hopbench.orchestration import doctor as D
 
     if rung:
-        from hopbench.sweep import load_rung
+        from hopbench.orchestration.sweep import load_rung
 
         rc = load_rung(rung)
         interface = interface or rc.interface
@@ -452,7 +452,7 @@ def doctor(
 @app.command()
 def transports():
     """List the transports, whether they import here, and how to install them."""
-    from hopbench.transport import describe_transports
+    from hopbench.core.transport import describe_transports
 
     for row in describe_transports():
         if row["available"]:

@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from hopbench import protocol as P
-from hopbench.server import Server, ServerConfig
+from hopbench.core import protocol as P
+from hopbench.core.server import Server, ServerConfig
 
 
 class ServerThread:

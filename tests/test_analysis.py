@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from hopbench import compare as C
-from hopbench import export as E
-from hopbench import fit as F
-from hopbench import verdict as V
-from hopbench.data import Group
+from hopbench.analysis import compare as C
+from hopbench.analysis import export as E
+from hopbench.analysis import fit as F
+from hopbench.analysis import verdict as V
+from hopbench.analysis.data import Group
 
 
 def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None, beta2=None):
@@ -186,7 +186,7 @@ def test_baseline_warnings_list_every_difference():
 
 def test_plots_render_expected_series(tmp_path):
     pytest.importorskip("matplotlib")
-    from hopbench import plot as P
+    from hopbench.analysis import plot as P
 
     gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES, rate=1000) + synth_groups("loopback", 20e-6, 5e9, SIZES, seed=2)
     for g in gs[:3]:

@@ -27,7 +27,7 @@ def test_run_via_cli_runner(server, tmp_path):
     assert floor["transport"] == "tcp" and floor["request_bytes"] == 64 and floor["n"] == 30
     assert floor["p50_ci_lo_ns"] <= floor["p50_ns"] <= floor["p50_ci_hi_ns"]
     assert "instrument floor (tcp, 64 B on loopback" in res.output
-    from hopbench.analysis import instrument_floors
+    from hopbench.analysis.commands import instrument_floors
 
     assert instrument_floors(out) == {"tcp": floor["p50_ns"] / 1e6}
 
@@ -66,7 +66,7 @@ def test_port_in_use_one_line():
 
 
 def test_over_cap_plan_one_line(server_factory, tmp_path):
-    from hopbench import protocol as P
+    from hopbench.core import protocol as P
 
     st = server_factory(caps=P.Caps(max_request_bytes=100_000))
     line = one_line_error(["run", "--peer", f"{st.host}:{st.port}", "--tokens", "3", "--out", str(tmp_path / "x")])

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportUnavailable
-from hopbench.transport import TransportOptions, get_transport
+from hopbench.core.transport import TransportOptions, get_transport
 
 TRANSPORTS = [
     pytest.param("fake", id="fake"),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hopbench import doctor as D
-from hopbench import netem
-from hopbench.serverproc import ready_port
+from hopbench.orchestration import doctor as D
+from hopbench.orchestration import netem
+from hopbench.orchestration.serverproc import ready_port
 
 
 def make_iface(root: Path, name, *, up=True, carrier=1, speed=1000, driver="igb", physical=True, pci="0000:01:00.0"):

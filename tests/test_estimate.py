@@ -4,9 +4,9 @@ Carlo with known alpha, beta and a per-repeat shared factor), not against itself
 import numpy as np
 import pytest
 
-from hopbench import compare as C
-from hopbench import fit as F
-from hopbench.data import Group
+from hopbench.analysis import compare as C
+from hopbench.analysis import fit as F
+from hopbench.analysis.data import Group
 from hopbench.estimate import (binom_half_cdf, cell_estimate, drift, kendall_trend_p, mann_whitney_p, pct,
                                ranks_for_level, repeat_trend)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hopbench import netem
-from hopbench.serverproc import ready_port
+from hopbench.orchestration import netem
+from hopbench.orchestration.serverproc import ready_port
 
 ok, why = netem.available()
 CYCLES = 20000

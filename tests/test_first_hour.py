@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hopbench import data as D
-from hopbench import export as E
+from hopbench.analysis import data as D
+from hopbench.analysis import export as E
 from hopbench.cli import app
 from tests.conftest import dead_port
-from hopbench.serverproc import ready_port
+from hopbench.orchestration.serverproc import ready_port
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -169,8 +169,8 @@ def test_doctor_compares_the_rate_it_is_given():
 
 def test_hop_cost_figure_labels_each_bar_with_value_and_gain():
     pytest.importorskip("matplotlib")
-    from hopbench import plot as P
-    from hopbench import verdict as V
+    from hopbench.analysis import plot as P
+    from hopbench.analysis import verdict as V
     from hopbench.estimate import Estimate
 
     inp = V.Inputs(15.88, 89.34, 24.05)
@@ -192,7 +192,7 @@ def test_docs_link_only_inside_the_repository():
 
 
 def test_sweep_preflight_needs_ethtool_for_emulated_rungs(monkeypatch):
-    from hopbench import sweep as S
+    from hopbench.orchestration import sweep as S
 
     if os.geteuid() != 0:
         pytest.skip("emulated rungs are checked as root only (otherwise the sweep falls back to loopback)")

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from hopbench import gpu
-from hopbench.client import Session
+from hopbench.core import gpu
+from hopbench.core.client import Session
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.runner import Payload, run_session
+from hopbench.orchestration.runner import Payload, run_session
 from tests import fakecupy
 from tests.conftest import small_plan
 

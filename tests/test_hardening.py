@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopbench import protocol as P
-from hopbench.client import Session
+from hopbench.core import protocol as P
+from hopbench.core.client import Session
 from hopbench.errors import HopbenchError, ProtocolError, Refused
-from hopbench.runner import Payload, run_session
+from hopbench.orchestration.runner import Payload, run_session
 from tests.conftest import small_plan
 from transports import fake
 
@@ -142,7 +142,7 @@ def test_export_killed_mid_write_leaves_previous_file_intact(tmp_path):
 import os, signal, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 import hopbench.results as R
-from hopbench import export as E
+from hopbench.analysis import export as E
 real_replace = os.replace
 def die(*a):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -8,11 +8,11 @@ import struct
 
 import pytest
 
-from hopbench import protocol as P
+from hopbench.core import protocol as P
 from hopbench import results as R
-from hopbench.client import Session
+from hopbench.core.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
-from hopbench.runner import Payload, run_session
+from hopbench.orchestration.runner import Payload, run_session
 from tests.conftest import small_plan
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from hopbench import netem
-from hopbench.serverproc import ready_port
+from hopbench.orchestration import netem
+from hopbench.orchestration.serverproc import ready_port
 
 ok, why = netem.available()
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(not ok, reason=f"needs network namespaces: {why}")]

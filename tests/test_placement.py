@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hopbench.placement import parse_cpus
+from hopbench.core.placement import parse_cpus
 from tests.test_conformance import TRANSPORTS, exchange, transport_or_skip
-from hopbench.serverproc import ready_port
+from hopbench.orchestration.serverproc import ready_port
 
 CPUS = sorted(os.sched_getaffinity(0))
 
@@ -50,7 +50,7 @@ def test_affinity_recorded_on_both_ends(tmp_path):
 
 @pytest.mark.parametrize("name", TRANSPORTS)
 def test_busy_poll_is_byte_identical(name):
-    from hopbench.transport import TransportOptions
+    from hopbench.core.transport import TransportOptions
     import threading
 
     t = transport_or_skip(name)
@@ -79,8 +79,8 @@ def test_idle_busy_poll_server_does_not_spin():
     srv, port = start_server("--poll", "busy")
     try:
         # one session first, so the server has been through a busy-polled session
-        from hopbench import protocol as P
-        from hopbench.client import Session
+        from hopbench.core import protocol as P
+        from hopbench.core.client import Session
 
         s = Session("127.0.0.1", port)
         s.measure(P.Plan("tcp", 64, 8, 2, 4, 50, 5))

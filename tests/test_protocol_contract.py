@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hopbench import protocol as P
-from hopbench.client import Session
+from hopbench.core import protocol as P
+from hopbench.core.client import Session
 from hopbench.errors import PeerError, ProtocolError, Refused
-from hopbench.transport import TransportOptions, get_transport
+from hopbench.core.transport import TransportOptions, get_transport
 from tests.conftest import small_plan
 from tests.specpeer import SpecClient, SpecServer
 

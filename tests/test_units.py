@@ -6,11 +6,11 @@ import struct
 import numpy as np
 import pytest
 
-from hopbench import protocol as P
+from hopbench.core import protocol as P
 from hopbench.errors import PeerClosed, ProtocolError, VerifyError
 from hopbench.shape import load_shape, log_grid
-from hopbench.stats import median_ci, median_ci_ranks, summarize
-from hopbench.timing import run_cycles
+from hopbench.core.stats import median_ci, median_ci_ranks, summarize
+from hopbench.core.timing import run_cycles
 from transports import fake
 
 

@@ -11,7 +11,7 @@ import queue
 import threading
 
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
-from hopbench.transport import TransportOptions
+from hopbench.core.transport import TransportOptions
 
 _CLOSED = object()
 _listeners: dict[int, "FakeListener"] = {}

@@ -29,7 +29,7 @@ import time
 import weakref
 
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
-from hopbench.transport import TransportOptions
+from hopbench.core.transport import TransportOptions
 
 _WAITALL = socket.MSG_WAITALL
 

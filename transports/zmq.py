@@ -28,7 +28,7 @@ import time
 import zmq
 
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout, TransportError
-from hopbench.transport import TransportOptions
+from hopbench.core.transport import TransportOptions
 
 HELLO = b"HOPBZMQ1"
 SLICE_MS = 200  # receive slice: how often a blocked receive checks its deadline

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from hopbench.errors import HopbenchError
-from hopbench.runner import Payload, run_session
+from hopbench.orchestration.runner import Payload, run_session
 
 
 def main() -> None:

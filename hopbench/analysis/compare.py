@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.analysis_deps import scipy_stats
-from hopbench.data import Group
+from hopbench.analysis.deps import scipy_stats
+from hopbench.analysis.data import Group
 
 LEVEL = 0.95
 # Default run-to-run spread (relative SD of one run's median) when no side has repeats: the

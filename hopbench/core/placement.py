@@ -95,7 +95,7 @@ def calibrate(python: str, cycles: int = 300) -> tuple[str, dict]:
         srv = subprocess.Popen([python, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--poll", p.poll]
                                + (["--cpu", p.server_cpu] if p.server_cpu else []), stdout=subprocess.PIPE, text=True)
         try:
-            from hopbench.serverproc import ready_port
+            from hopbench.orchestration.serverproc import ready_port
 
             port = ready_port(srv)
             with tempfile.TemporaryDirectory() as tmp:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.data import Group
+from hopbench.analysis.data import Group
 
 RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
 HUBER_K = 1.345
@@ -119,7 +119,7 @@ WITHIN_RUN_BOOT = "bootstrap of one run's cycles"
 
 
 def _t_interval(center: float, per_repeat: np.ndarray, level: float) -> tuple[float, float]:
-    from hopbench.analysis_deps import scipy_stats
+    from hopbench.analysis.deps import scipy_stats
 
     r = len(per_repeat)
     se = float(np.std(per_repeat, ddof=1)) / np.sqrt(r)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hopbench import compare as C
-from hopbench import fit as F
-from hopbench import verdict as V
-from hopbench.data import load_groups
+from hopbench.analysis import compare as C
+from hopbench.analysis import fit as F
+from hopbench.analysis import verdict as V
+from hopbench.analysis.data import load_groups
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate, pct
 from hopbench.results import atomic_write
@@ -133,7 +133,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
 
 
 def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tokens: int, show=print) -> list[Path]:
-    from hopbench import plot as P
+    from hopbench.analysis import plot as P
 
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens, boot=50)

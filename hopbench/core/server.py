@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hopbench import __version__
-from hopbench import env as envmod
-from hopbench import protocol as P
+from hopbench.core import env as envmod
+from hopbench.core import protocol as P
 from hopbench.errors import HopbenchError, PeerError, ProtocolError
-from hopbench.transport import TransportOptions, get_transport
+from hopbench.core.transport import TransportOptions, get_transport
 from transports.tcp import TcpListener
 
 
@@ -282,7 +282,7 @@ class Server:
 
     @staticmethod
     def _gpu_reason(plan: P.Plan) -> str | None:
-        from hopbench import gpu
+        from hopbench.core import gpu
 
         try:
             gpu.check_choice((plan.server_memory,), plan.gpu_path, plan.transport)
@@ -353,7 +353,7 @@ class Server:
         would produce them on its GPU."""
         import numpy as np
 
-        from hopbench.gpu import Staging
+        from hopbench.core.gpu import Staging
 
         req = Staging(plan.request_bytes)
         rep = Staging(plan.reply_bytes, req.stream)

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hopbench import __version__
-from hopbench import env as envmod
-from hopbench import protocol as P
+from hopbench.core import env as envmod
+from hopbench.core import protocol as P
 from hopbench import results as R
-from hopbench.client import Measurement, Session
+from hopbench.core.client import Measurement, Session
 from hopbench.errors import Refused
-from hopbench.serverproc import ready_port
-from hopbench.stats import summarize
+from hopbench.orchestration.serverproc import ready_port
+from hopbench.core.stats import summarize
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class RunWriter:
         return summary
 
     def write(self, status: str, error: str | None = None) -> None:
-        from hopbench.placement import affinity
+        from hopbench.core.placement import affinity
 
         self.header["client_affinity"] = affinity()  # per thread, once the transports' threads exist
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
@@ -92,7 +92,7 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
 
     import numpy as np
 
-    from hopbench.stats import median_ci
+    from hopbench.core.stats import median_ci
 
     import os
 

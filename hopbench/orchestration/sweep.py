@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench import netem
+from hopbench.orchestration import netem
 from hopbench import results as R
 from hopbench.config import CONFIG_DIR, check_keys, load_toml, require
 from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
 from hopbench.shape import Shape, log_grid
-from hopbench.serverproc import parse_ready
-from hopbench.transport import get_transport
+from hopbench.orchestration.serverproc import parse_ready
+from hopbench.core.transport import get_transport
 
 SWEEP_SCHEMA = "hopbench.sweep"
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
@@ -264,7 +264,7 @@ class RungRuntime:
             self.start_server()
         pin = ["taskset", "-c", self.place.client_cpu] if self.place and self.place.client_cpu else []
         tag = rung.name + (f"@{self.place.name}" if self.place else "")
-        self.agent = _Proc(client_prefix + pin + py + ["hopbench.agent"], self.logs / f"agent-{tag}.log", stdin=True)
+        self.agent = _Proc(client_prefix + pin + py + ["hopbench.orchestration.agent"], self.logs / f"agent-{tag}.log", stdin=True)
 
     def start_server(self) -> None:
         prefix = self.link.exec_prefix("server") if self.link else []
@@ -341,7 +341,7 @@ def cell_done(folder: Path) -> bool:
 def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> tuple[list[str], set[str]]:
     """What this sweep needs and this machine lacks: one line each with the exact install
     command, and the transports that are missing. Checked before anything is measured."""
-    from hopbench.transport import REGISTRY, install_line
+    from hopbench.core.transport import REGISTRY, install_line
 
     lines: list[str] = []
     missing_tr: set[str] = set()
@@ -386,7 +386,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         cfg = replace(cfg, transports=tuple(t for t in cfg.transports if t not in missing_tr))
     # cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route
     # to the peer against the interface and rate the rung config names
-    from hopbench import doctor
+    from hopbench.orchestration import doctor
 
     preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
     warnings = [f"local: {f['message']}" for f in preflight["local"]["findings"] if f["level"] == "warn"]
@@ -432,7 +432,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         resolved = []
         for name in cfg.placements:
             if name == "auto":
-                from hopbench.placement import calibrate
+                from hopbench.core.placement import calibrate
 
                 chosen, calibration = calibrate(sys.executable)
                 log(f"placement auto -> {chosen} (loopback TCP p50 64 B + 184,320 B per candidate: "
@@ -440,7 +440,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
                 resolved.append(chosen)
             else:
                 resolved.append(name)
-    from hopbench.placement import placement as _placement
+    from hopbench.core.placement import placement as _placement
 
     places = {n: _placement(n) for n in resolved}
     cells = plan_cells(cfg, rungs, shape, seed, resolved)
@@ -544,7 +544,7 @@ def aggregate(folder: Path) -> list[dict]:
     (hopbench.estimate: median of repeat medians, order-statistic CI over repeats with its
     achieved level: 75% at 3 repeats, 93.75% at 5), plus the spread across repeats. Reads
     the cells with the same loader the analysis commands use."""
-    from hopbench.data import load_groups
+    from hopbench.analysis.data import load_groups
 
     try:
         groups, _ = load_groups(folder)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hopbench.data import Group
+from hopbench.analysis.data import Group
 from hopbench.estimate import pct
-from hopbench.fit import Fit
+from hopbench.analysis.fit import Fit
 
 
 def _plt():

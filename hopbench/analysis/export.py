@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from hopbench.data import Group
+from hopbench.analysis.data import Group
 from hopbench.errors import HopbenchError
 from hopbench.results import atomic_write
 

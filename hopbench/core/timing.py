@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from hopbench.protocol import SEQ, ReplyCodec
+from hopbench.core.protocol import SEQ, ReplyCodec
 
 
 def run_cycles(

@@ -12,10 +12,10 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench import __version__
-from hopbench import protocol as P
+from hopbench.core import protocol as P
 from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError, Refused, VerifyError
-from hopbench.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
-from hopbench.transport import TransportOptions, get_transport
+from hopbench.core.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
+from hopbench.core.transport import TransportOptions, get_transport
 from transports.tcp import TcpChannel, connect_socket
 
 
@@ -223,7 +223,7 @@ class Session:
         """Device + pinned buffers for a plan whose client end is in CUDA memory."""
         if not plan.uses_gpu:
             return None
-        from hopbench import gpu
+        from hopbench.core import gpu
 
         gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, plan.transport)
         tls = str(self.transport_settings.get(plan.transport, {}).get("UCX_TLS", ""))

@@ -204,8 +204,8 @@ def peer_report(host: str, port: int, expected_interface: str | None = None, run
     """Local report + route, the server's report, path MTU and a goodput probe."""
     import numpy as np
 
-    from hopbench import protocol as P
-    from hopbench.client import Session
+    from hopbench.core import protocol as P
+    from hopbench.core.client import Session
 
     r = local_report()
     rt = route(host)

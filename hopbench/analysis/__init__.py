@@ -1,0 +1,2 @@
+"""The analysing room: reads result folders and derives figures. Never imports the
+measuring room or the transports."""
