@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import minimal  # noqa: E402
+
 from hopbench.core import protocol as P  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
-import minimal  # noqa: E402
 
 SIZES = (61_440, 184_320)
 

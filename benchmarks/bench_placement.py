@@ -21,6 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hopbench.orchestration.serverproc import ready_port  # noqa: E402
+
 PLACEMENTS = {"same CPU": ("0", "0"), "split CPUs": ("1", "0"), "unpinned": (None, None)}
 SIZES = (64, 184_320)
 

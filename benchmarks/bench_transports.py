@@ -29,6 +29,7 @@ SIZES = (61_440, 184_320)
 
 def client_main(spec: dict) -> None:
     import minimal
+
     from hopbench.core import protocol as P
     from hopbench.core.client import Session
 

@@ -30,8 +30,9 @@ FLAGS = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}
 def probe(flag: str, n: int) -> dict:
     import cupy as cp
     import numpy as np
-
-    from cuda.bindings import driver  # the primary context's scheduling flags, before it exists
+    from cuda.bindings import (
+        driver,  # the primary context's scheduling flags, before it exists
+    )
 
     driver.cuInit(0)
     _, dev0 = driver.cuDeviceGet(0)

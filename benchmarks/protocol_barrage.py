@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.specpeer import HEADER, SpecClient  # noqa: E402
-
 from hopbench.core import protocol as P  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
 from hopbench.orchestration.serverproc import parse_ready  # noqa: E402
+from tests.specpeer import HEADER, SpecClient  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
 SECRET = "barrage"

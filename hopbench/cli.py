@@ -10,6 +10,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from hopbench.config import (
+    parse_bytes_grid,
+    parse_hostport,
+    parse_int_list,
+    split_options,
+)
 from hopbench.errors import ConfigError, HopbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -32,41 +38,6 @@ class GpuPath(str, Enum):
     direct = "direct"
 
 
-def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, "0"
-    host = host.strip("[]") or default_host
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"bad address {text!r}: expected HOST:PORT")
-    return host, int(port)
-
-
-def parse_int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise ConfigError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"{what}: expected positive integers, got {text!r}")
-    return values
-
-
-def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
-    """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
-    from hopbench.shape import log_grid
-
-    if text == "grid":
-        return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)
-    if text.startswith("log:"):
-        parts = text.split(":")[1:]
-        if len(parts) != 3:
-            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
-        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
-        return log_grid(lo, hi, n)
-    return parse_int_list(text, "--bytes")
-
-
 def _pin(cpu: str | None) -> None:
     import os
 
@@ -75,17 +46,6 @@ def _pin(cpu: str | None) -> None:
     pin(cpu)
     if cpu:
         os.environ["HOPBENCH_PINNED"] = cpu
-
-
-def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
-    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; UCX_* keys belong to ucx."""
-    out: dict[str, dict[str, str]] = {}
-    for item in opts or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
-        out.setdefault("ucx" if key.startswith("UCX_") else "zmq", {})[key] = value
-    return out
 
 
 @app.command()
@@ -157,8 +117,8 @@ def run(
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
     from hopbench import results as R
-    from hopbench.estimate import pct
     from hopbench.core.placement import placement_note
+    from hopbench.estimate import pct
     from hopbench.orchestration.runner import Payload, run_session
     from hopbench.shape import load_shape
 
@@ -273,8 +233,9 @@ def sweep(
     skip_missing: Annotated[bool, typer.Option(help="Measure without the transports that are not installed here (otherwise the pre-flight refuses).")] = False,
 ):
     """Measure rungs x transports x payloads, interleaved and repeated; resumable (run the same command again)."""
+    from hopbench.config_sweep import load_sweep
+    from hopbench.orchestration.sweep import run_sweep
     from hopbench.shape import load_shape
-    from hopbench.orchestration.sweep import load_sweep, run_sweep
 
     scfg = load_shape(shape)
     cfg = load_sweep(config, quick=quick)
@@ -431,7 +392,7 @@ def doctor(
     from hopbench.orchestration import doctor as D
 
     if rung:
-        from hopbench.orchestration.sweep import load_rung
+        from hopbench.config_sweep import load_rung
 
         rc = load_rung(rung)
         interface = interface or rc.interface

@@ -1,10 +1,13 @@
-"""TOML config loading with key checking: a bad key names the key and the file."""
+"""Configuration in one place: TOML loading with key checking (a bad key names the key and
+the file) and the parsers of command-line values. The shape (hopbench.shape) and the rung
+and sweep configs (hopbench.config_sweep) build on it."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from hopbench.errors import ConfigError
 
@@ -42,3 +45,49 @@ def require(table: dict, key: str, types, file: str, prefix: str = "", allowed: 
     if allowed is not None and isinstance(value, dict):
         check_keys(value, allowed, file, f"{prefix}{key}.")
     return value
+
+
+def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, "0"
+    host = host.strip("[]") or default_host
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"bad address {text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ConfigError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{what}: expected positive integers, got {text!r}")
+    return values
+
+
+def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
+    """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
+    from hopbench.shape import log_grid
+
+    if text == "grid":
+        return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)
+    if text.startswith("log:"):
+        parts = text.split(":")[1:]
+        if len(parts) != 3:
+            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
+        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
+        return log_grid(lo, hi, n)
+    return parse_int_list(text, "--bytes")
+
+
+def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
+    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; UCX_* keys belong to ucx."""
+    out: dict[str, dict[str, str]] = {}
+    for item in opts or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
+        out.setdefault("ucx" if key.startswith("UCX_") else "zmq", {})[key] = value
+    return out

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportUnavailable
 from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportUnavailable
 
 TRANSPORTS = [
     pytest.param("fake", id="fake"),

@@ -7,8 +7,16 @@ import pytest
 from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis.data import Group
-from hopbench.estimate import (binom_half_cdf, cell_estimate, drift, kendall_trend_p, mann_whitney_p, pct,
-                               ranks_for_level, repeat_trend)
+from hopbench.estimate import (
+    binom_half_cdf,
+    cell_estimate,
+    drift,
+    kendall_trend_p,
+    mann_whitney_p,
+    pct,
+    ranks_for_level,
+    repeat_trend,
+)
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

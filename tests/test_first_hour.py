@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from hopbench.analysis import data as D
 from hopbench.analysis import export as E
 from hopbench.cli import app
-from tests.conftest import dead_port
 from hopbench.orchestration.serverproc import ready_port
+from tests.conftest import dead_port
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -192,15 +192,16 @@ def test_docs_link_only_inside_the_repository():
 
 
 def test_sweep_preflight_needs_ethtool_for_emulated_rungs(monkeypatch):
-    from hopbench.orchestration import sweep as S
+    from hopbench import config_sweep as S
+    from hopbench.orchestration import sweep as SW
 
     if os.geteuid() != 0:
         pytest.skip("emulated rungs are checked as root only (otherwise the sweep falls back to loopback)")
     cfg = S.load_sweep(ROOT / "tests" / "data" / "sweep-tiny.toml")
     rungs = [S.load_rung(n) for n in cfg.rungs]
     real_which = shutil.which
-    monkeypatch.setattr(S.shutil, "which", lambda name: None if name == "ethtool" else real_which(name))
-    lines, _ = S.missing_requirements(cfg, rungs, analyse=False)
+    monkeypatch.setattr(SW.run.shutil, "which", lambda name: None if name == "ethtool" else real_which(name))
+    lines, _ = SW.missing_requirements(cfg, rungs, analyse=False)
     assert any(ln.startswith("ethtool not found") and "apt-get install ethtool" in ln for ln in lines), lines
 
 

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from hopbench.core import protocol as P
 from hopbench import results as R
+from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
 from hopbench.orchestration.runner import Payload, run_session

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hopbench.core.placement import parse_cpus
-from tests.test_conformance import TRANSPORTS, exchange, transport_or_skip
 from hopbench.orchestration.serverproc import ready_port
+from tests.test_conformance import TRANSPORTS, exchange, transport_or_skip
 
 CPUS = sorted(os.sched_getaffinity(0))
 
@@ -50,8 +50,9 @@ def test_affinity_recorded_on_both_ends(tmp_path):
 
 @pytest.mark.parametrize("name", TRANSPORTS)
 def test_busy_poll_is_byte_identical(name):
-    from hopbench.core.transport import TransportOptions
     import threading
+
+    from hopbench.core.transport import TransportOptions
 
     t = transport_or_skip(name)
     opts = TransportOptions(timeout_s=5, poll="busy")

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
-from hopbench.errors import PeerError, ProtocolError, Refused
 from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.errors import PeerError, ProtocolError, Refused
 from tests.conftest import small_plan
 from tests.specpeer import SpecClient, SpecServer
 

@@ -3,8 +3,8 @@ teardown after an interruption mid-sweep."""
 
 import csv
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from hopbench.config_sweep import load_rung, load_sweep
 from hopbench.orchestration import netem
+from hopbench.orchestration.sweep.plan import cycles_for, plan_cells
 from hopbench.shape import load_shape
-from hopbench.orchestration.sweep import cycles_for, load_rung, load_sweep, plan_cells
 
 TINY = Path(__file__).parent / "data" / "sweep-tiny.toml"
 ok, why = netem.available()
@@ -39,7 +40,7 @@ def test_plan_is_interleaved_seeded_and_complete():
 def test_cycles_budget_respects_rate():
     cfg = load_sweep(Path("configs/sweep.toml"))
     slow, fast = load_rung("emu-100m"), load_rung("loopback")
-    from hopbench.orchestration.sweep import Cell
+    from hopbench.orchestration.sweep.plan import Cell
 
     big = Cell("x", "tcp", "B4194304", None, 4194304, 8, 0.0, 0)
     assert cycles_for(big, slow, cfg) == cfg.min_cycles

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from hopbench.core import protocol as P
-from hopbench.errors import PeerClosed, ProtocolError, VerifyError
-from hopbench.shape import load_shape, log_grid
 from hopbench.core.stats import median_ci, median_ci_ranks, summarize
 from hopbench.core.timing import run_cycles
+from hopbench.errors import PeerClosed, ProtocolError, VerifyError
+from hopbench.shape import load_shape, log_grid
 from transports import fake
 
 

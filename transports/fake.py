@@ -10,8 +10,8 @@ import itertools
 import queue
 import threading
 
-from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 from hopbench.core.transport import TransportOptions
+from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 
 _CLOSED = object()
 _listeners: dict[int, "FakeListener"] = {}

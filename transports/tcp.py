@@ -28,8 +28,8 @@ import threading
 import time
 import weakref
 
-from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
 from hopbench.core.transport import TransportOptions
+from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
 
 _WAITALL = socket.MSG_WAITALL
 

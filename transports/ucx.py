@@ -54,8 +54,15 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.errors import ConfigError, ConnectFailed, PeerClosed, ProtocolError, Timeout, TransportError  # noqa: E402
 from hopbench.core.transport import TransportOptions  # noqa: E402
+from hopbench.errors import (  # noqa: E402
+    ConfigError,
+    ConnectFailed,
+    PeerClosed,
+    ProtocolError,
+    Timeout,
+    TransportError,
+)
 
 HELLO = b"HOPBUCX1"
 TAG_TO_SERVER = ucx_api.UCXXTag(1)

@@ -27,8 +27,14 @@ import time
 
 import zmq
 
-from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout, TransportError
 from hopbench.core.transport import TransportOptions
+from hopbench.errors import (
+    ConnectFailed,
+    PeerClosed,
+    ProtocolError,
+    Timeout,
+    TransportError,
+)
 
 HELLO = b"HOPBZMQ1"
 SLICE_MS = 200  # receive slice: how often a blocked receive checks its deadline

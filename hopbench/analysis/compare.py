@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.analysis.deps import scipy_stats
 from hopbench.analysis.data import Group
+from hopbench.analysis.deps import scipy_stats
 
 LEVEL = 0.95
 # Default run-to-run spread (relative SD of one run's median) when no side has repeats: the
@@ -230,8 +230,8 @@ def baseline_warnings(env_a: dict, env_b: dict, max_age_days: float = 1.0) -> li
 
 
 def format_table(cs: list[Comparison], label_a: str = "A", label_b: str = "B") -> str:
-    lines = [f"difference B - A per cell; rel = B/A - 1 with its 95% CI (repeats as the unit; design per row); "
-             f"n = repeats A/B (pairs)",
+    lines = ["difference B - A per cell; rel = B/A - 1 with its 95% CI (repeats as the unit; design per row); "
+             "n = repeats A/B (pairs)",
              f"{'rung':<14} {'tr':<4} {'payload':<9} {'design':<26} {'n':>9} {label_a + ' p50 us':>11} "
              f"{label_b + ' p50 us':>11} {'diff us':>9} {'rel':>7} {'rel 95% CI':>17} {'p':>6}  call"]
     for c in cs:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from hopbench.analysis.data import Group
-from hopbench.estimate import pct
 from hopbench.analysis.fit import Fit
+from hopbench.estimate import pct
 
 
 def _plt():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import zlib
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -13,9 +13,16 @@ import numpy as np
 
 from hopbench import __version__
 from hopbench.core import protocol as P
-from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError, Refused, VerifyError
 from hopbench.core.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
 from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.errors import (
+    ConfigError,
+    HopbenchError,
+    PeerError,
+    ProtocolError,
+    Refused,
+    VerifyError,
+)
 from transports.tcp import TcpChannel, connect_socket
 
 

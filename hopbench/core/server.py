@@ -21,8 +21,8 @@ from typing import Callable
 from hopbench import __version__
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
-from hopbench.errors import HopbenchError, PeerError, ProtocolError
 from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.errors import HopbenchError, PeerError, ProtocolError
 from transports.tcp import TcpListener
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hopbench import __version__
+from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
-from hopbench import results as R
 from hopbench.core.client import Measurement, Session
+from hopbench.core.stats import summarize
 from hopbench.errors import Refused
 from hopbench.orchestration.serverproc import ready_port
-from hopbench.core.stats import summarize
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,13 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
                   transport_settings: dict | None = None) -> dict:
     """The instrument's own floor: the smallest round trip of the same transport and code
     path on loopback (a local `hopbench serve` in a child process, a 64 B request)."""
+    import os
     import subprocess
     import sys
 
     import numpy as np
 
     from hopbench.core.stats import median_ci
-
-    import os
 
     opts = [f"--opt={kk}={v}" for kk, v in ((transport_settings or {}).get(transport) or {}).items()]
     # a private loopback server of this process: no secret, whatever HOPBENCH_SECRET says

@@ -1,0 +1,106 @@
+"""Rung and sweep configs (configs/rungs/*.toml, configs/sweep.toml): loading with key
+checking; a bad key names the key and the file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hopbench.config import CONFIG_DIR, check_keys, load_toml, parse_hostport, require
+from hopbench.errors import ConfigError
+
+RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
+             "placement"}
+SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
+              "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
+              "placements"}
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    kind: str  # loopback | emulated | real
+    transports: tuple[str, ...]
+    rate_mbit: float | None = None
+    mtu: int = 1500
+    peer: str | None = None
+    interface: str | None = None
+    bytes_max: int | None = None
+    ucx: dict = field(default_factory=dict)
+    zmq: dict = field(default_factory=dict)
+    placement: str | None = None  # pins this rung to one placement (e.g. "split-busy")
+    path: str = ""
+
+    def settings(self) -> dict[str, dict]:
+        return {k: v for k, v in (("ucx", dict(self.ucx)), ("zmq", dict(self.zmq))) if v}
+
+
+def load_rung(name: str) -> Rung:
+    path = Path(name) if name.endswith(".toml") else CONFIG_DIR / "rungs" / f"{name}.toml"
+    data = load_toml(path, allowed={"rung"})
+    f = str(path)
+    r = require(data, "rung", dict, f)
+    check_keys(r, RUNG_KEYS, f, "rung.")
+    kind = require(r, "kind", str, f, "rung.")
+    if kind not in ("loopback", "emulated", "real"):
+        raise ConfigError(f"{f}: rung.kind must be loopback, emulated or real (got {kind!r})")
+    if kind == "real" and "peer" not in r:
+        raise ConfigError(f"{f}: a real rung needs rung.peer (HOST:PORT of its hopbench serve)")
+    if kind == "real":
+        host, port = parse_hostport(require(r, "peer", str, f, "rung."))
+        if port == 0:
+            raise ConfigError(f"{f}: rung.peer {r['peer']!r} needs the server's port")
+    return Rung(name=require(r, "name", str, f, "rung."), kind=kind,
+                transports=tuple(require(r, "transports", list, f, "rung.")),
+                rate_mbit=r.get("rate_mbit"), mtu=r.get("mtu", 1500), peer=r.get("peer"),
+                interface=r.get("interface"), bytes_max=r.get("bytes_max"), ucx=r.get("ucx", {}),
+                zmq=r.get("zmq", {}), placement=r.get("placement"), path=f)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str
+    rungs: tuple[str, ...]
+    transports: tuple[str, ...]
+    tokens: tuple[int, ...]
+    k: int
+    bytes_min: int
+    bytes_max: int
+    bytes_points: int
+    repeats: int
+    cell_budget_s: float
+    min_cycles: int
+    max_cycles: int
+    warmup: int
+    seed: int
+    gaps_ms: tuple[float, ...]
+    operating_tokens: int
+    placements: tuple[str, ...] = ("auto",)
+    path: str = ""
+    profile: str = "default"
+
+
+def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
+    path = Path(path)
+    data = load_toml(path, allowed={"sweep", "quick"})
+    f = str(path)
+    s = dict(require(data, "sweep", dict, f))
+    check_keys(s, SWEEP_KEYS, f, "sweep.")
+    if quick:
+        q = data.get("quick", {})
+        check_keys(q, SWEEP_KEYS, f, "quick.")
+        s.update(q)
+    try:
+        cfg = SweepConfig(
+            name=s["name"], rungs=tuple(s["rungs"]), transports=tuple(s["transports"]), tokens=tuple(s["tokens"]),
+            k=int(s["k"]), bytes_min=int(s["bytes_min"]), bytes_max=int(s["bytes_max"]),
+            bytes_points=int(s["bytes_points"]), repeats=int(s["repeats"]), cell_budget_s=float(s["cell_budget_s"]),
+            min_cycles=int(s["min_cycles"]), max_cycles=int(s["max_cycles"]), warmup=int(s["warmup"]),
+            seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
+            operating_tokens=int(s["operating_tokens"]), placements=tuple(s.get("placements", ["auto"])),
+            path=f, profile="quick" if quick else "default")
+    except KeyError as exc:
+        raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None
+    if cfg.repeats < 1:
+        raise ConfigError(f"{f}: sweep.repeats must be >= 1")
+    return cfg

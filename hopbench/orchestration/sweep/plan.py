@@ -1,0 +1,79 @@
+"""Pure planning of a sweep: the cells (rung x transport x payload x gap x placement),
+repeated, each repeat in a seeded random order, and how many cycles each gets."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+
+from hopbench.config_sweep import Rung, SweepConfig
+from hopbench.shape import Shape, log_grid
+
+WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
+
+
+@dataclass(frozen=True)
+class Cell:
+    rung: str
+    transport: str
+    payload: str
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+    gap_ms: float
+    repeat: int
+    placement: str = ""  # set when several placements are swept: part of the rung label
+
+    @property
+    def label(self) -> str:
+        """The rung as analysis sees it: one per rung x placement when placements vary."""
+        return f"{self.rung}@{self.placement}" if self.placement else self.rung
+
+    @property
+    def key(self) -> str:
+        return f"{self.label}/{self.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
+
+
+def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
+               placements: list[str] | None = None) -> list[Cell]:
+    """All cells, repeat by repeat, each repeat's cells in a seeded random order. With more
+    than one placement, every placement is an axis like the others."""
+    per_repeat: list[Cell] = []
+    many = bool(placements and len(placements) > 1)
+
+    def axis(r: Rung) -> list[str]:
+        if r.placement:  # the rung's own placement wins over the sweep's list
+            return [r.placement]
+        return list(placements) if many else [""]
+
+    for rung, pl in ((r, p) for r in rungs for p in axis(r)):
+        grid = log_grid(cfg.bytes_min, min(cfg.bytes_max, rung.bytes_max or cfg.bytes_max), cfg.bytes_points)
+        for tr in cfg.transports:
+            if tr not in rung.transports:
+                continue
+            payloads = [(f"T{t}", t, shape.request_bytes(t)) for t in cfg.tokens]
+            payloads += [(f"B{b}", None, b) for b in grid]
+            for label, tokens, nbytes in payloads:
+                for gap in cfg.gaps_ms:
+                    if gap and tokens != cfg.operating_tokens:
+                        continue  # think time is measured at the operating payload only
+                    per_repeat.append(Cell(rung.name, tr, label, tokens, nbytes, shape.reply_bytes(cfg.k), gap, 0, pl))
+    rng = random.Random(seed)
+    cells = []
+    for rep in range(cfg.repeats):
+        batch = [replace(c, repeat=rep) for c in per_repeat]
+        rng.shuffle(batch)
+        cells.extend(batch)
+    return cells
+
+
+def cycles_for(cell: Cell, rung: Rung, cfg: SweepConfig) -> int:
+    """Timed cycles: about cell_budget_s of work, clamped to [min_cycles, max_cycles].
+    The round trip is estimated from the wire time at the rung's rate (plus think time)."""
+    est = 100e-6 + cell.gap_ms / 1000
+    if rung.rate_mbit:
+        est += (cell.request_bytes + cell.reply_bytes) * WIRE_PER_MSS * 8 / (rung.rate_mbit * 1e6)
+    else:
+        est += cell.request_bytes / 1e9  # ~8 Gbit/s through a veth or loopback
+    return int(min(cfg.max_cycles, max(cfg.min_cycles, math.ceil(cfg.cell_budget_s / est))))

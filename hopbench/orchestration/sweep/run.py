@@ -1,0 +1,228 @@
+"""`hopbench sweep`: pre-flight, then the cells in their planned order against each rung's
+runtime, every finished cell kept; resumable. Aggregation is analysis's
+(hopbench.analysis.summary)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from hopbench import results as R
+from hopbench.analysis.summary import AGG_COLUMNS, aggregate
+from hopbench.config_sweep import Rung, SweepConfig, load_rung
+from hopbench.core.transport import get_transport
+from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
+from hopbench.orchestration import netem
+from hopbench.orchestration.sweep.plan import cycles_for, plan_cells
+from hopbench.orchestration.sweep.runtime import RungRuntime
+from hopbench.orchestration.sweep.state import (
+    SWEEP_SCHEMA,
+    _fingerprint,
+    cell_done,
+    find_resumable,
+)
+from hopbench.shape import Shape
+
+
+def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> tuple[list[str], set[str]]:
+    """What this sweep needs and this machine lacks: one line each with the exact install
+    command, and the transports that are missing. Checked before anything is measured."""
+    from hopbench.core.transport import REGISTRY, install_line
+
+    lines: list[str] = []
+    missing_tr: set[str] = set()
+    wanted = [t for t in cfg.transports if any(t in r.transports for r in rungs)]
+    for t in wanted:
+        try:
+            get_transport(t)
+        except TransportUnavailable:
+            missing_tr.add(t)
+            extra = REGISTRY[t].extra
+            lines.append(f"transport {t} is not installed: {install_line(extra) if extra else 'see docs/TRANSPORTS.md'}")
+        except HopbenchError as exc:
+            missing_tr.add(t)
+            lines.append(f"transport {t}: {exc}")
+    if analyse:
+        import importlib.util
+
+        for mod, extra, what in (("matplotlib", "plot", "the plots"), ("scipy", "analysis", "fit and verdict")):
+            if importlib.util.find_spec(mod) is None:
+                lines.append(f"{what} need {mod}: {install_line(extra)} (or --no-analyse)")
+    if any(r.kind == "emulated" for r in rungs) and os.geteuid() == 0:
+        for tool, pkg, why in (("ip", "iproute2", "network namespaces"), ("tc", "iproute2", "the tbf shaper"),
+                               ("ethtool", "ethtool", "veth offloads (left on, they reorder packets: docs/SWEEP.md)")):
+            if not shutil.which(tool):
+                lines.append(f"{tool} not found, needed for {why}: apt-get install {pkg}")
+    return lines, missing_tr
+
+
+def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
+              resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
+              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False) -> Path:
+    rung_names = only_rungs or list(cfg.rungs)
+    rungs = [load_rung(n) for n in rung_names]
+    problems, missing_tr = missing_requirements(cfg, rungs, analyse)
+    if problems and not (skip_missing and all(p.startswith("transport ") for p in problems)):
+        raise ConfigError("pre-flight found what this sweep needs and this machine lacks (nothing was measured):\n  "
+                          + "\n  ".join(problems)
+                          + ("\n  (--skip-missing measures without the missing transports)" if missing_tr else ""))
+    if missing_tr:
+        for p in problems:
+            log(f"warning: {p}; skipped (--skip-missing)")
+        cfg = replace(cfg, transports=tuple(t for t in cfg.transports if t not in missing_tr))
+    # cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route
+    # to the peer against the interface and rate the rung config names
+    from hopbench.orchestration import doctor
+
+    preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
+    warnings = [f"local: {f['message']}" for f in preflight["local"]["findings"] if f["level"] == "warn"]
+    for r in rungs:
+        if r.kind == "real":
+            host = r.peer.rsplit(":", 1)[0]
+            rep = doctor.preflight(host, r.interface, r.rate_mbit)
+            preflight["rungs"][r.name] = rep.to_dict()
+            warnings += [f"{r.name}: {w.message}" for w in rep.warnings]
+    for w in warnings:
+        log(f"warning: {w}")
+    if strict and warnings:
+        raise ConfigError(f"pre-flight checks warned ({len(warnings)}); --strict refuses to measure")
+    fallback = None
+    if any(r.kind == "emulated" for r in rungs):
+        ok, why = netem.available()
+        if not ok:
+            fallback = f"emulated rungs need network namespaces: {why}; falling back to loopback only"
+            log(f"warning: {fallback}")
+            rungs = [r for r in rungs if r.kind != "emulated"] or [load_rung("loopback")]
+            if not any(r.kind == "loopback" for r in rungs):
+                rungs.insert(0, load_rung("loopback"))
+    folder = out or (find_resumable(results_root, cfg) if resume else None)
+    if folder is not None and (folder / "sweep.json").exists():
+        state = json.loads((folder / "sweep.json").read_text())
+        seed = state["seed"]
+        log(f"resuming unfinished sweep {folder}")
+    else:
+        folder = R.new_folder(results_root, f"sweep-{cfg.name}-{cfg.profile}", out)
+        seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "configs").mkdir(exist_ok=True)
+    for r in rungs:
+        shutil.copy(r.path, folder / "configs" / Path(r.path).name)
+    if cfg.path:
+        shutil.copy(cfg.path, folder / "configs" / Path(cfg.path).name)
+    # placements: "auto" is chosen by measurement on this machine, once per sweep folder
+    resolved = None
+    if (folder / "sweep.json").exists():
+        resolved = json.loads((folder / "sweep.json").read_text()).get("placements_resolved")
+    calibration = None
+    if resolved is None:
+        resolved = []
+        for name in cfg.placements:
+            if name == "auto":
+                from hopbench.core.placement import calibrate
+
+                chosen, calibration = calibrate(sys.executable)
+                log(f"placement auto -> {chosen} (loopback TCP p50 64 B + 184,320 B per candidate: "
+                    + ", ".join(f"{n} {sum(v.values()) / 1e3:.0f} us" for n, v in calibration.items() if "error" not in v) + ")")
+                resolved.append(chosen)
+            else:
+                resolved.append(name)
+    from hopbench.core.placement import placement as _placement
+
+    places = {n: _placement(n) for n in resolved}
+    cells = plan_cells(cfg, rungs, shape, seed, resolved)
+    by_rung = {r.name: r for r in rungs}
+    report: dict[str, Any] = {
+        "schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
+        "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
+        "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
+        "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,
+        "placements_resolved": resolved, "placement_calibration": calibration,
+    }
+
+    def save(status: str) -> None:
+        report["status"] = status
+        report["updated_utc"] = R.utc_iso()
+        R.atomic_write(folder / "sweep.json", json.dumps(report, indent=1, default=str) + "\n")
+
+    save("running")
+    runtimes: dict[str, RungRuntime] = {}
+    labels = {c.label: (c.rung, c.placement or resolved[0]) for c in cells}
+    places.update({pn: _placement(pn) for _, pn in labels.values() if pn not in places})
+    old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    todo = [c for c in cells if not cell_done(folder / "cells" / c.key)]
+    if len(todo) < len(cells):
+        log(f"{len(cells) - len(todo)} of {len(cells)} cells already complete; measuring the remaining {len(todo)}")
+    t_start = time.monotonic()
+    status = "incomplete"
+    try:
+        for label, (rname, pname) in labels.items():
+            if any(c.label == label for c in todo):
+                r = by_rung[rname]
+                rt = RungRuntime(r, folder / "logs", places[pname])
+                runtimes[label] = rt
+                rt.start()
+                report["rungs"][label] = rt.describe()
+                log(f"rung {label}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
+                    + f", placement {pname}, server {rt.host}:{rt.port}")
+        save("running")
+        for i, cell in enumerate(todo):
+            rung = by_rung[cell.rung]
+            cell_dir = folder / "cells" / cell.key
+            if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
+                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+            cycles = cycles_for(cell, rung, cfg)
+            job = {"folder": str(cell_dir), "transport": cell.transport, "k": cfg.k, "id_bytes": id_bytes,
+                   "cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms,
+                   "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
+                               "reply_bytes": cell.reply_bytes},
+                   "transport_settings": rung.settings(), "poll": runtimes[cell.label].place.poll,
+                   "config": {"cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms, "k": cfg.k},
+                   "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
+                             "placement": runtimes[cell.label].place.describe()}}
+            est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
+            rt = runtimes[cell.label]
+            answer = rt.run_cell(job, timeout=est)
+            if not answer.get("ok") and rt.server_died():
+                log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, retrying {cell.key}")
+                report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
+                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+                answer = rt.run_cell(job, timeout=est)
+            if not answer.get("ok"):
+                report["failed_cells"].append({"key": cell.key, "error": answer.get("error")})
+                log(f"\ncell {cell.key} failed: {answer.get('error')}")
+            done = i + 1
+            el = time.monotonic() - t_start
+            eta = el / done * (len(todo) - done)
+            progress(done, len(todo), el, eta, cell.key)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+        status = "complete" if not report["failed_cells"] else "incomplete"
+    except KeyboardInterrupt:
+        log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
+        raise
+    finally:
+        for rt in runtimes.values():
+            rt.stop()
+        signal.signal(signal.SIGTERM, old_term)
+        summary = aggregate(folder)
+        R.atomic_write(folder / "summary.csv", R.csv_text(AGG_COLUMNS, summary))
+        save(status)
+    return folder
+
+
+def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> None:
+    """On a terminal one live line; in a log file a plain line per 10% (no carriage returns)."""
+    text = f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  ETA {eta:5.0f} s  {key}"
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r{text:<100}")
+    elif done == total or done * 10 // total != (done - 1) * 10 // total:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
