@@ -32,16 +32,16 @@ def check_keys(table: dict, allowed: set[str], file: str, prefix: str = "") -> N
     for key in table:
         if key not in allowed:
             raise ConfigError(
-                f"{file}: unknown key {prefix}{key!r} (allowed: {', '.join(sorted(allowed))})"
+                f"{file}: unknown key {prefix + key!r} (allowed: {', '.join(sorted(allowed))})"
             )
 
 
 def require(table: dict, key: str, types, file: str, prefix: str = "", allowed: set[str] | None = None):
     if key not in table:
-        raise ConfigError(f"{file}: missing key {prefix}{key!r}")
+        raise ConfigError(f"{file}: missing key {prefix + key!r}")
     value = table[key]
     if not isinstance(value, types) or isinstance(value, bool) and types is not bool:
-        raise ConfigError(f"{file}: key {prefix}{key!r} has the wrong type ({type(value).__name__})")
+        raise ConfigError(f"{file}: key {prefix + key!r} has the wrong type ({type(value).__name__})")
     if allowed is not None and isinstance(value, dict):
         check_keys(value, allowed, file, f"{prefix}{key}.")
     return value
@@ -83,11 +83,14 @@ def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
 
 
 def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
-    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; UCX_* keys belong to ucx."""
+    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; each key goes to the transport that
+    declares it (hopbench.core.transport.REGISTRY)."""
+    from hopbench.core.transport import owner_of_setting
+
     out: dict[str, dict[str, str]] = {}
     for item in opts or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
-        out.setdefault("ucx" if key.startswith("UCX_") else "zmq", {})[key] = value
+        out.setdefault(owner_of_setting(key), {})[key] = value
     return out

@@ -11,6 +11,7 @@ from hopbench.analysis import export as E
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Group
+from hopbench.errors import ConfigError, HopbenchError
 
 
 def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None, beta2=None):
@@ -99,7 +100,7 @@ def test_verdict_input_uncertainty_widens_the_projection():
     assert V.verdict("x", "tcp", 10.0, V.Inputs(15.88, 89.34, 24.05, t_draft_pm=1.0)).projected_tok_s_ci is not None
     assert V.parse_quantity("15.88+-0.4", "--t-draft") == (15.88, 0.4)
     assert V.parse_quantity("15.88±0.4", "--t-draft") == (15.88, 0.4)
-    with pytest.raises(Exception, match="expected a number"):
+    with pytest.raises(ConfigError, match="expected a number"):
         V.parse_quantity("fast", "--t-draft")
 
 
@@ -124,7 +125,7 @@ def test_export_idempotent_and_preserves_foreign_content(tmp_path):
 def test_export_refuses_unparseable_file(tmp_path):
     path = tmp_path / "case-studies.json"
     path.write_text("{not json")
-    with pytest.raises(Exception, match="refusing"):
+    with pytest.raises(HopbenchError, match="refusing"):
         E.upsert(path, [])
     assert path.read_text() == "{not json"
 

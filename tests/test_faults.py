@@ -5,6 +5,7 @@ measured so far in valid files, and the sweep carries on."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hopbench.core.client import Session
+from hopbench.errors import ConnectFailed
 from hopbench.orchestration import netem
 from hopbench.orchestration.serverproc import ready_port
 
@@ -109,22 +112,17 @@ def test_server_killed_between_sweep_cells(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in p.stdout:
         if line.startswith("rung loopback:"):
-            port = int(line.rsplit(":", 1)[1])
+            m = re.search(r"server 127\.0\.0\.1:(\d+) \(pid (\d+)\)", line)
+            port, pid = int(m.group(1)), int(m.group(2))
             break
-    # kill the server as soon as it is up: the next cells meet a dead server
-    pids = subprocess.run(["pgrep", "-f", "hopbench serve --bind 127.0.0.1:0"], capture_output=True, text=True).stdout.split()
-    killed = False
-    for pid in pids:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"serve" in cmd and os.getppid() != int(pid):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                killed = True
-            except ProcessLookupError:
-                pass
-    assert killed
+    # kill the sweep's own server (the pid it printed) as soon as it is up: the next
+    # cells meet a dead server
+    os.kill(pid, signal.SIGKILL)
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 0, stderr[-2000:]
     state = json.loads((out / "sweep.json").read_text())
     assert state["status"] == "complete" and state["server_restarts"]
-    assert port  # the server that died
+    restart = state["server_restarts"][0]
+    assert restart["error"] and restart["cell"].startswith("loopback/tcp/")
+    with pytest.raises(ConnectFailed):  # the server that died is gone; the sweep used a new one
+        Session("127.0.0.1", port, connect_timeout_s=1)

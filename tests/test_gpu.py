@@ -57,8 +57,11 @@ def test_staged_both_ends_records_every_stage(fake_gpu, server, transport):
     assert set(m.stages) == {"d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "wire_ns"}
     for arr in m.stages.values():
         assert len(arr) == 66 and (arr[:66] >= 0).all()
-    # the client's stages tile its round trip exactly, and the wire is what the server's copies leave
-    assert (m.stages["d2h_ns"] + m.stages["transfer_ns"] + m.stages["h2d_ns"] == m.samples_ns).all()
+    # the client's stages lie inside its round trip (read with the same clock by the staged
+    # channel, inside the loop's span): the remainder is the wrapper's call cost, microseconds
+    tiled = m.stages["d2h_ns"] + m.stages["transfer_ns"] + m.stages["h2d_ns"]
+    assert (tiled <= m.samples_ns).all() and np.median(m.samples_ns - tiled) < 20_000
+    # the wire is what the server's copies leave
     assert (m.stages["wire_ns"] == m.stages["transfer_ns"] - m.stages["server_h2d_ns"] - m.stages["server_d2h_ns"]).all()
     # per cycle: the client copies the payload less its 8-byte seq down, the reply up;
     # the server copies the request up and the reply down
@@ -106,7 +109,7 @@ def test_direct_over_ucx_hands_device_buffers_to_the_transport(fake_gpu, server)
 def test_direct_needs_a_cuda_aware_transport(fake_gpu, server):
     s = Session(server.host, server.port)
     try:
-        with pytest.raises(ConfigError, match="direct needs a CUDA-aware transport"):
+        with pytest.raises(ConfigError, match="direct needs a transport that moves GPU memory itself"):
             s.measure(small_plan(client_memory="cuda", server_memory="cuda", gpu_path="direct"))
     finally:
         s.close()

@@ -110,8 +110,12 @@ def test_plan_parser_validates_or_raises(obj):
         plan = P.Plan.from_wire(obj)
     except ProtocolError:
         return
-    reason = P.Caps().check(plan)  # a parsed plan is always safe to check
-    assert reason is None or isinstance(reason, str)
+    caps = P.Caps()
+    reason = caps.check(plan)  # a parsed plan is always safe to check, and accepted exactly when sane
+    sane = (plan.request_bytes >= P.SEQ_BYTES and plan.request_bytes <= caps.max_request_bytes
+            and plan.id_bytes in P.ID_CODES and 1 <= plan.k <= 64 and plan.reply_bytes >= plan.k * plan.id_bytes
+            and plan.reply_bytes <= caps.max_reply_bytes and plan.cycles >= 1 and plan.total <= caps.max_cycles)
+    assert (reason is None) == sane, (plan, reason)
 
 
 @settings(max_examples=200, deadline=None)

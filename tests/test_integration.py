@@ -125,13 +125,8 @@ def test_server_killed_mid_run_keeps_what_was_measured(server_factory, tmp_path)
 
 
 def _kill_session(st):
-    # shut down every socket the server thread holds open to its client
-    import gc
+    """Cut the session the server is serving (both directions of its connection)."""
+    from hopbench.core import control
 
-    for obj in gc.get_objects():
-        if isinstance(obj, socket.socket) and obj.fileno() != -1:
-            try:
-                if obj.getsockname()[1] == st.port and obj.getpeername():
-                    obj.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    assert st.server.current is not None
+    control.shutdown(st.server.current)

@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from hopbench.core.placement import parse_cpus
+from hopbench.errors import ConfigError
 from hopbench.orchestration.serverproc import ready_port
-from tests.test_conformance import TRANSPORTS, exchange, transport_or_skip
+from hopbench.testing.conformance import exchange
+from tests.test_conformance import TRANSPORTS, transport_or_skip
 
 CPUS = sorted(os.sched_getaffinity(0))
 
 
 def test_parse_cpus():
     assert parse_cpus("0") == {0} and parse_cpus("0,2") == {0, 2} and parse_cpus("1-3") == {1, 2, 3}
-    with pytest.raises(Exception, match="CPU list"):
+    with pytest.raises(ConfigError, match="CPU list"):
         parse_cpus("a")
 
 

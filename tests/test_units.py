@@ -9,8 +9,9 @@ import pytest
 from hopbench.core import protocol as P
 from hopbench.core.stats import median_ci, median_ci_ranks, summarize
 from hopbench.core.timing import run_cycles
-from hopbench.errors import PeerClosed, ProtocolError, VerifyError
+from hopbench.errors import ConfigError, PeerClosed, ProtocolError, VerifyError
 from hopbench.shape import load_shape, log_grid
+from hopbench.testing import FakeClock
 from transports import fake
 
 
@@ -27,7 +28,7 @@ def test_shape_from_config():
 def test_shape_bad_key_names_key_and_file(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text((load_shape().path and open(load_shape().path).read()).replace("hidden = 6144", "hiden = 6144"))
-    with pytest.raises(Exception) as ei:
+    with pytest.raises(ConfigError) as ei:
         load_shape(p)
     assert "hiden" in str(ei.value) and str(p) in str(ei.value)
 
@@ -125,16 +126,6 @@ def test_codec_reports_server_checksum_signal():
         c.checker(buf)(9)
 
 
-class FakeClock:
-    def __init__(self, step):
-        self.t = 0
-        self.step = step
-
-    def __call__(self):
-        self.t += self.step
-        return self.t
-
-
 def echo_ids(peer, request_bytes, reply_bytes, codec, cycles, stale_at=None):
     req, rep = bytearray(request_bytes), bytearray(reply_bytes)
     for _ in range(cycles):
@@ -147,18 +138,28 @@ def echo_ids(peer, request_bytes, reply_bytes, codec, cycles, stale_at=None):
         peer.send(rep)
 
 
-def test_timing_loop_with_fake_transport_and_clock():
+def test_the_two_loops_against_each_other_with_one_clock_read_pair_per_cycle():
+    """The client's loop against the server's echo loop (the real one) over the fake
+    transport: exactly two clock reads per cycle on the client, none on the server."""
     import threading
+
+    from hopbench.core.timing import echo_cycles
 
     a, b = fake.pair()
     codec = P.ReplyCodec(2, 4)
-    t = threading.Thread(target=echo_ids, args=(b, 64, 8, codec, 10))
+    served = {}
+
+    def server():
+        served["n"] = echo_cycles(b, bytearray(64), bytearray(8), codec, 10, on_bad_seq=lambda seq: None)
+
+    t = threading.Thread(target=server)
     t.start()
     samples = np.zeros(10, dtype=np.int64)
-    n = run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=FakeClock(500))
+    clock = FakeClock(500)
+    n = run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=clock)
     t.join()
-    assert n == 10
-    assert (samples == 500).all()  # exactly one clock pair per cycle, nothing else timed
+    assert n == 10 and served["n"] == 10
+    assert (samples == 500).all() and clock.reads == 20  # one clock pair per cycle, nothing else timed
 
 
 def test_timing_loop_rejects_stale_reply_and_keeps_prior_samples():

@@ -10,7 +10,7 @@ import itertools
 import queue
 import threading
 
-from hopbench.core.transport import TransportOptions
+from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 
 _CLOSED = object()
@@ -26,6 +26,9 @@ class FakeChannel:
         self._timeout = timeout_s
         self._closed = False
         self.info = {"transport": "fake", "poll": "block"}
+
+    def alloc(self, nbytes: int) -> bytearray:
+        return bytearray(nbytes)
 
     def send(self, buf) -> None:
         if self._closed:
@@ -59,6 +62,7 @@ def pair(timeout_s: float = 5.0) -> tuple[FakeChannel, FakeChannel]:
 class FakeListener:
     def __init__(self, port: int, options: TransportOptions):
         self.address = ("fake", port)
+        self.info = {"transport": "fake"}
         self._pending: queue.Queue = queue.Queue()
         self._options = options
 
@@ -73,8 +77,9 @@ class FakeListener:
             _listeners.pop(self.address[1], None)
 
 
-class FakeTransport:
+class FakeTransport(TransportBase):
     name = "fake"
+    bounded_send = False  # an in-memory queue
 
     def version(self) -> str:
         return "in-memory"

@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 
-from hopbench.core.transport import TransportOptions
+from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
 
 _WAITALL = socket.MSG_WAITALL
@@ -72,7 +72,18 @@ class TcpChannel:
 
     @property
     def socket(self) -> socket.socket:
+        """The socket (the control connection's path MTU is read from it)."""
         return self._sock
+
+    def alloc(self, nbytes: int) -> bytearray:
+        return bytearray(nbytes)
+
+    def shutdown(self) -> None:
+        """Shut both directions down (wakes a blocked call in another thread); idempotent."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # send/recv_into are bound per instance to the block or busy variant, so the hot
     # path carries no mode test.
@@ -221,9 +232,14 @@ class TcpListener:
             raise ConnectFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self._sock = sock
         self.address = sock.getsockname()[:2]
+        self.info = {"transport": "tcp", "address": "%s:%d" % self.address}
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
+    def shutdown(self) -> None:
+        """Stop accepting: a blocked accept() in another thread fails at once."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def accept(self, timeout: float | None) -> TcpChannel:
         self._sock.settimeout(timeout)
@@ -300,8 +316,10 @@ def connect_socket(host: str, port: int, timeout: float) -> socket.socket:
         raise ConnectFailed(f"cannot reach {host}:{port}: {exc.strerror or exc}") from None
 
 
-class TcpTransport:
+class TcpTransport(TransportBase):
     name = "tcp"
+    reuses_control = True  # a plan's cycles run on the control connection itself
+    message_framed = False  # a byte stream
 
     def version(self) -> str:
         import platform

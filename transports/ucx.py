@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.core.transport import TransportOptions  # noqa: E402
+from hopbench.core.transport import TransportBase, TransportOptions  # noqa: E402
 from hopbench.errors import (  # noqa: E402
     ConfigError,
     ConnectFailed,
@@ -153,15 +153,43 @@ def _as_array(buf) -> Array:
     return Array(buf)
 
 
+def exception_map() -> dict[type, type]:
+    """Every ucxx exception class -> the hopbench error it means (by type, not by name;
+    tests/test_conformance.py checks that each class ucxx exports is here)."""
+    from ucxx import exceptions as X
+
+    peer = [X.UCXCanceled, X.UCXCanceledError, X.UCXConnectionResetError, X.UCXEndpointTimeoutError,
+            X.UCXNotConnectedError, X.UCXCloseError, X.UCXFirstEndpointFailureError, X.UCXLastEndpointFailureError,
+            X.UCXFirstLinkFailureError, X.UCXLastLinkFailureError]
+    protocol = [X.UCXMessageTruncatedError, X.UCXMsgTruncated, X.UCXBufferTooSmallError]
+    connect = [X.UCXUnreachableError, X.UCXRejectedError, X.UCXInvalidAddrError, X.UCXSomeConnectsFailedError,
+               X.UCXAlreadyExistsError, X.UCXBusyError]
+    timeout = [X.UCXTimedOutError]
+    other = [X.UCXConfigError, X.UCXExceedsLimitError, X.UCXIOError, X.UCXInvalidParamError, X.UCXNoDeviceError,
+             X.UCXNoElemError, X.UCXNoMemoryError, X.UCXNoMessageError, X.UCXNoProgressError, X.UCXNoResourceError,
+             X.UCXNotImplementedError, X.UCXOutOfRangeError, X.UCXShmemSegmentError, X.UCXUnsupportedError,
+             X.UCXError]  # the base class last: anything more specific is matched first
+    out: dict[type, type] = {}
+    for classes, target in ((peer, PeerClosed), (protocol, ProtocolError), (connect, ConnectFailed),
+                            (timeout, Timeout), (other, TransportError)):
+        for c in classes:
+            out.setdefault(c, target)
+    return out
+
+
+_EXC_MAP: dict[type, type] | None = None
+
+
 def _translate(exc: Exception, what: str) -> Exception:
-    name = type(exc).__name__
-    if "Canceled" in name or "ConnectionReset" in name or "EndpointTimeout" in name or "NotConnected" in name:
-        return PeerClosed(f"UCX peer closed or unreachable during {what} ({exc})")
-    if "Truncated" in name:
-        return ProtocolError(f"UCX message larger than expected during {what}")
-    if "Unreachable" in name or "Rejected" in name:
-        return ConnectFailed(f"UCX peer unreachable during {what} ({exc})")
-    return TransportError(f"UCX error during {what}: {exc}")
+    global _EXC_MAP
+    if _EXC_MAP is None:
+        _EXC_MAP = exception_map()
+    target = next((t for c, t in _EXC_MAP.items() if isinstance(exc, c)), TransportError)
+    text = {PeerClosed: f"UCX peer closed or unreachable during {what} ({exc})",
+            ProtocolError: f"UCX message larger than expected during {what}",
+            ConnectFailed: f"UCX peer unreachable during {what} ({exc})",
+            Timeout: f"UCX timed out during {what} ({exc})"}.get(target, f"UCX error during {what}: {exc}")
+    return target(text)
 
 
 def _mode(poll: str) -> str:
@@ -340,7 +368,9 @@ class UcxListener:
             self._listener = ucx_api.UCXListener.create(self._worker, port, on_connect)
         except Exception as exc:
             msg = str(exc)
-            if "busy" in msg.lower() or "in use" in msg.lower() or "Busy" in type(exc).__name__:
+            from ucxx import exceptions as X
+
+            if isinstance(exc, X.UCXBusyError) or "busy" in msg.lower() or "in use" in msg.lower():
                 raise ConnectFailed(f"cannot listen on {host}:{port} over UCX: port in use") from None
             raise ConnectFailed(f"cannot listen on {host}:{port} over UCX: {exc}") from None
         # ucxx's listener binds every interface; `host` is where clients are told to connect
@@ -369,8 +399,26 @@ class UcxListener:
         self._listener = None
 
 
-class UcxTransport:
+class UcxTransport(TransportBase):
     name = "ucx"
+    device_memory = True  # UCX moves CUDA memory itself (cuda_copy, cuda_ipc, GPUDirect RDMA)
+
+    def check_settings(self, settings: dict) -> None:
+        _config_dict(settings)
+
+    def check_device_path(self, settings: dict) -> None:
+        tls = str(settings.get("UCX_TLS", ""))
+        if tls and "cuda" not in tls and tls != "all":
+            raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
+                              "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
+
+    def devices(self) -> list[str]:
+        """The transport/device resources UCX sees in this process's context."""
+        try:
+            ctx = _context({})
+        except Exception as exc:
+            return [f"error: {exc}"]
+        return [line.split("flags --")[-1].strip() for line in ctx.info.splitlines() if "resource" in line]
 
     def version(self) -> str:
         import ucxx

@@ -27,7 +27,7 @@ import time
 
 import zmq
 
-from hopbench.core.transport import TransportOptions
+from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import (
     ConnectFailed,
     PeerClosed,
@@ -91,6 +91,9 @@ class ZmqChannel:
             "poll": "busy" if self._busy else "block",
             "timeout_s": options.timeout_s,
         }
+
+    def alloc(self, nbytes: int) -> bytearray:
+        return bytearray(nbytes)
 
     def send(self, buf) -> None:
         try:
@@ -174,6 +177,7 @@ class ZmqListener:
                 raise ConnectFailed(f"cannot listen on {host}:{port}: port in use") from None
             raise ConnectFailed(f"cannot listen on {host}:{port}: {exc}") from None
         self.address = (host, port)
+        self.info = {"transport": "zmq", "endpoint": f"tcp://{host}:{port}"}
         self._handed = False
 
     def accept(self, timeout: float | None) -> ZmqChannel:
@@ -197,8 +201,12 @@ class ZmqListener:
             self._sock.close(0)
 
 
-class ZmqTransport:
+class ZmqTransport(TransportBase):
     name = "zmq"
+    known_settings = frozenset(KNOWN_SETTINGS)
+
+    def check_settings(self, settings: dict) -> None:
+        _check_settings(settings)
 
     def version(self) -> str:
         return f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()})"

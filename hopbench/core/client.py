@@ -7,23 +7,23 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 
 from hopbench import __version__
+from hopbench.core import control
 from hopbench.core import protocol as P
-from hopbench.core.timing import CLIENT_STAGES, run_cycles, run_cycles_gpu
+from hopbench.core.timing import run_cycles
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import (
-    ConfigError,
     HopbenchError,
     PeerError,
     ProtocolError,
     Refused,
     VerifyError,
 )
-from transports.tcp import TcpChannel, connect_socket
 
 
 @dataclass
@@ -59,8 +59,8 @@ class Session:
     secret: str | None = None
 
     def __post_init__(self):
-        opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s, poll=self.poll)
-        self.control = TcpChannel(connect_socket(self.host, self.port, self.connect_timeout_s), opts)
+        self.control = control.connect(self.host, self.port, timeout_s=self.timeout_s,
+                                       connect_timeout_s=self.connect_timeout_s, poll=self.poll)
         try:
             hello: dict[str, Any] = {"protocol": P.VERSION, "role": "client", "software": f"hopbench {__version__}"}
             if not self.secret:  # with a secret, the environment crosses only after authentication
@@ -128,12 +128,12 @@ class Session:
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
             gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
-            transport = None if plan.transport == "tcp" else get_transport(plan.transport)
+            transport = get_transport(plan.transport)
             P.send_msg(self.control, P.PLAN, plan.to_wire())
             _, accept = P.recv_msg(self.control, P.ACCEPT)
             self._check_accept(accept, plan)
             m.server_info = accept["transport_info"]
-            if transport is None:
+            if transport.reuses_control:  # tcp: the cycles run on the control connection
                 data = self.control
             else:
                 opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
@@ -142,8 +142,7 @@ class Session:
             m.data_info = dict(data.info)  # refreshed after the cycles (below): UCX's lanes are known by then
             codec = P.ReplyCodec(plan.k, plan.id_bytes)
             if gpu_bufs is None:
-                alloc = getattr(data, "alloc", bytearray)
-                request, reply = alloc(plan.request_bytes), alloc(plan.reply_bytes)
+                request, reply = data.alloc(plan.request_bytes), data.alloc(plan.reply_bytes)
                 if body is not None:
                     memoryview(request).cast("B")[P.SEQ_BYTES:] = body
                 m.completed = self._cycles(data, plan, reply, lambda: run_cycles(
@@ -154,12 +153,19 @@ class Session:
                 if body is not None:
                     request.host[P.SEQ_BYTES:] = np.frombuffer(body, dtype=np.uint8)
                     request.h2d()
-                direct = plan.gpu_path == "direct"
-                stages = None if direct else np.zeros((plan.total, len(CLIENT_STAGES)), dtype=np.int64)
-                if stages is not None:
+                from hopbench.core.gpu import CLIENT_STAGES, StagedClientChannel
+
+                if plan.gpu_path == "direct":  # the transport moves device memory itself
+                    loop = partial(run_cycles, data, request.host, reply.host, codec, samples, clock=clock,
+                                   gap_s=gap_s, send_buf=request.device, recv_buf=reply.device,
+                                   stamp=partial(request.h2d, 0, P.SEQ_BYTES), settle=reply.d2h)
+                else:  # staged: the copies are a channel wrapper, timed with the same clock
+                    stages = np.zeros((plan.total, len(CLIENT_STAGES)), dtype=np.int64)
                     m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
-                m.completed = self._cycles(data, plan, reply.host, lambda: run_cycles_gpu(
-                    data, request, reply, codec, samples, stages, direct=direct, clock=clock, gap_s=gap_s))
+                    staged = StagedClientChannel(data, request, reply, stages, clock)
+                    loop = partial(run_cycles, staged, request.host, reply.host, codec, samples, clock=clock,
+                                   gap_s=gap_s)
+                m.completed = self._cycles(data, plan, reply.host, loop)
             if plan.server_stages:  # the server's own copy times follow the last reply
                 server = np.zeros((plan.total, 2), dtype=np.int64)
                 data.recv_into(server.view(np.uint8).reshape(-1))
@@ -183,7 +189,7 @@ class Session:
     def _check_accept(self, accept: dict, plan: P.Plan) -> None:
         try:
             P.validate(accept, "ACCEPT")
-            if (plan.transport == "tcp") != (accept["data_port"] is None):
+            if get_transport(plan.transport).reuses_control != (accept["data_port"] is None):
                 raise ProtocolError("ACCEPT: 'data_port' must be null for tcp and a port for any other transport")
         except ProtocolError as exc:
             raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
@@ -232,11 +238,9 @@ class Session:
             return None
         from hopbench.core import gpu
 
-        gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, plan.transport)
-        tls = str(self.transport_settings.get(plan.transport, {}).get("UCX_TLS", ""))
-        if plan.gpu_path == "direct" and tls and "cuda" not in tls and tls != "all":
-            raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
-                              "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
+        transport = get_transport(plan.transport)
+        gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, transport,
+                         self.transport_settings.get(plan.transport, {}))
         if plan.client_memory != "cuda":
             return None
         m.gpu_info = gpu.device_info()
@@ -250,7 +254,7 @@ class Session:
         that sends anything after BYE, or does not close, broke the protocol."""
         P.send_msg(self.control, P.BYE)
         self._bye_sent = True
-        sock = self.control.socket
+        sock = self.control.socket  # the control connection is TCP (hopbench.core.control)
         sock.settimeout(wait_s)
         try:
             extra = sock.recv(1)

@@ -8,16 +8,18 @@ whichever UCX selects; the lanes are recorded).
 CuPy is imported here only, and only when a plan asks for CUDA memory (the `gpu` extra);
 without it the error carries the install line.
 
-How stages are timed: synchronised host timers. Each copy is issued with
-cudaMemcpyAsync on a private non-blocking stream and the stream is synchronised before
-the clock (hopbench.timing's perf_counter_ns) is read again, so a stage's time is what a
+How stages are timed: synchronised host timers. The staged path is a channel wrapper
+(StagedClientChannel, StagedServerChannel) around the transport, so the timing loops stay
+the same; it reads the side's one injected clock around its copies. Each copy is issued
+with cudaMemcpyAsync on a private non-blocking stream and the stream is synchronised
+before the clock is read again, so a stage's time is what a
 staging path really pays: launch + DMA + synchronisation. CUDA events would time the DMA
 alone and hide the launch and wake-up cost that sits on the critical path.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,16 +61,16 @@ def load():
     return cupy
 
 
-def check_choice(memories: tuple[str, ...], path: str, transport: str) -> None:
-    """Each end's memory, the path, and whether the transport can take that path."""
+def check_choice(memories: tuple[str, ...], path: str, transport: Any = None, settings: dict | None = None) -> None:
+    """Each end's memory, the path, and whether the transport (a registry Transport, when
+    known) can take that path with these settings (it says so: check_device_path)."""
     for memory in memories:
         if memory not in MEMORIES:
             raise ConfigError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
     if path not in PATHS:
         raise ConfigError(f"gpu path must be one of {', '.join(PATHS)}, not {path!r}")
-    if path == "direct" and transport != "ucx":
-        raise ConfigError(f"--gpu-path direct needs a CUDA-aware transport (ucx), not {transport!r}; "
-                          "use --gpu-path staged")
+    if path == "direct" and transport is not None:
+        transport.check_device_path(settings or {})
 
 
 def device_info() -> dict[str, Any]:
@@ -120,3 +122,75 @@ class Staging:
         rng = np.random.default_rng(seed)
         self.host[:] = rng.integers(0, 256, self.nbytes, dtype=np.uint8)
         self.h2d()
+
+
+#: per-cycle stage columns of the client's staged path (ns)
+CLIENT_STAGES = ("d2h_ns", "transfer_ns", "h2d_ns")
+SEQ_BYTES = 8  # hopbench framing, never copied off the GPU (docs/PROTOCOL.md)
+
+
+class StagedClientChannel:
+    """The client's staged path as a channel around the transport: send() copies the
+    request payload device->host (the seq is framing, already in the pinned buffer) and
+    sends the pinned buffer; recv_into() receives into the pinned reply and copies it
+    host->device. Timed with the client's clock: stages[i] = (d2h, transfer, h2d)."""
+
+    def __init__(self, inner: Any, request: Staging, reply: Staging, stages: np.ndarray,
+                 clock: Callable[[], int]):
+        self.inner, self.req, self.rep, self.stages, self.clock = inner, request, reply, stages, clock
+        self.info = inner.info
+        self._i = 0
+        self._sent = 0
+
+    def send(self, buf: Any) -> None:
+        clock = self.clock
+        t0 = clock()
+        self.req.d2h(SEQ_BYTES)
+        t1 = clock()
+        self.inner.send(self.req.host)
+        self.stages[self._i, 0] = t1 - t0
+        self._sent = t1
+
+    def recv_into(self, buf: Any) -> None:
+        clock = self.clock
+        self.inner.recv_into(self.rep.host)
+        t2 = clock()
+        self.rep.h2d()
+        t3 = clock()
+        self.stages[self._i, 1] = t2 - self._sent
+        self.stages[self._i, 2] = t3 - t2
+        self._i += 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class StagedServerChannel:
+    """The server's staged path as a channel: recv_into() receives the pinned request (the
+    echo loop checks its seq and CRC there); send() copies the request host->device and
+    the reply device->host, timed with the server's clock into timings[i] = (h2d, d2h),
+    then sends the pinned reply."""
+
+    def __init__(self, inner: Any, request: Staging, reply: Staging, timings: np.ndarray,
+                 clock: Callable[[], int]):
+        self.inner, self.req, self.rep, self.timings, self.clock = inner, request, reply, timings, clock
+        self.info = inner.info
+        self._i = 0
+
+    def recv_into(self, buf: Any) -> None:
+        self.inner.recv_into(self.req.host)
+
+    def send(self, buf: Any) -> None:
+        clock = self.clock
+        t0 = clock()
+        self.req.h2d()
+        t1 = clock()
+        self.rep.d2h()
+        t2 = clock()
+        self.inner.send(self.rep.host)
+        self.timings[self._i, 0] = t1 - t0
+        self.timings[self._i, 1] = t2 - t1
+        self._i += 1
+
+    def close(self) -> None:
+        self.inner.close()

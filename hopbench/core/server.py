@@ -14,16 +14,17 @@ import signal
 import socket
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from hopbench import __version__
+from hopbench.core import control
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
+from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import HopbenchError, PeerError, ProtocolError
-from transports.tcp import TcpListener
 
 
 @dataclass
@@ -40,13 +41,6 @@ class ServerConfig:
     secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
 
 
-def _shutdown(sock) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class _Stop(Exception):
     pass
 
@@ -60,15 +54,17 @@ def _is_int(v) -> bool:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, log: Callable[[str], None] = print):
+    def __init__(self, config: ServerConfig, log: Callable[[str], None] = print,
+                 clock: Callable[[], int] = time.perf_counter_ns):
         self.config = config
         self.log = log
-        # the TCP listener's channels carry the tcp cycles too, so they take the poll mode
-        opts = TransportOptions(timeout_s=config.idle_timeout_s, poll=config.poll)
-        self.listener = TcpListener(config.host, config.port, opts)
+        self.clock = clock  # the server's one clock: read only around a staged GPU path's copies
+        self.listener = control.listen(config.host, config.port, idle_timeout_s=config.idle_timeout_s,
+                                       poll=config.poll)
         self.address = self.listener.address
         self.env = envmod.collect()
         self.sessions = 0
+        self.current = None
         self._stopping = False
 
     def serve_forever(self) -> None:
@@ -103,7 +99,7 @@ class Server:
         # callback happens to run (seen after UCX sessions), so the flag and a shut-down
         # listening socket end the accept loop even then.
         self._stopping = True
-        _shutdown(self.listener._sock)
+        control.shutdown(self.listener)
         raise _Stop()
 
     def stop(self) -> None:
@@ -121,6 +117,7 @@ class Server:
         peer = chan.info.get("peer", "?")
         t0 = time.monotonic()
         self.sessions += 1
+        self.current = chan  # the session being served (tests cut it with control.shutdown)
         stats = {"peer": peer, "plans": 0, "cycles": 0, "transports": set(), "error": None}
         try:
             self._session(chan, stats)
@@ -150,6 +147,7 @@ class Server:
                 traceback.print_exc()
         finally:
             chan.close()
+            self.current = None
         outcome = "ok" if stats["error"] is None else f"error: {stats['error']}"
         self.log(
             f"session {self.sessions} from {peer}: {stats['plans']} plans, {stats['cycles']} cycles, "
@@ -162,20 +160,17 @@ class Server:
         # The whole handshake (HELLO, AUTH) must finish within handshake_timeout_s: a
         # per-call timeout alone would let a client trickling one byte at a time hold
         # the server forever. The watchdog shuts the socket down at the deadline.
-        sock = getattr(chan, "socket", None)
-        watchdog = threading.Timer(cfg.handshake_timeout_s, _shutdown, args=(sock,)) if sock else None
-        if watchdog:
-            watchdog.daemon = True
-            watchdog.start()
+        watchdog = threading.Timer(cfg.handshake_timeout_s, control.shutdown, args=(chan,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             self._handshake(chan, stats)
         except HopbenchError as exc:
-            if watchdog and not watchdog.is_alive():
+            if not watchdog.is_alive():
                 raise ProtocolError(f"handshake not finished within {cfg.handshake_timeout_s} s") from None
             raise exc
         finally:
-            if watchdog:
-                watchdog.cancel()
+            watchdog.cancel()
         self._plans(chan, stats)
 
     @staticmethod
@@ -249,7 +244,7 @@ class Server:
         cfg = self.config
         reason = cfg.caps.check(plan)
         transport = None
-        if reason is None and plan.transport != "tcp":
+        if reason is None:
             try:
                 transport = get_transport(plan.transport)
             except HopbenchError as exc:
@@ -260,7 +255,8 @@ class Server:
             self._refuse(chan, reason)
         stats["plans"] += 1
         stats["transports"].add(plan.transport)
-        if transport is None:
+        assert transport is not None
+        if transport.reuses_control:  # tcp: the cycles run on the control connection
             P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": chan.info})
             self._serve_cycles(chan, plan, stats)
             return None
@@ -269,7 +265,7 @@ class Server:
         listener = transport.listen(cfg.host, 0, options)
         try:
             P.send_msg(chan, P.ACCEPT, {"data_port": listener.address[1],
-                                        "transport_info": getattr(listener, "info", {})})
+                                        "transport_info": listener.info})
             data = listener.accept(cfg.data_accept_timeout_s)
         finally:
             listener.close()
@@ -285,41 +281,25 @@ class Server:
         from hopbench.core import gpu
 
         try:
-            gpu.check_choice((plan.server_memory,), plan.gpu_path, plan.transport)
+            gpu.check_choice((plan.server_memory,), plan.gpu_path, get_transport(plan.transport),
+                             plan.transport_settings or {})
             gpu.load()
         except HopbenchError as exc:
             return f"server cannot hold the payload in CUDA memory: {exc}"
         return None
 
     def _serve_cycles(self, chan, plan: P.Plan, stats: dict) -> None:
+        """One plan's round trips through the one echo loop (hopbench.core.timing)."""
         if plan.server_memory == "cuda":
             return self._serve_cycles_gpu(chan, plan, stats)
-        alloc = getattr(chan, "alloc", bytearray)
-        request = alloc(plan.request_bytes)
-        reply = alloc(plan.reply_bytes)
-        codec = P.ReplyCodec(plan.k, plan.id_bytes)
-        unpack_seq = P.SEQ.unpack_from
-        pack = codec.packer(reply)
-        recv_into, send = chan.recv_into, chan.send
-        crc = plan.payload_crc32 if plan.verify else None
-        body = memoryview(request)[P.SEQ_BYTES:] if crc is not None else None
-        seq = 0
+        request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
+        done = 0
         try:
-            # The reply for the expected seq is packed before the request arrives, so the
-            # only work between receive and send is one integer comparison.
-            pack(0)
-            for seq in range(plan.total):
-                recv_into(request)
-                if unpack_seq(request, 0)[0] != seq:
-                    self._bad_request(chan, request, seq, plan)
-                    return
-                if crc is not None and zlib.crc32(body) != crc:
-                    codec.pack(reply, seq, corrupt=True)
-                send(reply)
-                pack(seq + 1)
-            seq = plan.total
+            done = echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
+                               crc=plan.payload_crc32 if plan.verify else None,
+                               on_bad_seq=lambda seq: self._bad_request(chan, request, seq, plan))
         finally:
-            stats["cycles"] += seq
+            stats["cycles"] += done
 
     def _bad_request(self, chan, request, seq: int, plan: P.Plan) -> None:
         """A request whose seq is not the expected one: the client's abort (the plan ends,
@@ -342,78 +322,48 @@ class Server:
         raise _Ended(reason)
 
     def _serve_cycles_gpu(self, chan, plan: P.Plan, stats: dict) -> None:
-        """The drafter's side with GPU memory: requests end in, replies start in, device
-        buffers. staged: receive pinned, seq/CRC check (a failed CRC inverts the ids, as
-        on host), H2D, D2H of the reply, send pinned;
-        the two copies are timed here (synchronised host timers) and their int64
-        (total x 2) array follows the last reply on the data channel. direct: receive
-        into and send from device buffers; the seq check (an 8-byte D2H) runs after the
-        reply is sent, off the client's critical path. Either way the next reply's ids
-        are written into the device buffer (a small H2D) after each send, as a drafter
-        would produce them on its GPU."""
+        """The drafter's side with GPU memory, through the same echo loop: requests end in,
+        replies start in, device buffers. staged: a channel wrapper receives into pinned
+        memory (the loop checks seq and CRC there; a failed CRC inverts the ids, as on
+        host) and around each send copies the request host->device and the reply
+        device->host, timed with the server's clock; their int64 (total x 2) array follows
+        the last reply on the data channel. direct: the transport receives into and sends
+        from the device buffers; the seq check (an 8-byte copy to host) runs after the
+        reply is sent, off the client's critical path. Either way the next reply's ids are
+        written into the device buffer (a small host->device copy) after each packing, as
+        a drafter would produce them on its GPU."""
         import numpy as np
 
-        from hopbench.core.gpu import Staging
+        from hopbench.core.gpu import StagedServerChannel, Staging
 
         req = Staging(plan.request_bytes)
         rep = Staging(plan.reply_bytes, req.stream)
         req.fill_random(1)
         codec = P.ReplyCodec(plan.k, plan.id_bytes)
-        unpack_seq = P.SEQ.unpack_from
-        pack = codec.packer(rep.host)
-        ids_end = plan.k * plan.id_bytes
-        recv_into, send = chan.recv_into, chan.send
         crc = plan.payload_crc32 if plan.verify else None
-        req_host = req.host
-        clock = time.perf_counter_ns
-        direct = plan.gpu_path == "direct"
-        timings = None if direct else np.zeros((plan.total, 2), dtype=np.int64)
-        seq = 0
+        push_ids = partial(rep.h2d, 0, plan.k * plan.id_bytes)
+        done = 0
         try:
-            pack(0)
-            rep.h2d(0, ids_end)
-            if direct:
-                rdev, sdev = req.device, rep.device
-                for seq in range(plan.total):
-                    recv_into(rdev)
-                    send(sdev)
-                    req.d2h(0, None if crc is not None else P.SEQ_BYTES)
-                    if unpack_seq(req_host, 0)[0] != seq:
-                        req.d2h()  # the whole message: it may be the client's abort
-                        self._bad_request(chan, req_host, seq, plan)
-                        return
-                    if not self._check_request(req_host, seq, crc, unpack_seq):
-                        self._abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)",
-                                    plan)
-                    pack(seq + 1)
-                    rep.h2d(0, ids_end)
-            else:
-                rhost, shost = req.host, rep.host
-                for seq in range(plan.total):
-                    recv_into(rhost)
-                    if unpack_seq(req_host, 0)[0] != seq:
-                        self._bad_request(chan, req_host, seq, plan)
-                        return
-                    if not self._check_request(req_host, seq, crc, unpack_seq):
-                        codec.pack(rep.host, seq, corrupt=True)  # as on host: the client sees inverted ids
-                        rep.h2d(0, ids_end)
-                    t0 = clock()
-                    req.h2d()
-                    t1 = clock()
-                    rep.d2h()
-                    t2 = clock()
-                    send(shost)
-                    timings[seq, 0] = t1 - t0
-                    timings[seq, 1] = t2 - t1
-                    pack(seq + 1)
-                    rep.h2d(0, ids_end)
-            seq = plan.total
-            if timings is not None:
-                send(timings.view(np.uint8).reshape(-1))
-        finally:
-            stats["cycles"] += seq
+            if plan.gpu_path == "direct":
+                def bad_seq(seq: int) -> None:
+                    req.d2h()  # the whole message: it may be the client's abort
+                    self._bad_request(chan, req.host, seq, plan)
 
-    @staticmethod
-    def _check_request(req_host, seq: int, crc, unpack_seq) -> bool:
-        """False when the body fails its CRC-32 (the seq is checked by the caller)."""
-        return crc is None or zlib.crc32(req_host[P.SEQ_BYTES:]) == crc
+                def bad_crc(seq: int) -> None:
+                    self._abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)",
+                                plan)
+
+                done = echo_cycles(chan, req.host, rep.host, codec, plan.total, crc=crc, on_bad_seq=bad_seq,
+                                   on_bad_crc=bad_crc, recv_buf=req.device, send_buf=rep.device,
+                                   fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
+                                   after_pack=push_ids, check_late=True)
+            else:
+                timings = np.zeros((plan.total, 2), dtype=np.int64)
+                staged = StagedServerChannel(chan, req, rep, timings, self.clock)
+                done = echo_cycles(staged, req.host, rep.host, codec, plan.total, crc=crc,
+                                   on_bad_seq=lambda seq: self._bad_request(chan, req.host, seq, plan),
+                                   after_pack=push_ids)
+                if done == plan.total:
+                    chan.send(timings.view(np.uint8).reshape(-1))
+        finally:
+            stats["cycles"] += done

@@ -1,34 +1,53 @@
-"""The one timing loop. Transports never time anything; this is the only clock read.
+"""The two loops: the client's timed loop and the server's echo loop, one of each.
 
-Per cycle: stamp the sequence number into the request (untimed), t0, send the whole
-request, receive the whole reply, t1, store t1 - t0 in a preallocated int64 array, then
-verify the reply's ids (untimed). A wrong, stale or short reply raises and is never a
+Transports never time anything. Each side reads one injected clock: the client loop reads
+it around each round trip; a staged GPU channel (hopbench.core.gpu) wraps the transport
+and reads the same clock around its copies. The server loop reads no clock; the server's
+staged GPU channel reads the server's clock around its copies.
+
+Client, per cycle: stamp the sequence number into the request (untimed), t0, send the
+whole request, receive the whole reply, t1, store t1 - t0 in a preallocated int64 array,
+then verify the reply's ids (untimed). A wrong, stale or short reply raises and is never a
 sample. The caller decides which indices are untimed/warm-up; the loop records them all.
+
+Server, per cycle: receive the request, check its seq (and CRC), send the reply whose ids
+were packed before the request arrived, pack the next one. The `direct` GPU path checks
+after sending (the check reads device memory, kept off the client's critical path).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+import zlib
+from typing import Any, Callable
 
 import numpy as np
 
 from hopbench.core.protocol import SEQ, ReplyCodec
+from hopbench.core.transport import Channel
 
 
 def run_cycles(
-    channel,
-    request: bytearray,
-    reply: bytearray,
+    channel: Channel,
+    request: Any,
+    reply: Any,
     codec: ReplyCodec,
     samples: np.ndarray,
     *,
-    start_seq: int = 0,
     clock: Callable[[], int] = time.perf_counter_ns,
     gap_s: float = 0.0,
     sleep: Callable[[float], None] = time.sleep,
+    send_buf: Any = None,
+    recv_buf: Any = None,
+    stamp: Callable[[], None] | None = None,
+    settle: Callable[[], None] | None = None,
 ) -> int:
-    """Run len(samples) round trips; samples[i] gets the round trip of seq start_seq+i in ns.
+    """Run len(samples) round trips; samples[i] gets the round trip of seq i in ns.
+
+    `request`/`reply` are the host buffers the loop stamps and checks. The channel moves
+    `send_buf`/`recv_buf` (default: the same buffers; the direct GPU path hands it device
+    buffers). `stamp()` runs untimed after the seq is written (direct GPU: copy it to the
+    device); `settle()` runs untimed after t1 (direct GPU: copy the reply back to check it).
 
     Returns the number of cycles completed. On any exception (transport error, verify
     error, KeyboardInterrupt) the exception gets `completed_cycles`: samples[:n] are valid.
@@ -37,17 +56,22 @@ def run_cycles(
     send = channel.send
     recv_into = channel.recv_into
     check = codec.checker(reply)
+    out = request if send_buf is None else send_buf
+    into = reply if recv_buf is None else recv_buf
     n = len(samples)
     i = 0
     try:
         while i < n:
-            seq = start_seq + i
-            pack_seq(request, 0, seq)
+            pack_seq(request, 0, i)
+            if stamp is not None:
+                stamp()
             t0 = clock()
-            send(request)
-            recv_into(reply)
+            send(out)
+            recv_into(into)
             t1 = clock()
-            check(seq)
+            if settle is not None:
+                settle()
+            check(i)
             samples[i] = t1 - t0
             i += 1
             if gap_s:
@@ -58,86 +82,61 @@ def run_cycles(
     return i
 
 
-#: per-cycle stage columns of the GPU loop (ns); see run_cycles_gpu
-CLIENT_STAGES = ("d2h_ns", "transfer_ns", "h2d_ns")
-
-
-def run_cycles_gpu(
-    channel,
-    request,
-    reply,
+def echo_cycles(
+    channel: Channel,
+    request: Any,
+    reply: Any,
     codec: ReplyCodec,
-    samples: np.ndarray,
-    stages: np.ndarray | None,
+    total: int,
     *,
-    direct: bool,
-    start_seq: int = 0,
-    clock: Callable[[], int] = time.perf_counter_ns,
-    gap_s: float = 0.0,
-    sleep: Callable[[float], None] = time.sleep,
+    crc: int | None = None,
+    on_bad_seq: Callable[[int], None],
+    on_bad_crc: Callable[[int], None] | None = None,
+    send_buf: Any = None,
+    recv_buf: Any = None,
+    fetch: Callable[[], None] | None = None,
+    after_pack: Callable[[], None] | None = None,
+    check_late: bool = False,
 ) -> int:
-    """The same loop for requests that start, and replies that end, in GPU memory.
+    """The server's loop for one plan: `total` round trips. Returns the cycles served.
 
-    `request` and `reply` are hopbench.gpu.Staging buffers. The sequence number is
-    hopbench's framing, not payload: it is stamped before t0 (into the pinned buffer when
-    staged; into the device buffer by an untimed 8-byte copy when direct).
-
-    staged: t0, D2H of the request payload, t1, send pinned, receive pinned, t2, H2D of
-            the reply, t3. samples = t3 - t0; stages[i] = (t1-t0, t2-t1, t3-t2).
-    direct: t0, send the device buffer, receive into the device buffer, t1 (UCX moves
-            GPU memory itself; its staging is inside the transfer). samples = t1 - t0;
-            stages is None. The reply is copied back untimed to check its ids.
-    """
-    pack_seq = SEQ.pack_into
-    send = channel.send
-    recv_into = channel.recv_into
-    check = codec.checker(reply.host)
-    req_host = request.host
-    n = len(samples)
-    i = 0
-    try:
-        if direct:
-            req_dev, rep_dev = request.device, reply.device
-            stamp, fetch = request.h2d, reply.d2h
-            nseq = SEQ.size
-            while i < n:
-                seq = start_seq + i
-                pack_seq(req_host, 0, seq)
-                stamp(0, nseq)
-                t0 = clock()
-                send(req_dev)
-                recv_into(rep_dev)
-                t1 = clock()
+    `request`/`reply` are the host buffers checked and packed; the channel moves
+    `recv_buf`/`send_buf` (default the same). A request whose seq is not the expected one
+    goes to `on_bad_seq(seq)` and ends the plan (an abort from the client, or a fault the
+    callback turns into an exception). A body failing its CRC gets the ids inverted (the
+    client's signal), or with `check_late` goes to `on_bad_crc(seq)`. `fetch()` brings the
+    request to host before a late check; `after_pack()` runs after every packing of ids
+    (a GPU server moves them to its device buffer, as a drafter would produce them there)."""
+    recv_into, send = channel.recv_into, channel.send
+    into = request if recv_buf is None else recv_buf
+    out = reply if send_buf is None else send_buf
+    unpack_seq = SEQ.unpack_from
+    pack = codec.packer(reply)
+    body = memoryview(request).cast("B")[SEQ.size:] if crc is not None else None
+    pack(0)  # the reply for the expected seq is packed before the request arrives
+    if after_pack is not None:
+        after_pack()
+    seq = 0
+    for seq in range(total):
+        recv_into(into)
+        if not check_late:
+            if unpack_seq(request, 0)[0] != seq:
+                on_bad_seq(seq)
+                return seq
+            if body is not None and zlib.crc32(body) != crc:
+                codec.pack(reply, seq, corrupt=True)
+                if after_pack is not None:
+                    after_pack()
+        send(out)
+        if check_late:
+            if fetch is not None:
                 fetch()
-                check(seq)
-                samples[i] = t1 - t0
-                i += 1
-                if gap_s:
-                    sleep(gap_s)
-        else:
-            rep_host = reply.host
-            d2h, h2d = request.d2h, reply.h2d
-            lo = SEQ.size
-            while i < n:
-                seq = start_seq + i
-                pack_seq(req_host, 0, seq)
-                t0 = clock()
-                d2h(lo)
-                t1 = clock()
-                send(req_host)
-                recv_into(rep_host)
-                t2 = clock()
-                h2d()
-                t3 = clock()
-                check(seq)
-                samples[i] = t3 - t0
-                stages[i, 0] = t1 - t0
-                stages[i, 1] = t2 - t1
-                stages[i, 2] = t3 - t2
-                i += 1
-                if gap_s:
-                    sleep(gap_s)
-    except BaseException as exc:
-        exc.completed_cycles = i  # type: ignore[attr-defined]
-        raise
-    return i
+            if unpack_seq(request, 0)[0] != seq:
+                on_bad_seq(seq)
+                return seq
+            if body is not None and zlib.crc32(body) != crc and on_bad_crc is not None:
+                on_bad_crc(seq)
+        pack(seq + 1)
+        if after_pack is not None:
+            after_pack()
+    return total

@@ -36,6 +36,10 @@ class Channel(Protocol):
         channel's timeout, ProtocolError when a message-framed library delivers a
         message of another length."""
 
+    def alloc(self, nbytes: int) -> Any:
+        """A writable buffer of nbytes this channel moves best (bytearray, or a numpy
+        array a library registers once). Allocated once per plan, never per cycle."""
+
     def close(self) -> None:
         """Release everything. Idempotent; never raises."""
 
@@ -45,6 +49,8 @@ class Listener(Protocol):
 
     #: (host, port) really bound (port 0 resolved to the real port)
     address: tuple[str, int]
+    #: what the server tells the client about it in ACCEPT's transport_info (JSON types)
+    info: dict[str, Any]
 
     def accept(self, timeout: float | None) -> Channel:
         """Wait for one peer; Timeout when none comes within `timeout` seconds."""
@@ -54,6 +60,15 @@ class Listener(Protocol):
 
 class Transport(Protocol):
     name: str
+    #: a plan's data channel is the control connection itself (tcp): no data listener,
+    #: ACCEPT carries data_port null
+    reuses_control: bool
+    #: the transport moves device (CUDA) memory itself: --gpu-path direct
+    device_memory: bool
+    #: messages keep their length (zmq, ucx); False for a byte stream (tcp)
+    message_framed: bool
+    #: a send the peer does not drain times out (False only for in-memory fakes)
+    bounded_send: bool
 
     def listen(self, host: str, port: int, options: "TransportOptions") -> Listener: ...
 
@@ -61,13 +76,48 @@ class Transport(Protocol):
 
     def version(self) -> str: ...
 
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        """ConfigError for a key this transport does not know or a value it cannot take."""
+
+    def check_device_path(self, settings: dict[str, Any]) -> None:
+        """ConfigError when these settings cannot move device memory (direct GPU path)."""
+
+    def devices(self) -> list[str] | None:
+        """The transport/device resources it sees here (for doctor); None if not applicable."""
+
+
+class TransportBase:
+    """Defaults for the optional parts of the contract: no settings, host memory only,
+    no devices to report, a data channel of its own."""
+
+    name = "?"
+    reuses_control = False
+    device_memory = False
+    message_framed = True  # a receive of another length than the message is a ProtocolError
+    bounded_send = True  # a send the peer does not drain times out
+    known_settings: frozenset[str] = frozenset()
+
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        unknown = sorted(set(settings) - self.known_settings)
+        if unknown:
+            known = ", ".join(sorted(self.known_settings)) or "none"
+            raise ConfigError(f"unknown {self.name} setting(s) {unknown} (known: {known})")
+
+    def check_device_path(self, settings: dict[str, Any]) -> None:
+        if not self.device_memory:
+            raise ConfigError(f"--gpu-path direct needs a transport that moves GPU memory itself (ucx), not "
+                              f"{self.name!r}; use --gpu-path staged")
+
+    def devices(self) -> list[str] | None:
+        return None
+
 
 @dataclass(frozen=True)
 class TransportOptions:
     """What a transport needs to know: timeouts, poll mode and its own settings.
 
     `settings` holds transport-specific knobs from config or flags (e.g. UCX_TLS); each
-    transport documents which keys it reads and rejects unknown ones."""
+    transport checks them (Transport.check_settings) and rejects unknown ones."""
 
     timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
@@ -81,14 +131,32 @@ class Registered:
     target: str  # "module:attribute", imported on first use
     extra: str | None  # pip extra that provides the library
     library: str | None  # distribution name whose version we report
+    # which --opt KEY=VALUE keys belong to it, known without importing the library (a test
+    # checks them against the transport's own known_settings)
+    settings_prefix: str | None = None
+    settings: frozenset[str] = frozenset()
+
+    def owns(self, key: str) -> bool:
+        return key in self.settings or bool(self.settings_prefix and key.startswith(self.settings_prefix))
 
 
 REGISTRY: dict[str, Registered] = {
     "tcp": Registered("tcp", "transports.tcp:TcpTransport", None, None),
-    "zmq": Registered("zmq", "transports.zmq:ZmqTransport", "zmq", "pyzmq"),
-    "ucx": Registered("ucx", "transports.ucx:UcxTransport", "ucx", "ucxx-cu12"),
+    "zmq": Registered("zmq", "transports.zmq:ZmqTransport", "zmq", "pyzmq",
+                      settings=frozenset({"copy_threshold", "sndhwm", "rcvhwm", "io_threads"})),
+    "ucx": Registered("ucx", "transports.ucx:UcxTransport", "ucx", "ucxx-cu12", settings_prefix="UCX_"),
     "fake": Registered("fake", "transports.fake:FakeTransport", None, None),
 }
+
+
+def owner_of_setting(key: str) -> str:
+    """The transport a --opt key belongs to; ConfigError naming who owns what otherwise."""
+    for reg in REGISTRY.values():
+        if reg.owns(key):
+            return reg.name
+    owned = "; ".join(f"{r.name}: {r.settings_prefix + '*' if r.settings_prefix else ', '.join(sorted(r.settings))}"
+                      for r in REGISTRY.values() if r.settings or r.settings_prefix)
+    raise ConfigError(f"--opt {key}: no transport has this setting ({owned})")
 
 
 def install_line(extra: str) -> str:

@@ -114,15 +114,13 @@ def rdma_devices(sys_root: Path = Path("/sys")) -> list[dict]:
 
 def ucx_devices() -> list[str] | None:
     """Transport/device resources UCX sees (None when ucxx is not installed)."""
+    from hopbench.core.transport import get_transport
+    from hopbench.errors import TransportUnavailable
+
     try:
-        import transports.ucx as U
-    except Exception:
+        return get_transport("ucx").devices()
+    except TransportUnavailable:
         return None
-    try:
-        ctx = U._context({})
-    except Exception as exc:
-        return [f"error: {exc}"]
-    return [line.split("flags --")[-1].strip() for line in ctx.info.splitlines() if "resource" in line]
 
 
 def sysctls(proc_root: Path = Path("/proc")) -> dict[str, Any]:
@@ -204,6 +202,7 @@ def peer_report(host: str, port: int, expected_interface: str | None = None, run
     """Local report + route, the server's report, path MTU and a goodput probe."""
     import numpy as np
 
+    from hopbench.core import control
     from hopbench.core import protocol as P
     from hopbench.core.client import Session
 
@@ -216,8 +215,8 @@ def peer_report(host: str, port: int, expected_interface: str | None = None, run
     try:
         server_env = s.server_env
         try:
-            pmtu = s.control.socket.getsockopt(socket.IPPROTO_IP, 14)  # IP_MTU (Linux)
-        except OSError:
+            pmtu = control.path_mtu(s.control)
+        except OSError:  # noqa: B014 (kept: a closed control channel)
             pmtu = None
         # goodput probe: 1 MiB requests for about probe_s; the fixed cost is subtracted
         # with a 64 B round trip measured in the same session

@@ -171,7 +171,8 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
                 rt.start()
                 report["rungs"][label] = rt.describe()
                 log(f"rung {label}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
-                    + f", placement {pname}, server {rt.host}:{rt.port}")
+                    + f", placement {pname}, server {rt.host}:{rt.port}"
+                    + (f" (pid {rt.server.proc.pid})" if rt.server else ""))
         save("running")
         for i, cell in enumerate(todo):
             rung = by_rung[cell.rung]

@@ -1,0 +1,37 @@
+"""The control connection (docs/PROTOCOL.md, "Connections"): TCP on the served port, with
+TCP_NODELAY, opened through the transport registry like every channel. It is a TCP
+channel by the protocol's definition, so two TCP-specific parts are used here and only
+here: shutdown() (the server's handshake watchdog and signal handling wake a blocked
+call with it) and the socket (the path MTU doctor reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hopbench.core.transport import TransportOptions, get_transport
+
+
+def connect(host: str, port: int, *, timeout_s: float, connect_timeout_s: float, poll: str = "auto") -> Any:
+    """The client's control connection to a `hopbench serve`."""
+    opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll)
+    return get_transport("tcp").connect(host, port, opts)
+
+
+def listen(host: str, port: int, *, idle_timeout_s: float, poll: str = "auto") -> Any:
+    """The server's listener. Its channels carry the tcp cycles too, so they take the
+    server's poll mode; a client silent for idle_timeout_s is dropped."""
+    return get_transport("tcp").listen(host, port, TransportOptions(timeout_s=idle_timeout_s, poll=poll))
+
+
+def shutdown(channel_or_listener: Any) -> None:
+    """Wake whatever blocks on it (idempotent)."""
+    channel_or_listener.shutdown()
+
+
+def path_mtu(channel: Any) -> int | None:
+    import socket
+
+    try:
+        return int(channel.socket.getsockopt(socket.IPPROTO_IP, 14))  # IP_MTU (Linux)
+    except OSError:
+        return None
