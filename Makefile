@@ -22,7 +22,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-test: install-dev
+test: install-dev lint
 	$(PY) -m pytest -q
 
 test-fast: install-dev
@@ -48,6 +48,13 @@ bench-core: install
 
 bench-transports: install
 	$(PY) benchmarks/bench_transports.py
+
+# Executable rules: style (ruff), types (mypy, strict on the core and transports), and who
+# may import whom (import-linter contracts in pyproject.toml; docs/ARCHITECTURE.md).
+lint: install-dev
+	$(VENV)/bin/ruff check hopbench transports tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) *.egg-info build

@@ -60,7 +60,7 @@ def main() -> None:
     res: dict[tuple[str, int], list[float]] = {}
     rng = np.random.default_rng(12345)
     try:
-        for rep in range(a.repeats):
+        for _rep in range(a.repeats):
             order = [(impl, n) for impl in ("hopbench", "minimal") for n in SIZES]
             rng.shuffle(order)
             for impl, n in order:
@@ -68,7 +68,8 @@ def main() -> None:
                     plan = P.Plan("tcp", n, 8, 2, 4, a.cycles, a.warmup)
                     p50 = float(np.median(session.measure(plan).timed))
                 else:
-                    mp, mport = start(pinned([sys.executable, "benchmarks/minimal.py", "tcp", "127.0.0.1", str(n), "8"], server_cpu))
+                    mp, mport = start(pinned([sys.executable, "benchmarks/minimal.py", "tcp", "127.0.0.1", str(n), "8"],
+                                             server_cpu))
                     cl = minimal.TcpClient("127.0.0.1", mport, n, 8)
                     p50 = float(np.median(cl.measure(a.cycles, a.warmup)))
                     cl.close()

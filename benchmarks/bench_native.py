@@ -133,7 +133,8 @@ def main() -> None:
     from hopbench.orchestration import netem
 
     print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
-    print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}")
+    print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, "
+          f"clients on CPU {CLIENT_CPU}")
     rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
     for name in a.places.split(","):
         link = netem.Link.create(rate_mbit=rates[name]) if name != "loopback" else None

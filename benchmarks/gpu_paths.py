@@ -43,7 +43,8 @@ from hopbench.core import gpu  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
 from hopbench.core.protocol import Plan  # noqa: E402
 from hopbench.core.stats import median_ci  # noqa: E402
-from hopbench.orchestration.runner import Payload, RunWriter  # noqa: E402
+from hopbench.orchestration.runner import RunWriter  # noqa: E402
+from hopbench.records import Payload  # noqa: E402
 
 BYTES_PER_TOKEN = 61_440
 K, ID_BYTES = 2, 4

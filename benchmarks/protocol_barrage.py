@@ -26,7 +26,9 @@ HELLO_OK = {"protocol": P.VERSION, "role": "client", "software": "barrage"}
 
 
 def junk(rng: random.Random) -> bytes:
-    leaf = lambda: rng.choice([None, True, 0, -1, 2**70, 1.5, 1e308, "x", "é" * 40, "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace")])  # noqa: E731
+    leaves = [None, True, 0, -1, 2**70, 1.5, 1e308, "x", "é" * 40,
+              "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace")]
+    leaf = lambda: rng.choice(leaves)  # noqa: E731
     kind = rng.randrange(10)
     if kind == 0:
         return rng.randbytes(rng.randrange(0, 200))
@@ -73,7 +75,7 @@ def main() -> int:
         answers = {"one ERROR": 0, "one REFUSE": 0, "ACCEPT (well-formed plan)": 0, "none (client's own ERROR/BYE)": 0,
                    "other": 0}
         t0 = time.monotonic()
-        for i in range(N // 2):
+        for _ in range(N // 2):
             c = SpecClient("127.0.0.1", port)
             state = rng.choice(["AWAIT_HELLO", "READY" if not secret else "AWAIT_AUTH"])
             if state != "AWAIT_HELLO":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -117,9 +117,10 @@ def run(
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
     from hopbench import results as R
-    from hopbench.core.placement import placement_note
     from hopbench.estimate import pct
-    from hopbench.orchestration.runner import Payload, run_session
+    from hopbench.orchestration.calibrate import placement_note
+    from hopbench.orchestration.runner import run_session
+    from hopbench.records import Payload, RunConfig
     from hopbench.shape import load_shape
 
     scfg = load_shape(shape)
@@ -157,18 +158,17 @@ def run(
     from hopbench.orchestration.doctor import preflight
 
     pre = preflight(host, interface, rate)
-    for w in pre.warnings:
-        typer.secho(f"warning: {w.message}", fg="yellow", err=True)
+    for finding in pre.warnings:
+        typer.secho(f"warning: {finding.message}", fg="yellow", err=True)
     if strict and pre.warnings:
         raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
-    config = {"transport": transport, "k": k, "id_bytes": sh.id_bytes, "cycles": cycles, "warmup": warmup,
-              "verify": verify, "gap_ms": gap_ms, "poll": poll.value, "timeout_s": timeout,
-              "tokens": token_list, "bytes": byte_list, "reply_bytes": reply_bytes,
-              "bytes_per_token": sh.bytes_per_token, "shape_file": scfg.path, "cpu": cpu,
-              "client_memory": mem[0], "server_memory": mem[1], "gpu_path": gpu_path.value,
-              "rate_mbit": rate, "rung": rung_name}
+    cfg = RunConfig(transport=transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup, verify=verify,
+                    gap_ms=gap_ms, poll=poll.value, timeout_s=timeout, client_memory=mem[0], server_memory=mem[1],
+                    gpu_path=gpu_path.value, transport_settings=split_options(opt), rate_mbit=rate, rung=rung_name,
+                    bytes_per_token=sh.bytes_per_token, tokens=tuple(token_list), bytes=tuple(byte_list),
+                    reply_bytes=reply_bytes, cpu=cpu, shape_file=str(scfg.path) if scfg.path else None)
     made: list[Path] = []
 
     def make_folder() -> Path:
@@ -196,15 +196,12 @@ def run(
         typer.secho(f"warning: {text}", fg="yellow", err=True)
 
     try:
-        w = run_session(host, port, payloads, folder=make_folder, transport=transport, k=k, id_bytes=sh.id_bytes,
-                        cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value,
-                        timeout_s=timeout, config=config, on_payload=show, transport_settings=split_options(opt),
-                        secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor, memory=mem,
-                        gpu_path=gpu_path.value, on_warning=warn)
+        w = run_session(host, port, payloads, cfg, folder=make_folder, on_payload=show, on_warning=warn,
+                        secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor)
     except KeyboardInterrupt:
         where = f": what was measured is in {made[0]} (status incomplete)" if made else "; nothing was measured"
         print(f"interrupted{where}", file=sys.stderr)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except HopbenchError as exc:
         if made:
             raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
@@ -240,16 +237,50 @@ def sweep(
     scfg = load_shape(shape)
     cfg = load_sweep(config, quick=quick)
     only = [r for r in rungs.split(",") if r] if rungs else None
+    bar = _live_bar() if sys.stderr.isatty() else None
     try:
         folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
-                           resume=not new, only_rungs=only, strict=strict, analyse=analyse, skip_missing=skip_missing)
+                           resume=not new, only_rungs=only, strict=strict, analyse=analyse, skip_missing=skip_missing,
+                           on_progress=bar.update if bar else None)
     except KeyboardInterrupt:
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
+    finally:
+        if bar:
+            bar.stop()
     print(f"sweep results: {folder}")
     if analyse:
         from hopbench.analysis import commands as analysis
 
         analysis.report_all(folder, scfg)
+
+
+class _live_bar:
+    """A rich progress bar on a terminal (the sweep prints plain lines to a log file)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[key]}"), console=Console(stderr=True), transient=True)
+        self.task: Any = None
+
+    def update(self, done: int, total: int, elapsed: float, eta: float, key: str) -> None:
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("sweep", total=total, key=key)
+        self.progress.update(self.task, completed=done, key=key)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+def recorded_shape(folder: Path, bpt: int, op: int) -> tuple[int, int]:
+    # imported here, not at the top: numpy's thread pool must start after --cpu pinned us
+    from hopbench.analysis.data import recorded_shape as _recorded
+
+    return _recorded(folder, bpt, op)
 
 
 def _shape(shape):
@@ -269,7 +300,8 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
     from hopbench.analysis import commands as analysis
 
     s = _shape(shape)
-    analysis.run_fit(results, s.shape.bytes_per_token, tokens or s.operating_tokens)
+    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
+    analysis.run_fit(results, bpt, tokens or op)
 
 
 @app.command()
@@ -308,10 +340,12 @@ def verdict(
     if hops:
         analysis.run_verdict(None, inputs, tokens or s.operating_tokens, hops)
         return
-    for i, folder in enumerate(results):
-        if len(results) > 1:
+    folders = results or []
+    for i, folder in enumerate(folders):
+        if len(folders) > 1:
             print(("\n" if i else "") + f"== {folder}")
-        analysis.run_verdict(folder, inputs, tokens or s.operating_tokens)
+        analysis.run_verdict(folder, inputs, tokens or recorded_shape(folder, s.shape.bytes_per_token,
+                                                                       s.operating_tokens)[1])
 
 
 @app.command()
@@ -321,7 +355,8 @@ def plot(results: ResultsArg, shape: ShapeOpt = None):
     from hopbench.analysis.verdict import Inputs
 
     s = _shape(shape)
-    analysis.run_plot(results, s.shape.bytes_per_token, Inputs(s.t_draft_ms, s.cycle_ms, s.tok_s), s.operating_tokens)
+    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
+    analysis.run_plot(results, bpt, Inputs(s.t_draft_ms, s.cycle_ms, s.tok_s), op)
 
 
 @app.command()
@@ -340,7 +375,8 @@ def export(
 
     s = _shape(shape)
     groups, top = load_groups(results)
-    fits = F.fit_groups(groups, s.shape.bytes_per_token, s.operating_tokens, boot=50)
+    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
+    fits = F.fit_groups(groups, bpt, op, boot=50)
     recs = E.records(groups, top, Path(results).name, study, fits)
     added, updated = E.upsert(into, recs)
     print(f"{into}: {added} records added, {updated} updated (study {study!r})")

@@ -41,7 +41,7 @@ def binom_half_cdf(c: int, n: int) -> float:
     """P(B <= c) for B ~ Binomial(n, 1/2), exact (integer arithmetic)."""
     if c < 0:
         return 0.0
-    return sum(math.comb(n, j) for j in range(min(c, n) + 1)) / 2**n
+    return float(sum(math.comb(n, j) for j in range(min(c, n) + 1)) / 2**n)
 
 
 def ranks_for_level(n: int, level: float = LEVEL) -> tuple[int, int, float]:
@@ -205,10 +205,10 @@ def drift(samples_in_order: np.ndarray) -> dict[str, Any]:
     return {"drift_rel": rel, "drift": bool(p < DRIFT_P and abs(rel) > DRIFT_MIN_REL), "drift_p": p}
 
 
-def kendall_trend_p(y: Sequence[float]) -> float:
+def kendall_trend_p(values: Sequence[float]) -> float:
     """Two-sided p of Kendall's tau between order and y: exact (all permutations counted by
     the Mahonian recurrence) without ties, which is the case for repeat factors."""
-    y = np.asarray(y, float)
+    y = np.asarray(values, float)
     n = len(y)
     if n < 3:
         return 1.0
@@ -234,8 +234,8 @@ def repeat_factors(cells: Sequence[tuple[Sequence[int], Sequence[float]]]) -> di
     """Per repeat index, the median over cells of (repeat median / cell median): the
     factor a repeat shares with every cell measured in it."""
     ratios: dict[int, list[float]] = {}
-    for ids, meds in cells:
-        meds = np.asarray(meds, float)
+    for ids, values in cells:
+        meds = np.asarray(values, float)
         if len(meds) < 2:
             continue
         m = float(np.median(meds))

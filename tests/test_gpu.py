@@ -17,7 +17,8 @@ import pytest
 from hopbench.core import gpu
 from hopbench.core.client import Session
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.orchestration.runner import Payload, run_session
+from hopbench.orchestration.runner import run_session
+from hopbench.records import Payload, RunConfig
 from tests import fakecupy
 from tests.conftest import small_plan
 
@@ -72,8 +73,9 @@ def test_staged_both_ends_records_every_stage(fake_gpu, server, transport):
 def test_staged_run_writes_stage_columns(fake_gpu, server, tmp_path):
     out = tmp_path / "r"
     out.mkdir()
-    run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T3", 3, 184320, 8)], folder=out,
-                transport="tcp", k=2, id_bytes=4, cycles=30, warmup=3, memory=("cuda", "cuda"))
+    run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T3", 3, 184320, 8)],
+                RunConfig("tcp", k=2, id_bytes=4, cycles=30, warmup=3, client_memory="cuda", server_memory="cuda"),
+                folder=out)
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert [r["gpu_path"] for r in summary] == ["staged", "staged"]
     for r in summary:

@@ -12,7 +12,8 @@ from hopbench import results as R
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
-from hopbench.orchestration.runner import Payload, run_session
+from hopbench.orchestration.runner import run_session
+from hopbench.records import Payload, RunConfig
 from tests.conftest import small_plan
 
 
@@ -35,8 +36,7 @@ def test_run_writes_complete_files(server, tmp_path):
     out = tmp_path / "r"
     out.mkdir()
     payloads = [Payload("T1", 1, 61440, 8), Payload("T3", 3, 184320, 8)]
-    run_session(server.host, server.port, payloads, folder=out, transport="tcp", k=2, id_bytes=4,
-                cycles=40, warmup=4)
+    run_session(server.host, server.port, payloads, RunConfig("tcp", k=2, id_bytes=4, cycles=40, warmup=4), folder=out)
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "complete" and rep["schema_version"] == R.SCHEMA_VERSION
     assert rep["server_env"]["hostname"] and rep["client_env"]["route"]["interface"]["name"] == "lo"
@@ -115,8 +115,8 @@ def test_server_killed_mid_run_keeps_what_was_measured(server_factory, tmp_path)
 
     # after the first payload, the server's end of the connection is shut down
     with pytest.raises(HopbenchError):
-        run_session(st.host, st.port, payloads, folder=out, transport="tcp", k=2, id_bytes=4,
-                    cycles=30, warmup=2, timeout_s=2, on_payload=lambda s: _kill_session(st))
+        run_session(st.host, st.port, payloads, RunConfig("tcp", k=2, id_bytes=4, cycles=30, warmup=2, timeout_s=2),
+                    folder=out, on_payload=lambda s: _kill_session(st))
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "error" and rep["error"]
     assert rep["payloads"][0]["summary"]["complete"] is True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+from typing import Any
 
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
@@ -20,7 +21,7 @@ _lock = threading.Lock()
 
 
 class FakeChannel:
-    def __init__(self, inbox: queue.Queue, outbox: queue.Queue, timeout_s: float = 5.0):
+    def __init__(self, inbox: queue.Queue[Any], outbox: queue.Queue[Any], timeout_s: float = 5.0):
         self._inbox = inbox
         self._outbox = outbox
         self._timeout = timeout_s
@@ -30,12 +31,12 @@ class FakeChannel:
     def alloc(self, nbytes: int) -> bytearray:
         return bytearray(nbytes)
 
-    def send(self, buf) -> None:
+    def send(self, buf: Any) -> None:
         if self._closed:
             raise PeerClosed("channel closed")
         self._outbox.put(bytes(buf))
 
-    def recv_into(self, buf) -> None:
+    def recv_into(self, buf: Any) -> None:
         try:
             msg = self._inbox.get(timeout=self._timeout)
         except queue.Empty:
@@ -55,7 +56,8 @@ class FakeChannel:
 
 
 def pair(timeout_s: float = 5.0) -> tuple[FakeChannel, FakeChannel]:
-    a, b = queue.Queue(), queue.Queue()
+    a: queue.Queue[Any] = queue.Queue()
+    b: queue.Queue[Any] = queue.Queue()
     return FakeChannel(a, b, timeout_s), FakeChannel(b, a, timeout_s)
 
 
@@ -63,7 +65,7 @@ class FakeListener:
     def __init__(self, port: int, options: TransportOptions):
         self.address = ("fake", port)
         self.info = {"transport": "fake"}
-        self._pending: queue.Queue = queue.Queue()
+        self._pending: queue.Queue[FakeChannel] = queue.Queue()
         self._options = options
 
     def accept(self, timeout: float | None) -> FakeChannel:

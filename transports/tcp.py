@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import weakref
+from typing import Any
 
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
@@ -87,7 +88,7 @@ class TcpChannel:
 
     # send/recv_into are bound per instance to the block or busy variant, so the hot
     # path carries no mode test.
-    def _send_block(self, buf) -> None:
+    def _send_block(self, buf: Any) -> None:
         self._in_op = True
         try:
             self._sendall(buf)
@@ -96,7 +97,7 @@ class TcpChannel:
         self._in_op = False
         self._ops += 1
 
-    def _send_busy_msg(self, buf) -> None:
+    def _send_busy_msg(self, buf: Any) -> None:
         try:
             self._send_busy(buf)
         except OSError as exc:
@@ -109,7 +110,7 @@ class TcpChannel:
             return PeerClosed(f"peer closed the connection ({exc.strerror})")
         return TransportError(f"send failed: {exc}")
 
-    def _send_busy(self, buf) -> None:
+    def _send_busy(self, buf: Any) -> None:
         view = memoryview(buf).cast("B")
         sent, n = 0, len(view)
         deadline = None
@@ -124,7 +125,7 @@ class TcpChannel:
                     raise
         view.release()
 
-    def _recv_block(self, buf) -> None:
+    def _recv_block(self, buf: Any) -> None:
         n = len(buf)
         self._in_op = True
         try:
@@ -136,7 +137,7 @@ class TcpChannel:
         self._in_op = False
         self._ops += 1
 
-    def _recv_busy_msg(self, buf) -> None:
+    def _recv_busy_msg(self, buf: Any) -> None:
         n = len(buf)
         try:
             got = self._recv_busy(buf, 0, n)
@@ -145,7 +146,7 @@ class TcpChannel:
         if got != n:
             self._recv_rest(buf, got, n)
 
-    def _recv_rest(self, buf, got: int, n: int) -> None:
+    def _recv_rest(self, buf: Any, got: int, n: int) -> None:
         if self._expired:
             raise Timeout(f"receive timed out after {self._timeout} s")
         if got == 0 and n > 0:
@@ -175,7 +176,7 @@ class TcpChannel:
             return PeerClosed("peer reset the connection")
         return TransportError(f"receive failed: {exc}")
 
-    def _recv_busy(self, buf, start: int, n: int) -> int:
+    def _recv_busy(self, buf: Any, start: int, n: int) -> int:
         """Spin on a non-blocking recv until some bytes (or EOF) arrive."""
         target = buf if start == 0 else memoryview(buf).cast("B")[start:]
         recv_into = self._recv_into
@@ -269,7 +270,7 @@ class _Watchdog:
     second, at least every 5 ms), so a stuck call raises Timeout between timeout_s and
     timeout_s plus one tick. The period is a polling interval, not synchronisation."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._chans: "weakref.WeakSet[TcpChannel]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)

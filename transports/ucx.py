@@ -38,12 +38,17 @@ os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, 
 # A child process inherits a parent hopbench's private setting (marked by
 # HOPBENCH_UCX_LOG); that is not the user's, so the child takes a file of its own.
 _inherited = os.environ.get("HOPBENCH_UCX_LOG") and os.environ.get("UCX_LOG_FILE") == os.environ["HOPBENCH_UCX_LOG"]
+_LOG_PATH: str | None
 if _inherited or ("UCX_LOG_FILE" not in os.environ and "UCX_LOG_LEVEL" not in os.environ):
     _LOG_PATH = os.path.join(tempfile.gettempdir(), f"hopbench-ucx-{os.getpid()}.log")
     os.environ["UCX_LOG_FILE"] = _LOG_PATH
     os.environ["UCX_LOG_LEVEL"] = "info"
     os.environ["HOPBENCH_UCX_LOG"] = _LOG_PATH
-    atexit.register(lambda: os.path.exists(_LOG_PATH) and os.unlink(_LOG_PATH))
+    def _remove_log(path: str = _LOG_PATH) -> None:
+        if os.path.exists(path):
+            os.remove(path)
+
+    atexit.register(_remove_log)
 else:
     _LOG_PATH = None
 import libucx  # noqa: E402
@@ -184,12 +189,13 @@ def _translate(exc: Exception, what: str) -> Exception:
     global _EXC_MAP
     if _EXC_MAP is None:
         _EXC_MAP = exception_map()
-    target = next((t for c, t in _EXC_MAP.items() if isinstance(exc, c)), TransportError)
-    text = {PeerClosed: f"UCX peer closed or unreachable during {what} ({exc})",
+    target: type = next((t for c, t in _EXC_MAP.items() if isinstance(exc, c)), TransportError)
+    texts: dict[type, str] = {PeerClosed: f"UCX peer closed or unreachable during {what} ({exc})",
             ProtocolError: f"UCX message larger than expected during {what}",
             ConnectFailed: f"UCX peer unreachable during {what} ({exc})",
-            Timeout: f"UCX timed out during {what} ({exc})"}.get(target, f"UCX error during {what}: {exc}")
-    return target(text)
+            Timeout: f"UCX timed out during {what} ({exc})"}
+    err: Exception = target(texts.get(target, f"UCX error during {what}: {exc}"))
+    return err
 
 
 def _mode(poll: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
-from hopbench.analysis.data import load_groups
+from hopbench.analysis.data import load_groups, recorded_shape
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate, pct
 from hopbench.results import atomic_write
@@ -116,6 +116,8 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     if hops:
         vs = [V.verdict(name, "given", ms, inputs) for name, ms in hops.items()]
     else:
+        if folder is None:
+            raise ConfigError("give a result folder or --hop-ms")
         vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens)]
     floors = instrument_floors(folder) if folder is not None else {}
     show(f"verdict at the operating payload T = {operating_tokens}"
@@ -145,7 +147,7 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
 
 def report_all(folder: Path, scfg, show=print) -> None:
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
-    bpt, op = scfg.shape.bytes_per_token, scfg.operating_tokens
+    bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
     run_fit(folder, bpt, op, show)
     run_verdict(folder, inputs, op, show=show)
     run_plot(folder, bpt, inputs, op, show)

@@ -173,10 +173,10 @@ def interleaved(a: Group, b: Group) -> bool:
     tb = dict(zip(b.repeat_ids, b.started_unix))
     if any(ta[r] is None or tb[r] is None for r in ids):
         return False
-    seq = []
+    seq: list[float] = []
     for r in ids:
-        first, second = (ta[r], tb[r]) if ta[r] <= tb[r] else (tb[r], ta[r])
-        seq += [first, second]
+        a_t, b_t = float(ta[r] or 0.0), float(tb[r] or 0.0)
+        seq += sorted((a_t, b_t))
     return all(x < y for x, y in zip(seq, seq[1:]))
 
 

@@ -8,6 +8,7 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -131,7 +132,7 @@ def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
     return sorted(groups.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
 
 
-def load_runs(folders: list[str | Path]) -> tuple[list[Group], dict]:
+def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
     """Several `hopbench run` folders of the same cells as one set of repeats: run i is
     repeat i (in the order given). One folder: load_groups."""
     if len(folders) == 1:
@@ -172,3 +173,19 @@ def first_header(folder: str | Path) -> dict:
     head["transport_settings"] = {p.get("transport"): p.get("transport_settings") for p in plans}
     head.pop("payloads", None)
     return head
+
+
+def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_operating_tokens: int) -> tuple[int, int]:
+    """(bytes per token, operating tokens) as recorded with the result (a sweep's shape and
+    config, a run's config); today's config files only where the result predates them."""
+    folder = Path(folder)
+    if (folder / "sweep.json").exists():
+        top = _read_json(folder / "sweep.json")
+        bpt = (top.get("shape") or {}).get("bytes_per_token")
+        op = (top.get("config") or {}).get("operating_tokens")
+    elif (folder / "report.json").exists():
+        cfg = _read_json(folder / "report.json").get("config") or {}
+        bpt, op = cfg.get("bytes_per_token"), None
+    else:
+        bpt = op = None
+    return int(bpt or default_bytes_per_token), int(op or default_operating_tokens)

@@ -214,7 +214,8 @@ def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int,
         out.append(Fit(
             rung=rung, transport=tr, points=len(x), alpha_s=seg_op.alpha_s, beta_Bps=seg_op.beta_Bps,
             alpha_ci=ci.alpha_ci, beta_ci=ci.beta_ci, ci_level=ci.level, ci_scope=ci.scope, ci_method=ci.method,
-            n_repeats=ci.n_repeats, segment_lo_bytes=seg_op.lo_bytes, segment_hi_bytes=seg_op.hi_bytes, n_half_bytes=n_half, n_half_tokens=n_half / bytes_per_token,
+            n_repeats=ci.n_repeats, segment_lo_bytes=seg_op.lo_bytes, segment_hi_bytes=seg_op.hi_bytes,
+            n_half_bytes=n_half, n_half_tokens=n_half / bytes_per_token,
             rate_mbit=rate,
             wire_efficiency=seg_op.beta_Bps / (rate * 1e6 / 8) if rate else None,
             goodput_ratio=seg_op.beta_Bps / (rate * 1e6 / 8 * MSS / WIRE_FRAME) if rate else None,
@@ -233,7 +234,8 @@ def crossover(fits: list[Fit]) -> dict[str, str]:
         bw = [f for f in fs if f.regime == "bandwidth-bound"]
         lat = [f for f in fs if f.regime == "latency-bound"]
         if not bw:
-            out[tr] = f"{tr}: every rung is latency-bound at the operating payload; no crossover within {', '.join(f.rung for f in fs)}"
+            out[tr] = (f"{tr}: every rung is latency-bound at the operating payload; no crossover within "
+                       f"{', '.join(f.rung for f in fs)}")
         elif not lat:
             out[tr] = f"{tr}: every rung is bandwidth-bound at the operating payload; the crossover lies above {fs[-1].rung}"
         else:

@@ -70,7 +70,8 @@ def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: in
         ax.set_xlabel("request payload (bytes; dotted purple: T = 1, 3, 8 accepted tokens)")
         ax.set_title(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("round trip p50 (µs)")
     fig.suptitle("Speculative hop latency vs payload per link rung")
     return fig
@@ -105,7 +106,8 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     ax.margins(y=0.25)
     ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n"
                  "label: hop and projected tok/s gain)", fontsize=10)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     return fig
 
@@ -134,7 +136,8 @@ def cdfs(groups: list[Group], tokens=(1, 3, 8)):
         ax.set_xlabel("round trip (µs)")
         ax.set_title(f"{rung}: latency CDF per payload")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("fraction of cycles ≤ x")
     return fig
 

@@ -161,6 +161,9 @@ class StagedClientChannel:
         self.stages[self._i, 2] = t3 - t2
         self._i += 1
 
+    def alloc(self, nbytes: int) -> Any:
+        return self.inner.alloc(nbytes)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -191,6 +194,9 @@ class StagedServerChannel:
         self.timings[self._i, 0] = t1 - t0
         self.timings[self._i, 1] = t2 - t1
         self._i += 1
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.inner.alloc(nbytes)
 
     def close(self) -> None:
         self.inner.close()

@@ -17,7 +17,7 @@ import json
 import math
 import struct
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from hopbench.errors import PeerError, ProtocolError, Refused, VerifyError
 
@@ -168,7 +168,7 @@ def validate(obj: dict[str, Any], name: str) -> dict[str, Any]:
     return obj
 
 
-def send_msg(channel, msg_type: int, obj: dict[str, Any] | None = None) -> None:
+def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None) -> None:
     body = encode_body(obj) if obj is not None else b""
     if len(body) > MAX_BODY:
         raise ProtocolError(f"control message too large ({len(body)} bytes)")
@@ -177,7 +177,7 @@ def send_msg(channel, msg_type: int, obj: dict[str, Any] | None = None) -> None:
         channel.send(body)
 
 
-def recv_frame(channel) -> tuple[int, dict[str, Any]]:
+def recv_frame(channel: Any) -> tuple[int, dict[str, Any]]:
     """Receive one control frame (header, then body): (type, body object). ProtocolError
     for anything that is not a well-formed frame; REFUSE/ERROR are returned, not raised.
     BYE must have an empty body (length 0)."""
@@ -194,7 +194,7 @@ def recv_frame(channel) -> tuple[int, dict[str, Any]]:
     return msg_type, obj
 
 
-def recv_msg(channel, *expected: int) -> tuple[int, dict[str, Any]]:
+def recv_msg(channel: Any, *expected: int) -> tuple[int, dict[str, Any]]:
     """Receive one control frame. REFUSE and ERROR become exceptions; a type outside
     `expected` is a ProtocolError."""
     msg_type, obj = recv_frame(channel)
@@ -222,7 +222,7 @@ class Plan:
     verify: bool = False
     payload_crc32: int | None = None
     gap_ms: float = 0.0  # client think time between cycles (informational for the server)
-    transport_settings: dict | None = None
+    transport_settings: dict[str, Any] | None = None
     # where each end keeps the payload (docs/PROTOCOL.md, "GPU memory"): the client's
     # request source / reply destination, the server's request destination / reply source
     client_memory: str = "host"
@@ -318,13 +318,13 @@ class ReplyCodec:
         base = seq * self.k
         return tuple(map(self.mask.__and__, range(base, base + self.k)))
 
-    def pack(self, buf, seq: int, corrupt: bool = False) -> None:
+    def pack(self, buf: Any, seq: int, corrupt: bool = False) -> None:
         ids = self.expected(seq)
         if corrupt:  # the server's signal that the request checksum failed
             ids = tuple(v ^ self.mask for v in ids)
         self.struct.pack_into(buf, 0, *ids)
 
-    def check(self, buf, seq: int) -> None:
+    def check(self, buf: Any, seq: int) -> None:
         got = self.struct.unpack_from(buf, 0)
         want = self.expected(seq)
         if got != want:
@@ -332,7 +332,7 @@ class ReplyCodec:
                 raise VerifyError(f"server reports a request checksum mismatch at seq {seq}")
             raise VerifyError(f"reply to seq {seq} carries ids {list(got)}, expected {list(want)} (stale or wrong reply)")
 
-    def packer(self, buf):
+    def packer(self, buf: Any) -> Callable[[int], None]:
         """pack(seq) writing the ids of seq into buf (fast path; see class docstring)."""
         head = memoryview(buf).cast("B")[: self.span]
         ka, c, limit, span, slow = self._ka, self._c, self._limit, self.span, self.pack
@@ -345,7 +345,7 @@ class ReplyCodec:
 
         return pack
 
-    def checker(self, buf):
+    def checker(self, buf: Any) -> Callable[[int], None]:
         """check(seq) raising VerifyError unless buf carries the ids of seq."""
         head = memoryview(buf).cast("B")[: self.span]
         ka, c, limit, slow = self._ka, self._c, self._limit, self.check
@@ -382,7 +382,7 @@ def abort_messages(reason: str, size: int) -> list[bytes]:
     return [frame[i * size:(i + 1) * size] for i in range(n)]
 
 
-def send_abort(channel, reason: str, size: int) -> None:
+def send_abort(channel: Any, reason: str, size: int) -> None:
     for msg in abort_messages(reason, size):
         channel.send(msg)
 
@@ -391,7 +391,7 @@ def is_abort(first: Any) -> bool:
     return bytes(memoryview(first).cast("B")[:4]) == MAGIC
 
 
-def read_abort(channel, first: Any) -> str:
+def read_abort(channel: Any, first: Any) -> str:
     """The reason of an abort whose first data message is `first` (receiving the rest of
     the frame's messages, of the same size, from `channel`)."""
     size = len(memoryview(first).cast("B"))

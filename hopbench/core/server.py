@@ -181,7 +181,7 @@ class Server:
         if msg_type in allowed:
             return msg_type, obj
         if msg_type == P.ERROR:
-            reason = obj.get("reason") if isinstance(obj.get("reason"), str) else "(no reason given)"
+            reason = str(obj["reason"]) if isinstance(obj.get("reason"), str) else "(no reason given)"
             raise PeerError(f"client reported an error in state {state}: {reason[:200]}")
         want = "/".join(P.TYPE_NAMES[t] for t in allowed)
         raise ProtocolError(f"unexpected {P.TYPE_NAMES[msg_type]} in state {state} (expected {want})")
@@ -204,7 +204,7 @@ class Server:
         if not challenge:  # with a secret, nothing but this minimal HELLO before authentication
             reply["env"] = self._env_for(chan)
         P.send_msg(chan, P.HELLO, reply)
-        if challenge:
+        if challenge and cfg.secret:
             # client proves it knows the secret; the server proves it back (mutual)
             _, auth = self._expect(chan, "AWAIT_AUTH", P.AUTH)
             P.validate(auth, "AUTH client")

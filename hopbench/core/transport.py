@@ -26,11 +26,11 @@ class Channel(Protocol):
     #: written into the result. Plain JSON types only.
     info: dict[str, Any]
 
-    def send(self, buf) -> None:
+    def send(self, buf: Any) -> None:
         """Send the whole buffer as one message. Blocks until the library has taken all
         of it (not until the peer has it). Raises PeerClosed, Timeout, TransportError."""
 
-    def recv_into(self, buf) -> None:
+    def recv_into(self, buf: Any) -> None:
         """Receive exactly one message of len(buf) bytes into buf. Blocks until it is
         whole. Raises PeerClosed at end of stream (also mid-message), Timeout after the
         channel's timeout, ProtocolError when a message-framed library delivers a
@@ -175,7 +175,8 @@ def get_transport(name: str) -> Transport:
     except ImportError as exc:
         hint = f"; install it with: {install_line(reg.extra)}" if reg.extra else ""
         raise TransportUnavailable(f"transport {name!r} is not available ({exc}){hint}") from None
-    return getattr(module, attr)()
+    transport: Transport = getattr(module, attr)()
+    return transport
 
 
 def describe_transports() -> list[dict[str, Any]]:

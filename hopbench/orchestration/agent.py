@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from hopbench.errors import HopbenchError
-from hopbench.orchestration.runner import Payload, run_session
+from hopbench.orchestration.runner import run_session
+from hopbench.records import Payload, RunConfig
 
 
 def main() -> None:
@@ -22,13 +23,9 @@ def main() -> None:
         try:
             folder = Path(job["folder"])
             folder.mkdir(parents=True)
-            run_session(job["host"], job["port"], [Payload(**job["payload"])], folder=folder,
-                        transport=job["transport"], k=job["k"], id_bytes=job["id_bytes"], cycles=job["cycles"],
-                        warmup=job["warmup"], gap_ms=job["gap_ms"], timeout_s=job.get("timeout_s", 10.0),
-                        poll=job.get("poll", "auto"),
-                        transport_settings=job.get("transport_settings") or {}, config=job.get("config"),
-                        extra=job.get("extra"))
-            answer = {"ok": True}
+            run_session(job["host"], job["port"], [Payload(**job["payload"])], RunConfig.from_dict(job["config"]),
+                        folder=folder, extra=job.get("extra"))
+            answer: dict[str, object] = {"ok": True}
         except HopbenchError as exc:
             answer = {"ok": False, "error": str(exc)}
         except Exception as exc:  # a bug: report it, keep the sweep going

@@ -70,7 +70,8 @@ def interfaces(sys_root: Path = Path("/sys")) -> list[dict]:
     out = []
     base = sys_root / "class" / "net"
     for dev in sorted(base.iterdir()) if base.exists() else []:
-        flags = _int(_read(dev / "flags") and str(int(_read(dev / "flags"), 16)))
+        raw_flags = _read(dev / "flags")
+        flags = _int(str(int(raw_flags, 16)) if raw_flags else None)
         driver = None
         try:
             driver = os.path.basename(os.readlink(dev / "device" / "driver"))
@@ -149,7 +150,8 @@ def local_report(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
         if i["admin_up"] is False:
             r.findings.append(Finding(level, "admin-down", f"{i['name']} is administratively down (ip link set {i['name']} up)"))
         elif i["carrier"] == 0:
-            r.findings.append(Finding(level, "no-carrier", f"{i['name']} is up but has no carrier (cable, switch port or peer down)"))
+            r.findings.append(Finding(level, "no-carrier",
+                                      f"{i['name']} is up but has no carrier (cable, switch port or peer down)"))
         if i["physical"] and i["driver"] is None:
             r.warn("no-driver", f"{i['name']} has no driver bound")
     for d in r.pci_without_driver:
@@ -249,7 +251,8 @@ def format_report(r: Report) -> str:
         lines.append(f"{i['name']:<14} {('up' if i['admin_up'] else 'down') if i['admin_up'] is not None else '?':<6} "
                      f"{i['operstate'] or '?':<9} {'-' if i['carrier'] is None else i['carrier']!s:<8} "
                      f"{i['driver'] or ('(none)' if i['physical'] else '(virtual)'):<14} "
-                     f"{(str(i['speed_mbps']) + ' Mb/s') if i['speed_mbps'] else '-':>10} {i['duplex'] or '-':<7} {i['mtu'] or '-':>6}")
+                     f"{(str(i['speed_mbps']) + ' Mb/s') if i['speed_mbps'] else '-':>10} {i['duplex'] or '-':<7} "
+                     f"{i['mtu'] or '-':>6}")
     lines.append(f"PCI network devices without a driver: {', '.join(d['slot'] for d in r.pci_without_driver) or 'none'}")
     lines.append("RDMA devices: " + (", ".join(f"{d['device']}/{d['port']} {d['state']} {d['link_layer']} {d['rate']}"
                                                 for d in r.rdma) or "none (/sys/class/infiniband absent or empty)"))

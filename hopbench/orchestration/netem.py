@@ -111,7 +111,8 @@ class Link:
             # retransmits (docs/MEASURED.md). Needs ethtool; recorded either way.
             if shutil.which("ethtool"):
                 r = _run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gro", "on"], check=False)
-                self.settings.setdefault("offloads", {})[dev] = "tso off gro on" if r.returncode == 0 else f"ethtool failed: {r.stderr.strip()}"
+                done = "tso off gro on" if r.returncode == 0 else f"ethtool failed: {r.stderr.strip()}"
+                self.settings.setdefault("offloads", {})[dev] = done
             else:
                 self.settings.setdefault("offloads", {})[dev] = "unchanged (ethtool not installed)"
             if self.rate_mbit:
@@ -146,7 +147,8 @@ class Link:
 def leftovers() -> list[str]:
     """hopbench namespaces that exist now (for tests and `cleanup_stale`)."""
     out = _run(["ip", "netns", "list"], check=False).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX) and line.split()[0][len(PREFIX):].split("x")[0].isdigit()]
+    return [line.split()[0] for line in out.splitlines()
+            if line.startswith(PREFIX) and line.split()[0][len(PREFIX):].split("x")[0].isdigit()]
 
 
 def cleanup_stale() -> list[str]:

@@ -4,7 +4,6 @@ after every payload so an interrupted run keeps what it measured."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,15 +14,7 @@ from hopbench.core import protocol as P
 from hopbench.core.client import Measurement, Session
 from hopbench.core.stats import summarize
 from hopbench.errors import Refused
-from hopbench.orchestration.serverproc import ready_port
-
-
-@dataclass(frozen=True)
-class Payload:
-    label: str  # "T3" or "B65536"
-    tokens: int | None
-    request_bytes: int
-    reply_bytes: int
+from hopbench.records import Payload, RunConfig
 
 
 def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
@@ -86,36 +77,27 @@ class RunWriter:
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
                   transport_settings: dict | None = None) -> dict:
     """The instrument's own floor: the smallest round trip of the same transport and code
-    path on loopback (a local `hopbench serve` in a child process, a 64 B request)."""
-    import os
-    import subprocess
-    import sys
-
+    path on loopback (a private server process started through the library: no secret,
+    whatever HOPBENCH_SECRET says; a 64 B request)."""
     import numpy as np
 
-    from hopbench.core.stats import median_ci
+    from hopbench.core.server import ServerConfig
+    from hopbench.estimate import median_interval
+    from hopbench.orchestration.serverproc import ServerProcess
 
-    opts = [f"--opt={kk}={v}" for kk, v in ((transport_settings or {}).get(transport) or {}).items()]
-    # a private loopback server of this process: no secret, whatever HOPBENCH_SECRET says
-    env = {k: v for k, v in os.environ.items() if k != "HOPBENCH_SECRET"}
-    srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--once", "--poll", poll,
-                            *opts], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        port = ready_port(srv)
-        s = Session("127.0.0.1", port, poll=poll, transport_settings=transport_settings or {})
+    cfg = ServerConfig(host="127.0.0.1", port=0, once=True, poll=poll, transport_settings=transport_settings or {})
+    with ServerProcess(cfg) as srv:
+        s = Session("127.0.0.1", srv.address[1], poll=poll, transport_settings=transport_settings or {})
         try:
             m = s.measure(P.Plan(transport, 64, k * id_bytes, k, id_bytes, cycles, max(10, cycles // 10)))
             s.bye()
         finally:
             s.close()
-        x = np.sort(m.timed)
-        lo, hi = median_ci(x)
-        return {"transport": transport, "where": "loopback", "request_bytes": 64, "reply_bytes": k * id_bytes,
-                "n": int(x.size), "p50_ns": float(np.median(x)), "p50_ci_lo_ns": lo, "p50_ci_hi_ns": hi,
-                "poll": poll}
-    finally:
-        srv.terminate()
-        srv.wait(10)
+    x = np.sort(m.timed)
+    lo, hi, level = median_interval(x)
+    return {"transport": transport, "where": "loopback", "request_bytes": 64, "reply_bytes": k * id_bytes,
+            "n": int(x.size), "p50_ns": float(np.median(x)), "p50_ci_lo_ns": lo, "p50_ci_hi_ns": hi,
+            "p50_ci_level": level, "poll": poll}
 
 
 def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
@@ -130,13 +112,9 @@ def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
 
 
 def run_session(
-    host: str, port: int, payloads: list[Payload], *, folder: Path | Callable[[], Path], transport: str, k: int,
-    id_bytes: int,
-    cycles: int, warmup: int, verify: bool = False, gap_ms: float = 0.0, poll: str = "auto",
-    timeout_s: float = 10.0, connect_timeout_s: float = 5.0, transport_settings: dict | None = None,
-    config: dict | None = None, extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
-    secret: str | None = None, floor: bool = False, memory: tuple[str, str] = ("host", "host"),
-    gpu_path: str = "staged", on_warning: Callable[[str], None] | None = None,
+    host: str, port: int, payloads: list[Payload], cfg: RunConfig, *, folder: Path | Callable[[], Path],
+    extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
+    on_warning: Callable[[str], None] | None = None, secret: str | None = None, floor: bool = False,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -145,14 +123,14 @@ def run_session(
     server's caps refuse) leaves nothing on disk. Errors propagate after the files are
     written (status "incomplete" / "error")."""
     client_env = envmod.collect(peer_host=host)
-    session = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll,
-                      transport_settings=transport_settings or {}, client_env=client_env, secret=secret)
+    session = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
+                      transport_settings=cfg.transport_settings, client_env=client_env, secret=secret)
 
     def plan_for(p: Payload) -> P.Plan:
-        return P.Plan(transport=transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=k,
-                      id_bytes=id_bytes, cycles=cycles, warmup=warmup, verify=verify, gap_ms=gap_ms,
-                      transport_settings=(transport_settings or {}).get(transport, {}),
-                      client_memory=memory[0], server_memory=memory[1], gpu_path=gpu_path)
+        return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,
+                      id_bytes=cfg.id_bytes, cycles=cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
+                      gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
+                      server_memory=cfg.server_memory, gpu_path=cfg.gpu_path)
 
     try:
         check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
@@ -162,7 +140,7 @@ def run_session(
         raise
     header = {
         "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
-        "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": config or {},
+        "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": cfg.to_dict(),
         "client_env": client_env, "server_env": session.server_env,
         "server_software": session.server_hello.get("software"), "server_caps": session.server_hello.get("caps"),
         **(extra or {}),
@@ -173,7 +151,7 @@ def run_session(
         for p in payloads:
             plan = plan_for(p)
             try:
-                m = session.measure(plan, gap_s=gap_ms / 1000.0)
+                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0)
             except BaseException as exc:
                 mm = getattr(exc, "measurement", None)
                 if mm is not None:
@@ -188,7 +166,8 @@ def run_session(
                 on_payload(summary)
         session.bye()
         if floor:
-            writer.header["floor"] = measure_floor(transport, k, id_bytes, min(cycles, 2000), poll, transport_settings)
+            writer.header["floor"] = measure_floor(cfg.transport, cfg.k, cfg.id_bytes, min(cfg.cycles, 2000), cfg.poll,
+                                                   cfg.transport_settings)
     except BaseException as exc:
         status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
         error = str(exc) or exc.__class__.__name__

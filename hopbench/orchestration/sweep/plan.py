@@ -45,14 +45,14 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
     def axis(r: Rung) -> list[str]:
         if r.placement:  # the rung's own placement wins over the sweep's list
             return [r.placement]
-        return list(placements) if many else [""]
+        return list(placements or []) if many else [""]
 
     for rung, pl in ((r, p) for r in rungs for p in axis(r)):
         grid = log_grid(cfg.bytes_min, min(cfg.bytes_max, rung.bytes_max or cfg.bytes_max), cfg.bytes_points)
         for tr in cfg.transports:
             if tr not in rung.transports:
                 continue
-            payloads = [(f"T{t}", t, shape.request_bytes(t)) for t in cfg.tokens]
+            payloads: list[tuple[str, int | None, int]] = [(f"T{t}", t, shape.request_bytes(t)) for t in cfg.tokens]
             payloads += [(f"B{b}", None, b) for b in grid]
             for label, tokens, nbytes in payloads:
                 for gap in cfg.gaps_ms:

@@ -29,6 +29,7 @@ from hopbench.orchestration.sweep.state import (
     cell_done,
     find_resumable,
 )
+from hopbench.records import RunConfig
 from hopbench.shape import Shape
 
 
@@ -66,7 +67,11 @@ def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> 
 
 def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
               resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
-              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False) -> Path:
+              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
+              on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
+    """Measure every cell of the sweep; returns its folder. `on_progress(done, total,
+    elapsed_s, eta_s, cell_key)` after each cell (default: plain lines, one per 10%)."""
+    report_progress = on_progress or progress
     rung_names = only_rungs or list(cfg.rungs)
     rungs = [load_rung(n) for n in rung_names]
     problems, missing_tr = missing_requirements(cfg, rungs, analyse)
@@ -85,7 +90,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
     warnings = [f"local: {f['message']}" for f in preflight["local"]["findings"] if f["level"] == "warn"]
     for r in rungs:
-        if r.kind == "real":
+        if r.kind == "real" and r.peer:
             host = r.peer.rsplit(":", 1)[0]
             rep = doctor.preflight(host, r.interface, r.rate_mbit)
             preflight["rungs"][r.name] = rep.to_dict()
@@ -126,9 +131,9 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         resolved = []
         for name in cfg.placements:
             if name == "auto":
-                from hopbench.core.placement import calibrate
+                from hopbench.orchestration.calibrate import calibrate
 
-                chosen, calibration = calibrate(sys.executable)
+                chosen, calibration = calibrate()
                 log(f"placement auto -> {chosen} (loopback TCP p50 64 B + 184,320 B per candidate: "
                     + ", ".join(f"{n} {sum(v.values()) / 1e3:.0f} us" for n, v in calibration.items() if "error" not in v) + ")")
                 resolved.append(chosen)
@@ -180,19 +185,22 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
             if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
                 cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
             cycles = cycles_for(cell, rung, cfg)
-            job = {"folder": str(cell_dir), "transport": cell.transport, "k": cfg.k, "id_bytes": id_bytes,
-                   "cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms,
+            place = runtimes[cell.label].place
+            run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
+                                gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
+                                transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
+                                bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None)
+            job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
                    "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
                                "reply_bytes": cell.reply_bytes},
-                   "transport_settings": rung.settings(), "poll": runtimes[cell.label].place.poll,
-                   "config": {"cycles": cycles, "warmup": cfg.warmup, "gap_ms": cell.gap_ms, "k": cfg.k},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
                              "placement": runtimes[cell.label].place.describe()}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
             rt = runtimes[cell.label]
             answer = rt.run_cell(job, timeout=est)
             if not answer.get("ok") and rt.server_died():
-                log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, retrying {cell.key}")
+                log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, "
+                    f"retrying {cell.key}")
                 report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
                 cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
                 answer = rt.run_cell(job, timeout=est)
@@ -202,9 +210,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
             done = i + 1
             el = time.monotonic() - t_start
             eta = el / done * (len(todo) - done)
-            progress(done, len(todo), el, eta, cell.key)
-        if sys.stderr.isatty():
-            sys.stderr.write("\n")
+            report_progress(done, len(todo), el, eta, cell.key)
         status = "complete" if not report["failed_cells"] else "incomplete"
     except KeyboardInterrupt:
         log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
@@ -220,10 +226,9 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
 
 
 def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> None:
-    """On a terminal one live line; in a log file a plain line per 10% (no carriage returns)."""
-    text = f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  ETA {eta:5.0f} s  {key}"
-    if sys.stderr.isatty():
-        sys.stderr.write(f"\r{text:<100}")
-    elif done == total or done * 10 // total != (done - 1) * 10 // total:
-        sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    """Plain progress for a log file: one line per 10% of the cells, no carriage returns
+    (the CLI shows a live bar instead when stderr is a terminal)."""
+    if done == total or done * 10 // total != (done - 1) * 10 // total:
+        sys.stderr.write(f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  ETA {eta:5.0f} s  "
+                         f"{key}\n")
+        sys.stderr.flush()

@@ -25,17 +25,20 @@ class _Proc:
 
     def __init__(self, cmd: list[str], log_path: Path, stdin: bool = False):
         self.log = open(log_path, "a")
+        self.cmd = list(cmd)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
                                      stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      start_new_session=True)
 
     def readline(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        what = " ".join(map(str, self.cmd[-6:]))
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
-            raise HopbenchError(f"no answer from `{' '.join(self.proc.args[-6:])}` within {timeout:.0f} s")
+            raise HopbenchError(f"no answer from `{what}` within {timeout:.0f} s")
         line = self.proc.stdout.readline()
         if not line:
-            raise HopbenchError(f"`{' '.join(self.proc.args[-6:])}` exited (code {self.proc.poll()}); see {self.log.name}")
+            raise HopbenchError(f"`{what}` exited (code {self.proc.poll()}); see {self.log.name}")
         return line
 
     def drain_to_log(self) -> None:
@@ -80,12 +83,14 @@ class RungRuntime:
             client_prefix = self.link.exec_prefix("client")
             self.host = self.link.server_addr
         if rung.kind == "real":
+            assert rung.peer is not None  # validated when the rung loaded
             self.host, self.port = parse_hostport(rung.peer)
         else:
             self.start_server()
         pin = ["taskset", "-c", self.place.client_cpu] if self.place and self.place.client_cpu else []
         tag = rung.name + (f"@{self.place.name}" if self.place else "")
-        self.agent = _Proc(client_prefix + pin + py + ["hopbench.orchestration.agent"], self.logs / f"agent-{tag}.log", stdin=True)
+        self.agent = _Proc(client_prefix + pin + py + ["hopbench.orchestration.agent"], self.logs / f"agent-{tag}.log",
+                           stdin=True)
 
     def start_server(self) -> None:
         prefix = self.link.exec_prefix("server") if self.link else []
@@ -98,9 +103,10 @@ class RungRuntime:
         line = self.server.readline(60)
         while line and not parse_ready(line):  # a library's warnings before the ready line
             line = self.server.readline(60)
-        if not parse_ready(line):
+        ready = parse_ready(line)
+        if not ready:
             raise HopbenchError(f"the server of rung {tag} did not report ready (see {self.logs}/server-{tag}.log)")
-        self.port = parse_ready(line)[1]
+        self.port = ready[1]
         self.server.drain_to_log()
 
     def server_died(self) -> bool:
@@ -114,8 +120,10 @@ class RungRuntime:
     def run_cell(self, job: dict, timeout: float) -> dict:
         assert self.agent is not None
         job = {**job, "host": self.host, "port": self.port}
-        self.agent.proc.stdin.write(json.dumps(job) + "\n")
-        self.agent.proc.stdin.flush()
+        stdin = self.agent.proc.stdin
+        assert stdin is not None
+        stdin.write(json.dumps(job) + "\n")
+        stdin.flush()
         return json.loads(self.agent.readline(timeout))
 
     def describe(self) -> dict:

@@ -1,0 +1,97 @@
+"""Typed, frozen records shared by every room, and the defaults, each defined once.
+
+- RunConfig: what was asked of one measurement session. `hopbench run`, every sweep cell
+  (through the agent) and the benchmarks build the same record; report.json's `config`
+  block is `RunConfig.to_dict()`, one shape everywhere (docs/RESULTS.md).
+- Payload: one payload of a session (label, tokens, sizes).
+- CellKey: the identity of a measurement cell in analysis.
+
+Schema history: hopbench.results (SCHEMA_VERSION). `RunConfig.from_dict` reads the
+config blocks of every older version (tests/golden)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, NamedTuple
+
+# ---- defaults, defined once ------------------------------------------------------------
+TIMEOUT_S = 10.0  # any blocking call
+CONNECT_TIMEOUT_S = 5.0
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default cap per request and reply
+MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up + timed)
+POLLS = ("auto", "block", "busy")
+MEMORIES = ("host", "cuda")
+GPU_PATHS = ("staged", "direct")
+
+
+@dataclass(frozen=True)
+class Payload:
+    label: str  # "T3" or "B65536"
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One session's configuration (report.json `config`)."""
+
+    transport: str
+    k: int
+    id_bytes: int
+    cycles: int
+    warmup: int
+    verify: bool = False
+    gap_ms: float = 0.0
+    poll: str = "auto"
+    timeout_s: float = TIMEOUT_S
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    client_memory: str = "host"
+    server_memory: str = "host"
+    gpu_path: str = "staged"
+    transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)  # per transport
+    # what the user said about the link and the shape (recorded; analysis reads them)
+    rate_mbit: float | None = None
+    rung: str | None = None
+    bytes_per_token: int | None = None
+    tokens: tuple[int, ...] = ()
+    bytes: tuple[int, ...] = ()
+    reply_bytes: str | None = None  # the --reply-bytes the user gave (None = K ids)
+    cpu: str | None = None
+    shape_file: str | None = None
+
+    @property
+    def memory(self) -> tuple[str, str]:
+        return self.client_memory, self.server_memory
+
+    def settings_for(self, transport: str | None = None) -> dict[str, str]:
+        return dict(self.transport_settings.get(transport or self.transport, {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tokens"], d["bytes"] = list(self.tokens), list(self.bytes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        """Any recorded config block (schema 1's run and sweep-cell shapes included);
+        unknown keys are ignored, missing ones take the defaults."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw.setdefault("transport", d.get("transport", "tcp"))
+        kw.setdefault("k", 2)
+        kw.setdefault("id_bytes", 4)
+        kw.setdefault("cycles", 0)
+        kw.setdefault("warmup", 0)
+        for key in ("tokens", "bytes"):
+            kw[key] = tuple(kw.get(key) or ())
+        return cls(**kw)
+
+
+class CellKey(NamedTuple):
+    """A measurement cell: rung x transport x payload x think time."""
+
+    rung: str
+    transport: str
+    payload: str
+    gap_ms: float
