@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol
+.PHONY: system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,3 +90,8 @@ bench-stats: install
 # Thousands of malformed control frames against a real server: answers, tracebacks, log lines.
 bench-protocol: install
 	$(PY) benchmarks/protocol_barrage.py $(BENCH_ARGS)
+
+# The speculative loop itself (hopbench spec) on the emulated rungs: local vs sync vs overlap
+# tokens/s (configs/spec.toml; about 3 minutes; docs/SPEC.md).
+spec-rungs: install system-tools
+	$(HB) spec-rungs configs/spec.toml

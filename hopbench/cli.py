@@ -217,6 +217,116 @@ def run(
 
 
 @app.command()
+def spec(
+    peer: Annotated[Optional[str], typer.Option(help="HOST:PORT of a `hopbench serve`: the drafter (not needed for --modes local).")] = None,
+    modes: Annotated[str, typer.Option(help="Modes measured side by side: local, sync, overlap.")] = "local,sync,overlap",
+    transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
+    k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
+    accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
+    verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms.")] = "sleep:73.46",
+    draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
+    draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft (its GPU may be faster).")] = "sleep:15.88",
+    fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
+    cycles: Annotated[int, typer.Option(help="Timed cycles per mode per repeat.")] = 100,
+    warmup: Annotated[int, typer.Option(help="Warm-up cycles per mode per repeat.")] = 5,
+    repeats: Annotated[int, typer.Option(help="Repeats (the unit of the intervals).")] = 5,
+    time_scale: Annotated[float, typer.Option(help="Multiply every modelled duration (recorded), e.g. 0.2 for a quick look.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the acceptance draws and the mode order (0 = draw one, recorded).")] = 0,
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable.")] = None,
+    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret of the server.")] = None,
+    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto.")] = Poll.auto,
+    cpu: Annotated[Optional[str], typer.Option(help="Pin the target to these CPUs.")] = None,
+    rung: Annotated[Optional[str], typer.Option(help="Name of the link in the results.")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), recorded.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
+):
+    """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
+    _pin(cpu)
+    from hopbench import results as R
+    from hopbench.analysis import spec as A
+    from hopbench.core.spec import MODES
+    from hopbench.orchestration.spec import SpecConfig, run_spec
+
+    mode_list = tuple(m for m in modes.split(",") if m)
+    bad = [m for m in mode_list if m not in MODES]
+    if bad or not mode_list:
+        raise ConfigError(f"--modes {modes!r}: expected some of {', '.join(MODES)}")
+    if k < 1 or cycles < 1 or repeats < 1 or warmup < 0 or time_scale <= 0:
+        raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
+    host = port = None
+    if peer:
+        host, port = parse_hostport(peer)
+    if out is not None and out.exists():
+        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    from hopbench.core.transport import get_transport
+
+    if any(m != "local" for m in mode_list):
+        get_transport(transport)
+    cfg = SpecConfig(modes=mode_list, transport=transport, k=k, accept=accept, verify=verify, draft_local=draft_local,
+                     draft_remote=draft_remote, fanout=fanout, cycles=cycles, warmup=warmup, repeats=repeats,
+                     seed=seed, time_scale=time_scale, poll=poll.value, transport_settings=split_options(opt),
+                     rung=rung, rate_mbit=rate)
+    made: list[Path] = []
+
+    def make_folder() -> Path:
+        folder = R.new_folder(results_dir, "spec", out)
+        made.append(folder)
+        print(f"hopbench spec -> {folder}  ({', '.join(mode_list)} x {repeats} repeats x {cycles} cycles)")
+        return folder
+
+    def show(s: dict) -> None:
+        hit = f"  hits {s['hit_rate']:.0%}" if s.get("hit_rate") is not None else ""
+        hop = f"  hop {s['hop_ms']:.3f} ms" if s.get("hop_ms") is not None else ""
+        print(f"  repeat {s['repeat']}  {s['mode']:<8} {s['tok_s']:7.2f} tok/s  {s['tokens_per_cycle']:.3f} tokens/cycle"
+              f"{hop}{hit}")
+
+    try:
+        folder = run_spec(host, port, cfg, folder=make_folder, secret=secret or None, on_mode=show)
+    except KeyboardInterrupt:
+        print("interrupted" + (f": what was measured is in {made[0]}" if made else ""), file=sys.stderr)
+        raise typer.Exit(130) from None
+    except HopbenchError as exc:
+        if made:
+            raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
+        raise
+    report, res = A.analyse(folder)
+    print(A.format_table(report, res))
+    print(f"results: {folder}")
+
+
+@app.command("spec-rungs")
+def spec_rungs(config: Annotated[Path, typer.Argument(help="Spec config (configs/spec.toml).")] = Path("configs/spec.toml"),
+               results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results")):
+    """`hopbench spec` on each emulated rung of a config (namespaces + tbf), then the plots."""
+    from hopbench.analysis import spec as A
+    from hopbench.orchestration.spec import run_spec_rungs
+
+    parent = run_spec_rungs(config, results_dir)
+    folders = sorted(p for p in parent.iterdir() if (p / "report.json").exists())
+    for f in folders:
+        print(f"== {f.name}")
+        report, res = A.analyse(f)
+        print(A.format_table(report, res))
+    try:
+        from hopbench.analysis import plot as PL
+
+        print("plots: " + ", ".join(str(p) for p in PL.write_spec(parent, folders)))
+    except HopbenchError as exc:
+        print(f"no plots: {exc}")
+    print(f"results: {parent}")
+
+
+@app.command("spec-summary")
+def spec_summary(results: Annotated[Path, typer.Argument(help="A hopbench spec result folder.")]):
+    """Tokens/s per mode of a `hopbench spec` folder, with arithmetic and projection."""
+    from hopbench.analysis import spec as A
+
+    report, res = A.analyse(results)
+    print(A.format_table(report, res))
+
+
+@app.command()
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep config (configs/sweep.toml).")] = Path("configs/sweep.toml"),
     quick: Annotated[bool, typer.Option(help="The [quick] profile: a smaller grid, under 2 minutes.")] = False,
@@ -290,6 +400,8 @@ def _shape(shape):
 
 
 ShapeOpt = Annotated[Optional[Path], typer.Option("--shape", help="Shape config (default configs/shape.toml).")]
+
+
 ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder.")]
 
 
@@ -312,7 +424,8 @@ def verdict(
     tok_s: Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")] = None,
     tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
-    tolerance: Annotated[float, typer.Option(help="Projected gain within this fraction is a dead heat.")] = 0.01,
+    tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
+    t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
     shape: ShapeOpt = None,
 ):
     """Break-even hop and projected tok/s per rung x transport."""
@@ -325,7 +438,9 @@ def verdict(
     ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (s.tok_s, 0.0)
     if not 0 <= tolerance < 1:
         raise ConfigError(f"--tolerance {tolerance}: expected a fraction in [0, 1)")
-    inputs = Inputs(td[0], cy[0], ts[0], tolerance, td[1], cy[1], ts[1])
+    if t_draft_remote < 0:
+        raise ConfigError("--t-draft-remote must be >= 0")
+    inputs = Inputs(td[0], cy[0], ts[0], tolerance, t_draft_remote, td[1], cy[1], ts[1])
     hops = None
     if hop_ms:
         hops = {}

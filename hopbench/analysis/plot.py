@@ -152,3 +152,94 @@ def write_all(out: Path, groups, fits, verdicts, bytes_per_token: int, t_draft_m
         paths += _save(fig, out, stem)
         plt.close(fig)
     return paths
+
+
+def spec_modes(per_rung: dict[str, list]):
+    """Tokens/s per mode per rung (bars with the interval over repeats, values on them)."""
+    plt = _plt()
+    rungs = list(per_rung)
+    modes = ["local", "sync", "overlap"]
+    width = 0.8 / len(modes)
+    fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(rungs)), 4.5))
+    for i, mode in enumerate(modes):
+        xs, ys, lo, hi = [], [], [], []
+        for j, rung in enumerate(rungs):
+            r = next((r for r in per_rung[rung] if r.mode == mode), None)
+            if r is None:
+                continue
+            e = r.tok_s
+            xs.append(j + (i - 1) * width)
+            ys.append(e.value)
+            lo.append(e.value - (e.lo if e.has_interval else e.value))
+            hi.append((e.hi if e.has_interval else e.value) - e.value)
+        if not xs:
+            continue
+        bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=mode)
+        for bar, y, up in zip(bars, ys, hi):  # above the error bar, not on it
+            ax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, y + up), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rungs)), rungs)
+    levels = sorted({pct(r.tok_s.level) for rs in per_rung.values() for r in rs if r.tok_s.level})
+    ax.set_ylabel(f"tokens/s (median of repeats; CI {', '.join(levels) or 'none'})")
+    ax.set_title("The speculative loop over the link: local vs sync vs overlap", fontsize=10)
+    ax.margins(y=0.2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def spec_timeline(cycles: list[dict], rung: str, n: int = 6):
+    """A few timed cycles per mode (repeat 0): verify, then the wait for the draft (hop +
+    draft), as horizontal segments on one time axis per mode."""
+    plt = _plt()
+    modes = [m for m in ("local", "sync", "overlap") if any(c["mode"] == m for c in cycles)]
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(modes)))
+    colors = {"verify": "tab:blue", "draft": "tab:orange", "hop": "tab:red", "hit": "tab:green"}
+    for y, mode in enumerate(modes):
+        rows = [c for c in cycles if c["mode"] == mode and c["repeat"] == "0" and c["phase"] == "2"][:n]
+        t = 0.0
+        for c in rows:
+            v, d, h = int(c["verify_ns"]) / 1e6, int(c["draft_ns"]) / 1e6, int(c["hop_ns"]) / 1e6
+            ax.barh(y, v, left=t, color=colors["verify"], height=0.5)
+            t += v
+            if mode == "local":
+                ax.barh(y, d, left=t, color=colors["draft"], height=0.5)
+                t += d
+            else:
+                wait = int(c["wait_ns"]) / 1e6
+                if c["hit"] == "1":
+                    ax.barh(y, wait, left=t, color=colors["hit"], height=0.5)
+                else:
+                    ax.barh(y, h, left=t, color=colors["hop"], height=0.5)
+                    ax.barh(y, max(wait - h, 0.0), left=t + h, color=colors["draft"], height=0.5)
+                t += wait
+            ax.axvline(t, color="white", lw=0.6)
+    ax.set_yticks(range(len(modes)), modes)
+    ax.set_xlabel("ms (first timed cycles of repeat 0)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, ["verify", "draft", "network (hop)", "cache hit: ids at once"], fontsize=7, ncol=4,
+              loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    ax.set_title(f"{rung}: timeline of {n} cycles per mode", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_spec(out: Path, folders: list[Path]) -> list[Path]:
+    from hopbench.analysis import spec as A
+
+    plt = _plt()
+    per_rung = {}
+    paths: list[Path] = []
+    (Path(out) / "plots").mkdir(parents=True, exist_ok=True)
+    for f in folders:
+        _, res = A.analyse(f)
+        per_rung[f.name] = res
+        _, cycles, _ = A.load(f)
+        fig = spec_timeline(cycles, f.name)
+        paths += _save(fig, Path(out) / "plots", f"spec_timeline_{f.name}")
+        plt.close(fig)
+    fig = spec_modes(per_rung)
+    paths += _save(fig, Path(out) / "plots", "spec_tokens_per_s")
+    plt.close(fig)
+    return paths

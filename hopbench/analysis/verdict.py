@@ -1,9 +1,11 @@
 """The break-even verdict: does moving the drafter off-box pay on this rung?
 
 Moving the drafter frees t_draft from every decode cycle and adds one hop:
-    projected cycle = cycle - t_draft + hop
+    projected cycle = cycle - t_draft + hop + t_draft_remote
     projected tok/s = tok/s x cycle / projected cycle
-    break-even hop  = t_draft
+    break-even hop  = t_draft - t_draft_remote
+t_draft_remote (`--t-draft-remote`, default 0: the study's projection) is the remote
+drafter's own time per cycle; `hopbench spec` measures the same model end to end.
 The inputs default to the remote-drafter study's measured decode cycle (configs/shape.toml
 [decode]: t_draft 15.88 ms = draft_fwd 9.91 + markov_sample 4.75 + ctxkv 1.23, cycle
 89.34 ms, 24.05 tok/s co-located). Each input may carry its own uncertainty
@@ -42,6 +44,7 @@ class Inputs:
     cycle_ms: float
     tok_s: float
     tolerance: float = 0.01
+    t_draft_remote_ms: float = 0.0  # the remote drafter's own time per cycle
     t_draft_pm: float = 0.0  # 95% half-widths of the inputs (0: taken as exact)
     cycle_pm: float = 0.0
     tok_s_pm: float = 0.0
@@ -50,7 +53,9 @@ class Inputs:
         def q(v: float, pm: float, unit: str) -> str:
             return f"{v:g}{'+-' + format(pm, 'g') if pm else ''}{unit}"
 
-        return (f"t_draft = {q(self.t_draft_ms, self.t_draft_pm, ' ms')} (break-even hop), decode cycle = "
+        remote = f", remote drafter {self.t_draft_remote_ms:g} ms" if self.t_draft_remote_ms else ""
+        return (f"t_draft = {q(self.t_draft_ms, self.t_draft_pm, ' ms')}{remote} (break-even hop = t_draft - remote), "
+                f"decode cycle = "
                 f"{q(self.cycle_ms, self.cycle_pm, ' ms')}, co-located = {q(self.tok_s, self.tok_s_pm, ' tok/s')}, "
                 f"dead heat = hop within {self.tolerance:.0%} of break-even")
 
@@ -97,7 +102,7 @@ class Verdict:
 
 
 def project(hop_ms: float, inp: Inputs) -> tuple[float, float]:
-    cycle = inp.cycle_ms - inp.t_draft_ms + hop_ms
+    cycle = inp.cycle_ms - inp.t_draft_ms + hop_ms + inp.t_draft_remote_ms
     return cycle, inp.tok_s * inp.cycle_ms / cycle
 
 
@@ -124,11 +129,12 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
         td = inp.t_draft_ms + rng.standard_normal(DRAWS) * inp.t_draft_pm / 1.959964
         cy = inp.cycle_ms + rng.standard_normal(DRAWS) * inp.cycle_pm / 1.959964
         ts = inp.tok_s + rng.standard_normal(DRAWS) * inp.tok_s_pm / 1.959964
-        tok_d = ts * cy / (cy - td + h)
-        gain_d = cy / (cy - td + h) - 1
+        tok_d = ts * cy / (cy - td + h + inp.t_draft_remote_ms)
+        gain_d = cy / (cy - td + h + inp.t_draft_remote_ms) - 1
         tok_ci = (float(np.percentile(tok_d, 2.5)), float(np.percentile(tok_d, 97.5)))
         gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
-    rel = hop.value / inp.t_draft_ms - 1
+    break_even = inp.t_draft_ms - inp.t_draft_remote_ms
+    rel = hop.value / break_even - 1 if break_even > 0 else float("inf")
     if abs(rel) <= inp.tolerance:
         call = "dead heat"
     elif gain_ci is not None and gain_ci[0] <= 0 <= gain_ci[1]:
@@ -139,7 +145,7 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
         call = "keep the drafter local"
     return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
-                   inp.t_draft_ms, rel, cycle, tok, tok_ci, gain, gain_ci, call)
+                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call)
 
 
 def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:

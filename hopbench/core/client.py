@@ -186,6 +186,30 @@ class Session:
                 data.close()
         return m
 
+    def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, dict]:
+        """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
+        the data channel's settings. A server's abort is reported with its reason."""
+        from hopbench.core import spec as S
+
+        transport = get_transport(plan.transport)
+        P.send_msg(self.control, P.PLAN, plan.to_wire())
+        _, accept = P.recv_msg(self.control, P.ACCEPT)
+        self._check_accept(accept, plan)
+        data = self.control
+        if not transport.reuses_control:
+            opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
+                                    poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
+            data = transport.connect(self.host, int(accept["data_port"]), opts)
+        try:
+            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock)
+            return rows, dict(data.info)
+        except VerifyError as exc:
+            raise PeerError(f"the drafter broke the plan: {exc}") from None
+        finally:
+            if data is not self.control:
+                data.close()
+
     def _check_accept(self, accept: dict, plan: P.Plan) -> None:
         try:
             P.validate(accept, "ACCEPT")

@@ -108,6 +108,8 @@ def _check(kind: Any, v: Any) -> bool:
         return isinstance(v, bool)
     if kind == "obj":
         return isinstance(v, dict)
+    if kind == "intlist":
+        return isinstance(v, list) and len(v) <= 64 and all(_is_int(x) and 0 <= x <= 64 for x in v)
     if kind == "hex32":
         return isinstance(v, str) and len(v) == 32 and set(v) <= _HEX
     if kind == "hex64":
@@ -126,7 +128,8 @@ def _describe(kind: Any) -> str:
         return "one of " + ", ".join(sorted(kind))
     return {"int": "an integer 0..2^63-1", "port": "a port 1..65535", "num": "a finite number >= 0",
             "str": "a string (<= 4096 chars)", "bool": "true or false", "obj": "an object",
-            "hex32": "32 lowercase hex digits", "hex64": "64 lowercase hex digits"}[kind]
+            "hex32": "32 lowercase hex digits", "hex64": "64 lowercase hex digits",
+            "intlist": "a list of at most 64 integers 0..64"}[kind]
 
 
 # name -> {key: (kind, required)}
@@ -144,7 +147,10 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
              "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
              "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
              "server_memory": (frozenset({"host", "cuda"}), False),
-             "gpu_path": (frozenset({"staged", "direct"}), False)},
+             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": (("obj", None), False)},
+    "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
+             "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
+             "scale": ("num", False)},
     "ACCEPT": {"data_port": (("port", None), True), "transport_info": ("obj", True)},
     "REFUSE": {"reason": ("str", True)},
     "ERROR": {"reason": ("str", True)},
@@ -228,6 +234,7 @@ class Plan:
     client_memory: str = "host"
     server_memory: str = "host"
     gpu_path: str = "staged"  # "staged" (explicit pinned copies) or "direct" (CUDA-aware transport)
+    spec: dict[str, Any] | None = None  # a speculative plan (docs/PROTOCOL.md "Speculative plans")
 
     @property
     def uses_gpu(self) -> bool:
@@ -262,7 +269,7 @@ class Plan:
             verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(obj.get("gap_ms", 0.0)),
             transport_settings=obj.get("transport_settings") or {},
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
-            gpu_path=obj.get("gpu_path", "staged"),
+            gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if obj.get("spec") else None,
         )
 
 

@@ -9,6 +9,7 @@ server logs one line and serves the next one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -251,6 +252,8 @@ class Server:
                 reason = f"server cannot serve transport {plan.transport!r}: {exc}"
         if reason is None and plan.server_memory == "cuda":
             reason = self._gpu_reason(plan)
+        if reason is None and plan.spec is not None:
+            reason = self._spec_reason(plan)
         if reason is not None:
             self._refuse(chan, reason)
         stats["plans"] += 1
@@ -290,6 +293,8 @@ class Server:
 
     def _serve_cycles(self, chan, plan: P.Plan, stats: dict) -> None:
         """One plan's round trips through the one echo loop (hopbench.core.timing)."""
+        if plan.spec is not None:
+            return self._serve_spec(chan, plan, stats)
         if plan.server_memory == "cuda":
             return self._serve_cycles_gpu(chan, plan, stats)
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
@@ -298,6 +303,39 @@ class Server:
             done = echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
                                crc=plan.payload_crc32 if plan.verify else None,
                                on_bad_seq=lambda seq: self._bad_request(chan, request, seq, plan))
+        finally:
+            stats["cycles"] += done
+
+    def _spec_reason(self, plan: P.Plan) -> str | None:
+        """A spec plan the drafter cannot run (its work model, its shape)."""
+        from hopbench.core import spec as S
+
+        assert plan.spec is not None
+        try:
+            info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+            if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
+                return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
+                        f"(K + 1 tokens of hidden states; K ids + 16)")
+            S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+        except HopbenchError as exc:
+            return f"cannot run this spec plan: {exc}"
+        return None
+
+    def _serve_spec(self, chan, plan: P.Plan, stats: dict) -> None:
+        """The drafter's loop of a speculative plan (hopbench.core.spec)."""
+        from hopbench.core import spec as S
+
+        assert plan.spec is not None
+        info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+        draft = S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+        ranked = list(plan.spec.get("ranked") or range(plan.k + 1))
+        done = 0
+
+        def bad(seq: int, header) -> None:
+            self._bad_request(chan, header, seq, dataclasses.replace(plan, reply_bytes=info.reply_bytes))
+
+        try:
+            done = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, self.clock)
         finally:
             stats["cycles"] += done
 

@@ -1,0 +1,118 @@
+"""Reading a `hopbench spec` folder: tokens/s per mode with its interval over repeats
+(hopbench.estimate, repeats as the unit), the arithmetic the measurement is checked
+against, and the projection the verdict would make from this session's measured hop.
+
+- local arithmetic: tokens / (t_verify + t_draft_local), with the repeat's own tokens;
+- sync projection: tokens / (t_verify + hop(T) + t_draft_remote) per cycle, hop(T) the
+  median measured hop of that repeat's sync cycles at T tokens: the verdict's model
+  (cycle' = cycle - t_draft + hop, plus the remote drafter's own time) fed with this
+  session's hop;
+- differences measured - arithmetic (or projection) per repeat, with their interval."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hopbench.errors import HopbenchError
+from hopbench.estimate import Estimate, cell_estimate, pct
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    tok_s: Estimate
+    tokens_per_cycle: float
+    hit_rate: float | None
+    reference: str | None  # "arithmetic" (local) or "projection" (sync)
+    reference_tok_s: Estimate | None
+    diff_rel: Estimate | None  # measured / reference - 1, per repeat
+
+
+def _nominal_ms(work: dict[str, Any]) -> float | None:
+    return work.get("mean_ms")
+
+
+def load(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, str]], list[dict[str, str]]]:
+    folder = Path(folder)
+    try:
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise HopbenchError(f"{folder}: not a hopbench spec folder ({exc})") from None
+    if report.get("schema") != "hopbench.spec":
+        raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {report.get('schema')!r})")
+    with open(folder / "cycles.csv", newline="") as fh:
+        cycles = list(csv.DictReader(fh))
+    with open(folder / "summary.csv", newline="") as fh:
+        summary = list(csv.DictReader(fh))
+    return report, cycles, summary
+
+
+def analyse(folder: str | Path) -> tuple[dict[str, Any], list[ModeResult]]:
+    report, cycles, summary = load(folder)
+    cfg = report["config"]
+    scale = float(cfg.get("time_scale", 1.0))
+    t_verify = _nominal_ms(report["work"]["verify"])
+    t_local = _nominal_ms(report["work"]["draft_local"])
+    remote = str(cfg.get("draft_remote", ""))
+    t_remote = float(remote.split(":", 1)[1]) * scale if remote.startswith(("sleep:", "spin:")) else None
+    out: list[ModeResult] = []
+    for mode in [m for m in ("local", "sync", "overlap") if any(r["mode"] == m for r in summary)]:
+        rows = [r for r in summary if r["mode"] == mode and r["tok_s"]]
+        tok = [float(r["tok_s"]) for r in rows]
+        est = cell_estimate(tok)
+        tpc = float(np.mean([float(r["tokens_per_cycle"]) for r in rows]))
+        hits = [float(r["hit_rate"]) for r in rows if r.get("hit_rate")]
+        ref_vals: list[float] = []
+        for r in rows:
+            rep = r["repeat"]
+            cyc = [c for c in cycles if c["mode"] == mode and c["repeat"] == rep and c["phase"] == "2"]
+            tokens = np.array([int(c["tokens"]) for c in cyc])
+            if mode == "local" and t_verify is not None and t_local is not None:
+                ref_vals.append(tokens.sum() / (len(tokens) * (t_verify + t_local) / 1e3))
+            elif mode == "sync" and t_verify is not None and t_remote is not None:
+                hop = {t: float(np.median([int(c["hop_ns"]) for c in cyc if int(c["tokens"]) == t])) / 1e6
+                       for t in set(tokens.tolist())}
+                secs = sum((t_verify + hop[int(t)] + t_remote) / 1e3 for t in tokens)
+                ref_vals.append(tokens.sum() / secs)
+        ref = cell_estimate(ref_vals) if ref_vals else None
+        diff = cell_estimate([m / p - 1 for m, p in zip(tok, ref_vals)]) if ref_vals else None
+        out.append(ModeResult(mode, est, tpc, float(np.mean(hits)) if hits else None,
+                              {"local": "arithmetic", "sync": "projection"}.get(mode) if ref_vals else None, ref, diff))
+    return report, out
+
+
+def _ci(e: Estimate | None, fmt: str = "{:.2f}", rel: bool = False) -> str:
+    if e is None:
+        return "-"
+    f = (lambda v: f"{v:+.2%}") if rel else (lambda v: fmt.format(v))  # noqa: E731
+    if not e.has_interval:
+        return f(e.value)
+    return f"{f(e.value)} [{f(e.lo)}..{f(e.hi)}]"
+
+
+def format_table(report: dict[str, Any], results: list[ModeResult]) -> str:
+    cfg = report["config"]
+    acc = report["acceptance"]
+    lines = [
+        f"modelled: verify {report['work']['verify']['spec']}, local draft {report['work']['draft_local']['spec']}, "
+        f"remote draft {cfg['draft_remote']} (time scale {cfg['time_scale']:g}); acceptance {acc['spec']} "
+        f"(E[tokens/cycle] = {acc['mean_tokens']:.3f}), K = {cfg['k']}, fan-out {cfg['fanout']}",
+        f"measured: {cfg['transport']} to {report.get('peer') or '-'}; {cfg['repeats']} repeats x {cfg['cycles']} cycles "
+        f"per mode, modes interleaved; tok/s = tokens / time over each repeat; [interval] = "
+        + (pct(results[0].tok_s.level) if results and results[0].tok_s.level else "-") + " over repeats",
+        f"{'mode':<8} {'tok/s':>24} {'tokens/cycle':>12} {'hit rate':>8}  {'checked against':<16} {'its tok/s':>24} "
+        f"{'measured/it - 1':>26}",
+    ]
+    for r in results:
+        lines.append(f"{r.mode:<8} {_ci(r.tok_s):>24} {r.tokens_per_cycle:12.3f} "
+                     f"{'-' if r.hit_rate is None else format(r.hit_rate, '.0%'):>8}  {r.reference or '-':<16} "
+                     f"{_ci(r.reference_tok_s):>24} {_ci(r.diff_rel, rel=True):>26}")
+    lines.append("arithmetic (local) = tokens / (t_verify + t_draft_local); projection (sync) = the verdict's model "
+                 "with this session's measured hop per T and the remote drafter's time")
+    return "\n".join(lines)

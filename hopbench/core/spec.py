@@ -1,0 +1,352 @@
+"""The speculative decode loop over the link (`hopbench spec`, docs/SPEC.md).
+
+The client is the target, the server the drafter. Per cycle the target "verifies" (a work
+model), draws how many of the K drafts it accepts (an acceptance model), emits accepted + 1
+tokens and sends the drafter the hidden states of those T tokens (T x bytes_per_token);
+the drafter "drafts" (its own work model) and answers K ids. Modes:
+
+- local:   verify, then draft on the target itself; no network (the study's baseline);
+- sync:    verify -> hop (header + hidden states) -> remote draft -> ids (the study's design);
+- overlap: a speculation cache in the style of vLLM's disaggregated-drafting RFC: while the
+           target verifies, the drafter pre-drafts the F most likely verification outcomes
+           (fan-out F, most likely first, one t_draft each, not preempted). The target sends
+           the outcome in the header; a hit is answered as soon as the header is read, a miss
+           waits for the pre-draft in progress, then the hidden states, then drafts just in
+           time. Hits and misses are recorded per cycle.
+
+What is modelled: the verify and draft durations (or, on a GPU, real memory reads), the
+acceptance. What is measured: the network, the cadence, the transports, the hosts.
+
+Wire (docs/PROTOCOL.md, "Speculative plans"): per cycle the target sends a 16-byte header
+message (seq u64 | tokens u32 | accepted u32), then, when tokens > 0, one message of
+tokens x bytes_per_token; the drafter answers reply_bytes = K x id_bytes ids followed by
+draft_ns (u64, the drafter's own time this cycle) and flags (u64, bit 0 = cache hit).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench.errors import ConfigError
+
+HEADER = struct.Struct("<QII")  # seq, tokens, accepted
+TAIL = struct.Struct("<QQ")  # draft_ns, flags
+HIT = 1
+MODES = ("local", "sync", "overlap")
+
+
+# ---- acceptance models --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Acceptance:
+    """How many of K drafts the target accepts per cycle: a distribution over 0..K.
+    `per_position`: P(draft i accepted | drafts < i accepted); `geometric:A` = the same
+    A at every position; `hist:PATH` = a file of measured accepted counts (one per line)."""
+
+    spec: str
+    probs: tuple[float, ...]  # P(accepted = a), a = 0..K
+
+    @property
+    def k(self) -> int:
+        return len(self.probs) - 1
+
+    @property
+    def mean_tokens(self) -> float:
+        """Expected tokens per cycle: accepted + 1."""
+        return float(sum((a + 1) * p for a, p in enumerate(self.probs)))
+
+    def ranked(self) -> list[int]:
+        """Outcomes (accepted counts), most likely first (ties: fewer accepted first)."""
+        return sorted(range(len(self.probs)), key=lambda a: (-self.probs[a], a))
+
+    def draw(self, n: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        return rng.choice(len(self.probs), size=n, p=np.asarray(self.probs) / sum(self.probs)).astype(np.int64)
+
+
+# The study at K = 2: 2.149 tokens per cycle; position 0 accepted with 0.74, so position 1
+# with (1.149 - 0.74) / 0.74 = 0.5527.
+STUDY_ACCEPTANCE = "0.74,0.5527"
+
+
+def parse_acceptance(text: str, k: int) -> Acceptance:
+    """'0.74,0.5527' (per position, K values) | 'geometric:0.6' | 'hist:PATH'."""
+    if text.startswith("hist:"):
+        path = Path(text[5:])
+        try:
+            counts = [int(line.split()[0]) for line in path.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--accept {text}: cannot read accepted counts ({exc})") from None
+        if not counts or min(counts) < 0 or max(counts) > k:
+            raise ConfigError(f"--accept {text}: counts must lie in 0..{k} (K = {k})")
+        hist = np.bincount(counts, minlength=k + 1).astype(float)
+        return Acceptance(text, tuple(float(x) for x in hist / hist.sum()))
+    if text.startswith("geometric:"):
+        try:
+            alpha = float(text.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError(f"--accept {text}: expected geometric:A with 0 <= A <= 1") from None
+        per = [alpha] * k
+    else:
+        try:
+            per = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"--accept {text}: expected K probabilities, geometric:A or hist:PATH") from None
+        if len(per) != k:
+            raise ConfigError(f"--accept {text}: {len(per)} per-position probabilities for K = {k}")
+    if any(not 0 <= p <= 1 for p in per):
+        raise ConfigError(f"--accept {text}: probabilities must lie in [0, 1]")
+    probs, reach = [], 1.0
+    for p in per:
+        probs.append(reach * (1 - p))
+        reach *= p
+    probs.append(reach)
+    return Acceptance(text, tuple(probs))
+
+
+# ---- work models ----------------------------------------------------------------------------
+
+def _wait_until(deadline_ns: int, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    """Sleep to about 200 us before the deadline, then spin to it: exact to a few us
+    without holding a CPU for the whole duration (a plain sleep overshoots 50-100 us)."""
+    left = deadline_ns - clock()
+    if left > 300_000:
+        time.sleep((left - 200_000) / 1e9)
+    while clock() < deadline_ns:
+        pass
+
+
+@dataclass
+class Work:
+    """One side's work per cycle. `sleep:MS` (waits, no CPU), `spin:MS` (a busy CPU),
+    `gpu-read:BYTES` (a memory-bound read of BYTES on the GPU: bandwidth contention is
+    real when both sides share a device), `file:PATH` (per-cycle durations in ms, one
+    per line, used in turn). `scale` multiplies every duration (recorded)."""
+
+    spec: str
+    scale: float = 1.0
+    durations_ms: list[float] = field(default_factory=list)
+    _i: int = 0
+    _gpu: Any = None
+
+    @property
+    def kind(self) -> str:
+        return self.spec.split(":", 1)[0]
+
+    def nominal_ms(self) -> float | None:
+        """The duration the model asks for this cycle (None for a GPU read: measured)."""
+        if self.kind == "gpu-read":
+            return None
+        return self.durations_ms[self._i % len(self.durations_ms)] * self.scale
+
+    def run(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        kind = self.kind
+        if kind == "gpu-read":
+            self._gpu()
+            return
+        ms = self.durations_ms[self._i % len(self.durations_ms)] * self.scale
+        self._i += 1
+        if ms <= 0:
+            return
+        deadline = clock() + int(ms * 1e6)
+        if kind == "spin":
+            while clock() < deadline:
+                pass
+        else:
+            _wait_until(deadline, clock)
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec, "scale": self.scale,
+                "mean_ms": None if self.kind == "gpu-read" else float(np.mean(self.durations_ms)) * self.scale}
+
+
+def parse_work(text: str, scale: float = 1.0) -> Work:
+    kind, _, arg = text.partition(":")
+    if kind in ("sleep", "spin"):
+        try:
+            ms = float(arg)
+        except ValueError:
+            raise ConfigError(f"work model {text!r}: expected {kind}:MS") from None
+        if ms < 0 or not math.isfinite(ms):
+            raise ConfigError(f"work model {text!r}: a duration >= 0")
+        return Work(text, scale, [ms])
+    if kind == "file":
+        try:
+            values = [float(line.split()[0]) for line in Path(arg).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"work model {text!r}: cannot read durations in ms ({exc})") from None
+        if not values or min(values) < 0:
+            raise ConfigError(f"work model {text!r}: needs durations >= 0 in ms, one per line")
+        return Work(text, scale, values)
+    if kind == "gpu-read":
+        try:
+            nbytes = int(float(arg))
+        except ValueError:
+            raise ConfigError(f"work model {text!r}: expected gpu-read:BYTES") from None
+        w = Work(text, scale, [])
+        w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
+        return w
+    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH or gpu-read:BYTES")
+
+
+def _gpu_reader(nbytes: int) -> Callable[[], None]:
+    """A memory-bound read of nbytes on the current GPU, synchronised (CuPy)."""
+    from hopbench.core import gpu
+
+    cp = gpu.load()
+    buf = cp.ones(nbytes // 8, dtype=cp.float64)
+    out = cp.empty((), dtype=cp.float64)
+
+    def read() -> None:
+        cp.sum(buf, out=out)
+        cp.cuda.get_current_stream().synchronize()
+
+    read()  # first call compiles the kernel
+    return read
+
+
+# ---- the target's loop (client) ----------------------------------------------------------------
+
+CYCLE_COLUMNS = ("seq", "phase", "accepted", "tokens", "verify_ns", "wait_ns", "draft_ns", "hop_ns", "cycle_ns", "hit")
+
+
+@dataclass
+class SpecPlanInfo:
+    mode: str
+    k: int
+    id_bytes: int
+    bytes_per_token: int
+    cycles: int
+    warmup: int
+    seed: int
+    fanout: int = 0
+
+    @property
+    def total(self) -> int:
+        return 1 + self.warmup + self.cycles
+
+    @property
+    def request_bytes(self) -> int:
+        """The largest request message: K + 1 tokens of hidden states."""
+        return (self.k + 1) * self.bytes_per_token
+
+    @property
+    def reply_bytes(self) -> int:
+        return self.k * self.id_bytes + TAIL.size
+
+
+def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
+               codec: Any, clock: Callable[[], int] = time.perf_counter_ns) -> np.ndarray:
+    """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
+    array. local: `channel` is None and `local_draft` runs after each verify. The ids of
+    every reply are checked outside the timed span of the next cycle."""
+    total = info.total
+    rows = np.zeros((total, len(CYCLE_COLUMNS)), dtype=np.int64)
+    header = bytearray(HEADER.size)
+    payload = bytearray(info.request_bytes)
+    views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
+    reply = bytearray(info.reply_bytes)
+    check = codec.checker(reply) if codec is not None else None
+    first_timed = 1 + info.warmup
+    for seq in range(total):
+        a = int(outcomes[seq])
+        tokens = a + 1
+        t0 = clock()
+        verify.run(clock)
+        t1 = clock()
+        draft_ns = hit = 0
+        if channel is None:
+            assert local_draft is not None
+            local_draft.run(clock)
+            t2 = clock()
+            draft_ns = t2 - t1
+        else:
+            HEADER.pack_into(header, 0, seq, tokens, a)
+            channel.send(header)
+            channel.send(views[tokens])
+            channel.recv_into(reply)
+            t2 = clock()
+            draft_ns, flags = TAIL.unpack_from(reply, info.k * info.id_bytes)
+            hit = flags & HIT
+            assert check is not None
+            check(seq)
+        wait = t2 - t1
+        rows[seq] = (seq, 0 if seq == 0 else (1 if seq < first_timed else 2), a, tokens, t1 - t0, wait, draft_ns,
+                     max(wait - draft_ns, 0) if channel is not None else 0, t2 - t0, hit)
+    return rows
+
+
+# ---- the drafter's loop (server) ------------------------------------------------------------------
+
+def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int], codec: Any,
+                on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns) -> int:
+    """The drafter's side of a spec plan; returns the cycles served. sync: receive the
+    header and the hidden states, draft, reply. overlap: pre-drafts are scheduled from the
+    moment the drafter is ready (previous hidden states in): F of them, most likely outcome
+    first, t_draft each, not preempted; a hit replies on the header, a miss waits for the
+    pre-draft in progress, receives the hidden states, drafts, replies."""
+    header = bytearray(HEADER.size)
+    payload = bytearray(info.request_bytes)
+    views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
+    reply = bytearray(info.reply_bytes)
+    span = info.k * info.id_bytes
+    rank = {a: r for r, a in enumerate(ranked)}
+    overlap = info.mode == "overlap"
+    ready = clock()
+    for seq in range(info.total):
+        channel.recv_into(header)
+        got, tokens, accepted = HEADER.unpack_from(header, 0)
+        if got != seq or not 1 <= tokens <= info.k + 1:
+            on_bad_seq(seq, header)
+            return seq
+        t_h = clock()
+        flags = 0
+        draft_ns = 0
+        if overlap:
+            t_d = draft.nominal_ms()
+            step = int((t_d or 0.0) * 1e6)
+            done = min(info.fanout, (t_h - ready) // step) if step > 0 else info.fanout
+            if rank.get(accepted, info.k + 1) < done:
+                flags = HIT  # drafted while the target verified: answer at once
+            else:
+                if done < info.fanout and step > 0:  # the pre-draft in progress is not preempted
+                    _wait_until(ready + (done + 1) * step, clock)
+        if flags:
+            codec.pack(reply, seq)
+            TAIL.pack_into(reply, span, 0, flags)
+            channel.send(reply)
+            channel.recv_into(views[tokens])
+        else:
+            channel.recv_into(views[tokens])
+            t0 = clock()
+            draft.run(clock)
+            draft_ns = clock() - t0
+            codec.pack(reply, seq)
+            TAIL.pack_into(reply, span, draft_ns, flags)
+            channel.send(reply)
+        ready = clock()
+    return info.total
+
+
+def spec_info_from_wire(obj: dict[str, Any], k: int, id_bytes: int, cycles: int, warmup: int) -> SpecPlanInfo:
+    mode = obj.get("mode")
+    if mode not in ("sync", "overlap"):
+        raise ConfigError(f"spec mode {mode!r}: the server runs sync or overlap")
+    bpt = obj.get("bytes_per_token")
+    if not isinstance(bpt, int) or bpt < 1:
+        raise ConfigError("spec bytes_per_token must be a positive integer")
+    fanout = obj.get("fanout", 0)
+    if not isinstance(fanout, int) or not 0 <= fanout <= k + 1:
+        raise ConfigError(f"spec fanout must be 0..{k + 1}")
+    return SpecPlanInfo(mode, k, id_bytes, bpt, cycles, warmup, int(obj.get("seed", 0)), fanout)
+
+
+def info_dict(info: SpecPlanInfo) -> dict[str, Any]:
+    return asdict(info)

@@ -1,0 +1,219 @@
+"""`hopbench spec`: the speculative loop itself over the link, modes side by side.
+
+Repeats are the unit: each repeat runs every mode (local, sync, overlap) once, in a seeded
+random order, over the same sequence of acceptance outcomes (so the modes are paired
+within a repeat). Writes results/<stamp>-spec/: report.json (schema hopbench.spec, the
+config, both environments, per repeat x mode the summary), cycles.csv (one row per cycle:
+verify, wait, draft, hop, cycle, hit), summary.csv (one row per repeat x mode); rewritten
+atomically after every mode, so an interrupted run keeps what it measured."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench import __version__
+from hopbench import results as R
+from hopbench.core import env as envmod
+from hopbench.core import protocol as P
+from hopbench.core import spec as S
+from hopbench.core.client import Session
+from hopbench.errors import ConfigError
+
+SCHEMA = "hopbench.spec"
+SCHEMA_VERSION = 1
+SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "tokens_per_cycle", "hit_rate",
+                   "verify_ms", "wait_ms", "draft_ms", "hop_ms"]
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Everything `hopbench spec` was asked (recorded in report.json `config`)."""
+
+    modes: tuple[str, ...] = ("local", "sync", "overlap")
+    transport: str = "tcp"
+    k: int = 2
+    id_bytes: int = 4
+    bytes_per_token: int = 61440
+    accept: str = S.STUDY_ACCEPTANCE
+    verify: str = "sleep:73.46"  # the study: cycle 89.34 ms - t_draft 15.88 ms
+    draft_local: str = "sleep:15.88"
+    draft_remote: str = "sleep:15.88"
+    fanout: int = 2
+    cycles: int = 100
+    warmup: int = 5
+    repeats: int = 5
+    seed: int = 0
+    time_scale: float = 1.0
+    poll: str = "auto"
+    timeout_s: float = 30.0
+    transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    rung: str | None = None
+    rate_mbit: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["modes"] = list(self.modes)
+        return d
+
+
+def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
+    cols = {c: i for i, c in enumerate(S.CYCLE_COLUMNS)}
+    timed = rows[rows[:, cols["phase"]] == 2]
+    secs = float(timed[:, cols["cycle_ns"]].sum()) / 1e9
+    tokens = int(timed[:, cols["tokens"]].sum())
+    med = lambda c: float(np.median(timed[:, cols[c]])) / 1e6 if len(timed) else None  # noqa: E731
+    return {"mode": mode, "repeat": repeat, "cycles": int(len(timed)), "tokens": tokens, "seconds": secs,
+            "tok_s": tokens / secs if secs else None, "tokens_per_cycle": tokens / len(timed) if len(timed) else None,
+            "hit_rate": float(timed[:, cols["hit"]].mean()) if mode == "overlap" and len(timed) else None,
+            "verify_ms": med("verify_ns"), "wait_ms": med("wait_ns"), "draft_ms": med("draft_ns"),
+            "hop_ms": med("hop_ns") if mode != "local" else None}
+
+
+def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Path | Callable[[], Path],
+             secret: str | None = None, on_mode: Callable[[dict], None] | None = None) -> Path:
+    """Measure every mode `repeats` times; returns the result folder."""
+    acceptance = S.parse_acceptance(cfg.accept, cfg.k)
+    verify = S.parse_work(cfg.verify, cfg.time_scale)
+    local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
+    S.parse_work(cfg.draft_remote, cfg.time_scale) if not cfg.draft_remote.startswith("gpu-read") else None
+    remote_modes = [m for m in cfg.modes if m != "local"]
+    if remote_modes and (host is None or port is None):
+        raise ConfigError(f"modes {', '.join(remote_modes)} need --peer (a hopbench serve to be the drafter)")
+    seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
+    session = None
+    client_env = envmod.collect(peer_host=host)
+    if remote_modes:
+        assert host is not None and port is not None
+        session = Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, transport_settings=cfg.transport_settings,
+                          client_env=client_env, secret=secret)
+    try:
+        folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
+        report: dict[str, Any] = {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
+            "created_utc": R.utc_iso(), "peer": f"{host}:{port}" if host else None, "config": cfg.to_dict(),
+            "seed": seed, "acceptance": {"spec": acceptance.spec, "probs": list(acceptance.probs),
+                                         "mean_tokens": acceptance.mean_tokens, "ranked": acceptance.ranked()},
+            "work": {"verify": verify.describe(), "draft_local": local_draft.describe(),
+                     "draft_remote": {"spec": cfg.draft_remote, "scale": cfg.time_scale}},
+            "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
+            "measured": "the network, the cadence, the transports, the hosts",
+            "client_env": client_env, "server_env": session.server_env if session else None,
+            "status": "running", "runs": [],
+        }
+        cycles_rows: list[dict] = []
+        summaries: list[dict] = []
+
+        def save(status: str) -> None:
+            report["status"] = status
+            report["finished_utc"] = R.utc_iso()
+            R.atomic_write(folder / "cycles.csv", R.csv_text(["mode", "repeat", *S.CYCLE_COLUMNS], cycles_rows))
+            R.atomic_write(folder / "summary.csv", R.csv_text(SUMMARY_COLUMNS, summaries))
+            R.atomic_write(folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+
+        order_rng = random.Random(seed)
+        status = "complete"
+        try:
+            for rep in range(cfg.repeats):
+                info0 = S.SpecPlanInfo("sync", cfg.k, cfg.id_bytes, cfg.bytes_per_token, cfg.cycles, cfg.warmup,
+                                       seed + rep, cfg.fanout)
+                outcomes = acceptance.draw(info0.total, seed + rep)  # the same outcomes for every mode
+                modes = list(cfg.modes)
+                order_rng.shuffle(modes)
+                for mode in modes:
+                    info = S.SpecPlanInfo(mode if mode != "local" else "sync", cfg.k, cfg.id_bytes,
+                                          cfg.bytes_per_token, cfg.cycles, cfg.warmup, seed + rep,
+                                          cfg.fanout if mode == "overlap" else 0)
+                    channel_info: dict = {}
+                    if mode == "local":
+                        rows = S.run_target(None, info, outcomes, verify, local_draft, None)
+                    else:
+                        assert session is not None
+                        plan = P.Plan(transport=cfg.transport, request_bytes=info.request_bytes,
+                                      reply_bytes=info.reply_bytes, k=cfg.k, id_bytes=cfg.id_bytes,
+                                      cycles=cfg.cycles, warmup=cfg.warmup,
+                                      transport_settings=cfg.transport_settings.get(cfg.transport, {}),
+                                      spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
+                                            "fanout": info.fanout, "seed": seed + rep, "draft": cfg.draft_remote,
+                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale})
+                        rows, channel_info = session.run_spec(plan, info, outcomes, verify)
+                    for r in rows:
+                        cycles_rows.append({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))})
+                    s = _summary(rows, mode, rep)
+                    summaries.append(s)
+                    report["runs"].append({**s, "data_channel": channel_info})
+                    save("running")
+                    if on_mode:
+                        on_mode(s)
+            if session is not None:
+                session.bye()
+        except BaseException as exc:
+            status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
+            report["error"] = str(exc) or exc.__class__.__name__
+            raise
+        finally:
+            save(status)
+    finally:
+        if session is not None:
+            session.close()
+    return folder
+
+
+SPEC_KEYS = {"rungs", "modes", "transport", "k", "accept", "verify", "draft_local", "draft_remote", "fanout", "cycles",
+             "warmup", "repeats", "time_scale", "seed"}
+
+
+def run_spec_rungs(config_path: Path, results_root: Path, log: Callable[[str], None] = print) -> Path:
+    """`hopbench spec` on each emulated (or loopback) rung of a spec config: a link, a server
+    in its namespace, the target in the other; one spec folder per rung under one parent."""
+    import subprocess
+    import sys
+
+    from hopbench.config import check_keys, load_toml
+    from hopbench.config_sweep import load_rung
+    from hopbench.orchestration import netem
+    from hopbench.orchestration.serverproc import ready_port
+
+    data = load_toml(config_path, allowed={"spec"})
+    s = data.get("spec", {})
+    check_keys(s, SPEC_KEYS, str(config_path), "spec.")
+    rungs = [load_rung(n) for n in s.get("rungs", ["loopback"])]
+    ok, why = netem.available()
+    if any(r.kind == "emulated" for r in rungs) and not ok:
+        raise ConfigError(f"emulated rungs need network namespaces: {why}")
+    parent = R.new_folder(results_root, "spec-rungs")
+    args = ["--modes", ",".join(s.get("modes", ["local", "sync", "overlap"])), "--transport", s.get("transport", "tcp"),
+            "--k", str(s.get("k", 2)), "--accept", str(s.get("accept", S.STUDY_ACCEPTANCE)),
+            "--verify", s.get("verify", "sleep:73.46"), "--draft-local", s.get("draft_local", "sleep:15.88"),
+            "--draft-remote", s.get("draft_remote", "sleep:15.88"), "--fanout", str(s.get("fanout", 2)),
+            "--cycles", str(s.get("cycles", 60)), "--warmup", str(s.get("warmup", 5)),
+            "--repeats", str(s.get("repeats", 5)), "--time-scale", str(s.get("time_scale", 1.0)),
+            "--seed", str(s.get("seed", 0))]
+    for r in rungs:
+        link = netem.Link.create(rate_mbit=r.rate_mbit, mtu=r.mtu) if r.kind == "emulated" else None
+        try:
+            host = link.server_addr if link else "127.0.0.1"
+            srv = subprocess.Popen((link.exec_prefix("server") if link else []) +
+                                   [sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:0"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            try:
+                port = ready_port(srv)
+                log(f"rung {r.name}: server {host}:{port}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else ""))
+                cmd = (link.exec_prefix("client") if link else []) + [
+                    sys.executable, "-m", "hopbench", "spec", "--peer", f"{host}:{port}", *args, "--rung", r.name,
+                    "--out", str(parent / r.name)] + (["--rate", str(r.rate_mbit)] if r.rate_mbit else [])
+                done = subprocess.run(cmd, text=True)
+                if done.returncode:
+                    raise ConfigError(f"spec on rung {r.name} failed (exit {done.returncode})")
+            finally:
+                srv.terminate()
+                srv.wait(10)
+        finally:
+            if link:
+                link.destroy()
+    return parent

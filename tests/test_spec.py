@@ -1,0 +1,109 @@
+"""`hopbench spec`: the models, the protocol extension, and the loop end to end against a
+real server (tiny scaled times; no assertion on absolute timing)."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from hopbench.analysis import spec as A
+from hopbench.analysis import verdict as V
+from hopbench.core import protocol as P
+from hopbench.core import spec as S
+from hopbench.core.client import Session
+from hopbench.errors import ConfigError, Refused
+from hopbench.orchestration.spec import SpecConfig, run_spec
+
+
+def test_the_default_acceptance_reproduces_the_study():
+    acc = S.parse_acceptance(S.STUDY_ACCEPTANCE, 2)
+    assert acc.mean_tokens == pytest.approx(2.149, abs=1e-3)
+    assert acc.probs == pytest.approx((0.26, 0.74 * (1 - 0.5527), 0.74 * 0.5527))
+    assert acc.ranked() == [2, 1, 0]  # all accepted is the most likely outcome
+    draws = acc.draw(20000, 1)
+    assert (draws + 1).mean() == pytest.approx(2.149, abs=0.02)
+    g = S.parse_acceptance("geometric:0.5", 3)
+    assert g.probs == pytest.approx((0.5, 0.25, 0.125, 0.125))
+    with pytest.raises(ConfigError, match="2 per-position probabilities for K = 3"):
+        S.parse_acceptance("0.7,0.5", 3)
+
+
+def test_acceptance_from_a_histogram_file(tmp_path):
+    f = tmp_path / "accepted.txt"
+    f.write_text("0\n2\n2\n1\n")
+    acc = S.parse_acceptance(f"hist:{f}", 2)
+    assert acc.probs == pytest.approx((0.25, 0.25, 0.5))
+    f.write_text("5\n")
+    with pytest.raises(ConfigError, match="0..2"):
+        S.parse_acceptance(f"hist:{f}", 2)
+
+
+def test_work_models_parse_and_scale(tmp_path):
+    assert S.parse_work("sleep:73.46", 0.1).nominal_ms() == pytest.approx(7.346)
+    f = tmp_path / "d.txt"
+    f.write_text("1.5\n2.5\n")
+    w = S.parse_work(f"file:{f}")
+    w.run()
+    assert w.nominal_ms() == 2.5  # used in turn
+    for bad in ("sleep:x", "nap:3", "sleep:-1"):
+        with pytest.raises(ConfigError):
+            S.parse_work(bad)
+
+
+def _spec_plan(mode="sync", request_bytes=None, draft="sleep:0.1"):
+    info = S.SpecPlanInfo(mode, 2, 4, 1024, 5, 1, 1, 2)
+    return P.Plan("tcp", request_bytes or info.request_bytes, info.reply_bytes, 2, 4, 5, 1,
+                  spec={"mode": mode, "bytes_per_token": 1024, "fanout": 2, "seed": 1, "draft": draft,
+                        "ranked": [2, 1, 0]}), info
+
+
+def test_a_spec_plan_the_drafter_cannot_run_is_refused(server):
+    s = Session(server.host, server.port)
+    plan, _ = _spec_plan(request_bytes=999)
+    with pytest.raises(Refused, match="request_bytes/reply_bytes must be 3072/24"):
+        s.measure(plan)
+    s.close()
+    s = Session(server.host, server.port)
+    plan, _ = _spec_plan(draft="nap:3")
+    with pytest.raises(Refused, match="work model 'nap:3'"):
+        s.measure(plan)
+    s.close()
+
+
+def test_spec_end_to_end_against_a_real_server(server, tmp_path):
+    cfg = SpecConfig(cycles=12, warmup=2, repeats=2, time_scale=0.02, seed=5)
+    out = run_spec(server.host, server.port, cfg, folder=tmp_path / "s")
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "complete" and rep["schema"] == "hopbench.spec"
+    assert rep["config"]["time_scale"] == 0.02 and rep["acceptance"]["mean_tokens"] == pytest.approx(2.149, abs=1e-3)
+    cycles = list(csv.DictReader(open(out / "cycles.csv")))
+    assert len(cycles) == 2 * 3 * (1 + 2 + 12)
+    # every mode of a repeat saw the same acceptance outcomes (paired)
+    for rep_i in ("0", "1"):
+        seqs = {m: [c["accepted"] for c in cycles if c["mode"] == m and c["repeat"] == rep_i]
+                for m in ("local", "sync", "overlap")}
+        assert seqs["local"] == seqs["sync"] == seqs["overlap"]
+    assert all(c["hit"] == "0" for c in cycles if c["mode"] != "overlap")
+    assert all(c["hop_ns"] == "0" for c in cycles if c["mode"] == "local")
+    assert all(int(c["tokens"]) == int(c["accepted"]) + 1 for c in cycles)
+    report, res = A.analyse(out)
+    by = {r.mode: r for r in res}
+    assert set(by) == {"local", "sync", "overlap"}
+    assert by["local"].reference == "arithmetic" and by["sync"].reference == "projection"
+    assert by["overlap"].hit_rate is not None and 0 <= by["overlap"].hit_rate <= 1
+    assert "modelled:" in A.format_table(report, res) and "measured:" in A.format_table(report, res)
+
+
+def test_verdict_takes_the_remote_drafters_time():
+    inp = V.Inputs(15.88, 89.34, 24.05, t_draft_remote_ms=5.0)
+    v = V.verdict("x", "tcp", 1.713, inp)
+    # cycle' = 89.34 - 15.88 + 1.713 + 5.0
+    assert v.projected_cycle_ms == pytest.approx(89.34 - 15.88 + 1.713 + 5.0)
+    assert v.break_even_ms == pytest.approx(10.88)
+
+
+def test_spec_needs_a_peer_for_remote_modes(tmp_path):
+    with pytest.raises(ConfigError, match="need --peer"):
+        run_spec(None, None, SpecConfig(modes=("local", "sync")), folder=tmp_path / "x")
+    assert np.isfinite(S.parse_acceptance("0.9,0.9", 2).mean_tokens)
