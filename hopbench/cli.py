@@ -489,6 +489,16 @@ def export(
     from hopbench.results import atomic_write
 
     s = _shape(shape)
+    spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
+    if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records
+        added, updated = E.upsert(into, spec_recs)
+        print(f"{into}: {added} spec records added, {updated} updated (study {study!r})")
+        if csv_out:
+            if csv_out.exists():
+                raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
+            atomic_write(csv_out, E.to_csv_fields(spec_recs, E.SPEC_FIELDS))
+            print(f"CSV: {csv_out}")
+        return
     groups, top = load_groups(results)
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
     fits = F.fit_groups(groups, bpt, op, boot=50)

@@ -107,3 +107,16 @@ def test_spec_needs_a_peer_for_remote_modes(tmp_path):
     with pytest.raises(ConfigError, match="need --peer"):
         run_spec(None, None, SpecConfig(modes=("local", "sync")), folder=tmp_path / "x")
     assert np.isfinite(S.parse_acceptance("0.9,0.9", 2).mean_tokens)
+
+
+def test_spec_results_export_as_measured_end_to_end_records(server, tmp_path):
+    from hopbench.analysis import export as E
+
+    out = run_spec(server.host, server.port, SpecConfig(cycles=8, warmup=1, repeats=2, time_scale=0.02, seed=3),
+                   folder=tmp_path / "s")
+    recs = E.spec_records(out, "remote-drafter")
+    assert {r["mode"] for r in recs} == {"local", "sync", "overlap"}
+    assert all(r["kind"].startswith("spec") and r["tok_s"] > 0 and r["repeats"] == 2 for r in recs)
+    path = tmp_path / "case.json"
+    assert E.upsert(path, recs) == (3, 0) and E.upsert(path, recs) == (0, 3)  # stable ids
+    assert E.to_csv_fields(recs, E.SPEC_FIELDS).splitlines()[0].startswith("id,study,kind")

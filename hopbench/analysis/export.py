@@ -99,9 +99,56 @@ def upsert(path: Path, new: list[dict]) -> tuple[int, int]:
 
 
 def to_csv(recs: list[dict]) -> str:
+    return to_csv_fields(recs, RECORD_FIELDS)
+
+
+SPEC_FIELDS = ["id", "study", "kind", "source", "created_utc", "rung", "rate_mbit", "transport", "mode", "repeats",
+               "tok_s", "tok_s_ci_lo", "tok_s_ci_hi", "tok_s_ci_level", "tokens_per_cycle", "hit_rate", "checked_against",
+               "reference_tok_s", "diff_rel", "k", "accept", "verify", "draft_local", "draft_remote", "fanout",
+               "time_scale", "cycles", "software"]
+
+
+def spec_folders(folder: Path) -> list[Path]:
+    """A `hopbench spec` folder, or a spec-rungs parent holding one per rung."""
+    folder = Path(folder)
+    if (folder / "cycles.csv").exists():
+        return [folder]
+    return sorted(p.parent for p in folder.glob("*/cycles.csv"))
+
+
+def spec_records(folder: Path, study: str) -> list[dict]:
+    """Measured end-to-end records: one per spec folder x mode (tok/s with its interval
+    over repeats, the arithmetic or projection it was checked against, the inputs)."""
+    from hopbench.analysis import spec as A
+
+    out = []
+    for f in spec_folders(folder):
+        report, results = A.analyse(f)
+        cfg = report["config"]
+        for r in results:
+            e = r.tok_s
+            key = json.dumps([study, f.name, cfg.get("rung"), r.mode, report.get("created_utc")])
+            out.append({
+                "id": "hbs-" + hashlib.sha256(key.encode()).hexdigest()[:16], "study": study,
+                "kind": "spec (measured end to end)", "source": f.name, "created_utc": report.get("created_utc"),
+                "rung": cfg.get("rung") or "run", "rate_mbit": cfg.get("rate_mbit"), "transport": cfg.get("transport"),
+                "mode": r.mode, "repeats": e.n_repeats, "tok_s": _r(e.value, 4), "tok_s_ci_lo": _r(e.lo, 4),
+                "tok_s_ci_hi": _r(e.hi, 4), "tok_s_ci_level": None if e.level is None else round(e.level, 6),
+                "tokens_per_cycle": _r(r.tokens_per_cycle, 4), "hit_rate": _r(r.hit_rate, 4),
+                "checked_against": r.reference,
+                "reference_tok_s": _r(r.reference_tok_s.value, 4) if r.reference_tok_s else None,
+                "diff_rel": _r(r.diff_rel.value, 6) if r.diff_rel else None, "k": cfg.get("k"),
+                "accept": cfg.get("accept"), "verify": cfg.get("verify"), "draft_local": cfg.get("draft_local"),
+                "draft_remote": cfg.get("draft_remote"), "fanout": cfg.get("fanout"),
+                "time_scale": cfg.get("time_scale"), "cycles": cfg.get("cycles"),
+                "software": report.get("software") or "unknown"})
+    return out
+
+
+def to_csv_fields(recs: list[dict], fields: list[str]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=RECORD_FIELDS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in recs:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in RECORD_FIELDS})
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
     return buf.getvalue()
