@@ -115,6 +115,13 @@ def test_direct_needs_a_cuda_aware_transport(fake_gpu, server):
             s.measure(small_plan(client_memory="cuda", server_memory="cuda", gpu_path="direct"))
     finally:
         s.close()
+
+
+@pytest.mark.ucx
+def test_direct_over_ucx_needs_a_cuda_lane(fake_gpu, server):
+    """UCX_TLS without a cuda transport cannot move GPU memory: refused before measuring
+    (needs ucxx; on a GPU machine without it this test is skipped, not failed)."""
+    pytest.importorskip("ucxx")
     s = Session(server.host, server.port, transport_settings={"ucx": {"UCX_TLS": "tcp"}})
     try:
         with pytest.raises(ConfigError, match="no cuda transport"):
