@@ -26,6 +26,7 @@ import minimal  # noqa: E402
 
 from hopbench.core import protocol as P  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
+from hopbench.orchestration.serverproc import ready_port  # noqa: E402
 
 SIZES = (61_440, 184_320)
 
@@ -37,12 +38,9 @@ def pinned(cmd: list[str], cpu: str | None) -> list[str]:
 def start(cmd: list[str], marker: str | None = None) -> tuple[subprocess.Popen, int]:
     """Start a server and read its port from its first output line (no sleeps)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    line = proc.stdout.readline()
-    if marker:
-        port = int(line.rsplit(":", 1)[1])
-    else:
-        port = int(line)
-    return proc, port
+    if marker:  # a hopbench server: its ready line (hopbench.orchestration.serverproc)
+        return proc, ready_port(proc)
+    return proc, int(proc.stdout.readline())  # the minimal server prints its port alone
 
 
 def main() -> None:

@@ -44,6 +44,7 @@ from hopbench.core.client import Session  # noqa: E402
 from hopbench.core.protocol import Plan  # noqa: E402
 from hopbench.core.stats import median_ci  # noqa: E402
 from hopbench.orchestration.runner import RunWriter  # noqa: E402
+from hopbench.orchestration.serverproc import ready_port  # noqa: E402
 from hopbench.records import Payload  # noqa: E402
 
 BYTES_PER_TOKEN = 61_440
@@ -64,11 +65,7 @@ def start_server(cpu: str, ucx: dict) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--gpu", "--cpu", cpu,
            *(f"--opt={k}={v}" for k, v in ucx.items())]
     srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    line = srv.stdout.readline()
-    if "listening on" not in line:
-        srv.kill()
-        raise SystemExit(f"server did not start: {line!r}")
-    return srv, int(line.rsplit(":", 1)[1])
+    return srv, ready_port(srv)
 
 
 def main() -> None:

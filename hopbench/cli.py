@@ -17,6 +17,7 @@ from hopbench.config import (
     split_options,
 )
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="What does one speculative-decoding network hop cost on this link?")
@@ -52,8 +53,8 @@ def _pin(cpu: str | None) -> None:
 def serve(
     bind: Annotated[str, typer.Option(help="HOST:PORT to listen on; 0.0.0.0 only when asked. Port 0 picks a free port and reports it.")] = "127.0.0.1:5201",
     once: Annotated[bool, typer.Option(help="Exit after one session.")] = False,
-    max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = 64 * 1024 * 1024,
-    max_cycles: Annotated[int, typer.Option(help="Most round trips per plan.")] = 1_000_000,
+    max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = MAX_MESSAGE_BYTES,
+    max_cycles: Annotated[int, typer.Option(help="Most round trips per plan (untimed and warm-up included).")] = MAX_CYCLES,
     idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
     handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = 10.0,
     poll: Annotated[Poll, typer.Option(help="Receive path during a session: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
@@ -97,7 +98,7 @@ def run(
     verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body.")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).")] = 0.0,
     poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
-    timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.")] = 10.0,
+    timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.")] = TIMEOUT_S,
     out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
     name: Annotated[str, typer.Option(help="Suffix of the result folder name.")] = "run",
     results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
@@ -130,7 +131,9 @@ def run(
         raise ConfigError("--k must be at least 1")
     from hopbench.core.transport import get_transport
 
-    get_transport(transport)  # a missing extra fails here, before anything is measured, with its install line
+    # a missing extra fails here, before anything is measured, with its install line; so does
+    # a setting the transport does not know
+    get_transport(transport).check_settings(split_options(opt).get(transport, {}))
     mem = (memory.value, (server_memory or memory).value)
     if "cuda" in mem:
         from hopbench.core import gpu

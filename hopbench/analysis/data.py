@@ -14,6 +14,7 @@ import numpy as np
 
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
+from hopbench.records import CellKey
 
 
 @dataclass
@@ -34,9 +35,9 @@ class Group:
     software: str | None = None  # the software that measured it (as recorded)
 
     @property
-    def key(self) -> tuple[str, str, str, float]:
+    def key(self) -> CellKey:
         """The identity of a measurement cell (rung, transport, payload, gap)."""
-        return (self.rung, self.transport, self.payload, self.gap_ms)
+        return CellKey(self.rung, self.transport, self.payload, self.gap_ms)
 
     @property
     def pooled(self) -> np.ndarray:

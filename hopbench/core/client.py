@@ -24,6 +24,7 @@ from hopbench.errors import (
     Refused,
     VerifyError,
 )
+from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
 
 
 @dataclass
@@ -51,8 +52,8 @@ class Measurement:
 class Session:
     host: str
     port: int
-    timeout_s: float = 10.0
-    connect_timeout_s: float = 5.0
+    timeout_s: float = TIMEOUT_S
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
     poll: str = "auto"
     transport_settings: dict = field(default_factory=dict)
     client_env: dict = field(default_factory=dict)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from hopbench.errors import PeerError, ProtocolError, Refused, VerifyError
+from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES
 
 MAGIC = b"HOPB"
 # The header's version and the HELLO body's "protocol" are the same number. Any change to
@@ -277,9 +278,9 @@ class Plan:
 class Caps:
     """Server-side limits, announced in the server HELLO and enforced on every PLAN."""
 
-    max_request_bytes: int = 64 * 1024 * 1024
-    max_reply_bytes: int = 64 * 1024 * 1024
-    max_cycles: int = 1_000_000
+    max_request_bytes: int = MAX_MESSAGE_BYTES
+    max_reply_bytes: int = MAX_MESSAGE_BYTES
+    max_cycles: int = MAX_CYCLES
 
     def check(self, plan: Plan) -> str | None:
         """Return a refusal reason, or None when the plan is acceptable."""

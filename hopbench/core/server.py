@@ -26,6 +26,7 @@ from hopbench.core import protocol as P
 from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import HopbenchError, PeerError, ProtocolError
+from hopbench.records import TIMEOUT_S
 
 
 @dataclass
@@ -34,8 +35,8 @@ class ServerConfig:
     port: int = 0
     caps: P.Caps = field(default_factory=P.Caps)
     idle_timeout_s: float = 60.0  # a connected client silent this long is dropped
-    handshake_timeout_s: float = 10.0
-    data_accept_timeout_s: float = 10.0
+    handshake_timeout_s: float = TIMEOUT_S
+    data_accept_timeout_s: float = TIMEOUT_S
     poll: str = "auto"
     transport_settings: dict = field(default_factory=dict)
     once: bool = False

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
 
 
 @runtime_checkable
@@ -119,8 +120,8 @@ class TransportOptions:
     `settings` holds transport-specific knobs from config or flags (e.g. UCX_TLS); each
     transport checks them (Transport.check_settings) and rejects unknown ones."""
 
-    timeout_s: float = 10.0
-    connect_timeout_s: float = 5.0
+    timeout_s: float = TIMEOUT_S
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
     poll: str = "auto"  # "block", "busy", or "auto": the transport's measured-faster default
     settings: dict[str, Any] = field(default_factory=dict)
 
