@@ -52,7 +52,7 @@ bench-transports: install
 # Executable rules: style (ruff), types (mypy, strict on the core and transports), and who
 # may import whom (import-linter contracts in pyproject.toml; docs/ARCHITECTURE.md).
 lint: install-dev
-	$(VENV)/bin/ruff check hopbench transports tests benchmarks
+	$(VENV)/bin/ruff check hopbench transports tests benchmarks docs/examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

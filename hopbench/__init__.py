@@ -1,3 +1,11 @@
 """hopbench: what does one speculative-decoding network hop cost on this link?"""
 
 __version__ = "0.1.0"
+
+
+def load(path, bytes_per_token: int = 61440, operating_tokens: int = 3):  # noqa: ANN001 (any path-like)
+    """Tidy pandas DataFrames (cycles, cells, fits) of a run or sweep folder; needs the
+    analysis extra (hopbench.analysis.frames)."""
+    from hopbench.analysis.frames import load as _load
+
+    return _load(path, bytes_per_token, operating_tokens)

@@ -402,6 +402,13 @@ def _shape(shape):
     return load_shape(shape)
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout instead of tables (docs/RESULTS.md).")]
+
+
+def _quiet(line: str) -> None:
+    """The tables' sink when --json asks for the document alone."""
+
+
 ShapeOpt = Annotated[Optional[Path], typer.Option("--shape", help="Shape config (default configs/shape.toml).")]
 
 
@@ -410,13 +417,15 @@ ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder."
 
 @app.command()
 def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens (default from config).")] = None,
-        shape: ShapeOpt = None):
+        shape: ShapeOpt = None, json_out: JsonOpt = False):
     """Fit latency = alpha + bytes/beta per rung x transport; regimes and the crossover."""
     from hopbench.analysis import commands as analysis
 
     s = _shape(shape)
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    analysis.run_fit(results, bpt, tokens or op)
+    analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print)
+    if json_out:  # the document fit also writes to <folder>/analysis/fit.json
+        print((Path(results) / "analysis" / "fit.json").read_text(), end="")
 
 
 @app.command()
@@ -430,6 +439,7 @@ def verdict(
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
     t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
     shape: ShapeOpt = None,
+    json_out: JsonOpt = False,
 ):
     """Break-even hop and projected tok/s per rung x transport."""
     from hopbench.analysis import commands as analysis
@@ -455,15 +465,23 @@ def verdict(
                 raise ConfigError(f"--hop-ms {item!r}: expected NAME=MS") from None
     elif not results:
         raise ConfigError("give a result folder or --hop-ms")
+    show = _quiet if json_out else print
+    docs: list[dict[str, Any]] = []
     if hops:
-        analysis.run_verdict(None, inputs, tokens or s.operating_tokens, hops)
-        return
-    folders = results or []
+        vs = analysis.run_verdict(None, inputs, tokens or s.operating_tokens, hops, show=show)
+        docs.append({"folder": None, "inputs": vars(inputs), "verdicts": [v.to_dict() for v in vs]})
+    folders = [] if hops else (results or [])
     for i, folder in enumerate(folders):
         if len(folders) > 1:
-            print(("\n" if i else "") + f"== {folder}")
-        analysis.run_verdict(folder, inputs, tokens or recorded_shape(folder, s.shape.bytes_per_token,
-                                                                       s.operating_tokens)[1])
+            show(("\n" if i else "") + f"== {folder}")
+        op = tokens or recorded_shape(folder, s.shape.bytes_per_token, s.operating_tokens)[1]
+        vs = analysis.run_verdict(folder, inputs, op, show=show)
+        docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
+                     "verdicts": [v.to_dict() for v in vs]})
+    if json_out:
+        import json as _json
+
+        print(_json.dumps({"schema": "hopbench.verdict", "schema_version": 1, "results": docs}, indent=1, default=str))
 
 
 @app.command()
@@ -519,7 +537,8 @@ def export(
 def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or run folders A1,A2,... (one run = one repeat).")],
             b: Annotated[str, typer.Argument(help="Folder(s) to compare against it, the same way.")],
             run_spread: Annotated[Optional[float], typer.Option(help="Run-to-run spread (relative SD of one run's median) to judge one run against one run; default: measured where a side has repeats, else 0.10.")] = None,
-            paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True):
+            paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True,
+            json_out: JsonOpt = False):
     """Per matching cell: B - A with a 95% CI, repeats as the unit, paired where pairing is real."""
     from hopbench.analysis import compare as C
     from hopbench.analysis.data import first_header, load_runs
@@ -535,8 +554,16 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
     for x, y in pairs:
         real = paired and C.interleaved(x, y)
         rows.append(C.compare_groups(x, y, paired=real, run_spread=run_spread))
+    warnings = C.baseline_warnings(first_header(fa[0]), first_header(fb[0]))
+    if json_out:
+        import json as _json
+
+        print(_json.dumps({"schema": "hopbench.compare", "schema_version": 1, "a": a, "b": b,
+                           "comparisons": [c.to_dict() for c in rows], "baseline_warnings": warnings},
+                          indent=1, default=str))
+        return
     print(C.format_table(rows))
-    for w in C.baseline_warnings(first_header(fa[0]), first_header(fb[0])):
+    for w in warnings:
         typer.secho(f"warning: {w}", fg="yellow", err=True)
 
 
@@ -575,10 +602,16 @@ def doctor(
 
 
 @app.command()
-def transports():
+def transports(json_out: JsonOpt = False):
     """List the transports, whether they import here, and how to install them."""
     from hopbench.core.transport import describe_transports
 
+    if json_out:
+        import json as _json
+
+        print(_json.dumps({"schema": "hopbench.transports", "schema_version": 1, "transports": describe_transports()},
+                          indent=1))
+        return
     for row in describe_transports():
         if row["available"]:
             print(f"{row['name']:6} available  {row['version']}")
