@@ -82,7 +82,7 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     rungs = list(dict.fromkeys(v.rung for v in verdicts))
     transports = sorted({v.transport for v in verdicts})
     width = 0.8 / max(1, len(transports))
-    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(rungs)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(rungs)), 5.5))
     for i, tr in enumerate(transports):
         xs, ys, lo, hi = [], [], [], []
         for j, r in enumerate(rungs):
@@ -95,15 +95,17 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
             lo.append(v.hop_ms - c[0])
             hi.append(c[1] - v.hop_ms)
         bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=tr)
-        for bar, v in zip(bars, [v for r in rungs for v in verdicts if v.rung == r and v.transport == tr]):
-            ax.annotate(f"{v.hop_ms:.3g} ms\n{v.gain:+.1%}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        for bar, v, up in zip(bars, [v for r in rungs for v in verdicts if v.rung == r and v.transport == tr], hi):
+            # vertical, above the error bar: neighbouring bars' labels cannot overlap
+            ax.annotate(f"{v.hop_ms:.3g} ms  {v.gain:+.1%}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
+                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                        rotation=90)
     ax.axhline(t_draft_ms, color="crimson", ls="--", label=f"break-even hop = t_draft = {t_draft_ms} ms")
     ax.set_xticks(range(len(rungs)), rungs)
     ax.set_yscale("log")
     levels = sorted({pct(v.hop_ci_level) for v in verdicts if v.hop_ci_level})
     ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})")
-    ax.margins(y=0.25)
+    ax.set_ylim(top=max([v.hop_ms for v in verdicts] + [t_draft_ms]) * 40)  # room for the vertical labels (log axis)
     ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n"
                  "label: hop and projected tok/s gain)", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
