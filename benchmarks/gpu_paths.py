@@ -42,7 +42,7 @@ from hopbench import results as R  # noqa: E402
 from hopbench.core import gpu  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
 from hopbench.core.protocol import Plan  # noqa: E402
-from hopbench.core.stats import median_ci  # noqa: E402
+from hopbench.estimate import median_interval  # noqa: E402
 from hopbench.orchestration.runner import RunWriter  # noqa: E402
 from hopbench.orchestration.serverproc import ready_port  # noqa: E402
 from hopbench.records import Payload  # noqa: E402
@@ -137,7 +137,7 @@ def _p50s(arrays: list[np.ndarray]) -> tuple[float, float, float, float, float]:
     p50s (the run-to-run spread), and the pooled median's 95% order-statistic CI."""
     per = [float(np.median(x)) for x in arrays]
     pooled = np.sort(np.concatenate(arrays))
-    lo, hi = median_ci(pooled)
+    lo, hi, _ = median_interval(pooled)
     return float(np.median(pooled)), min(per), max(per), lo, hi
 
 

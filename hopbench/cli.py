@@ -213,7 +213,8 @@ def run(
     if w.header.get("floor"):
         f = w.header["floor"]
         print(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
-              f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}]; a hop near it measures the host, not the link")
+              f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}, within-run {pct(f['p50_ci_level'])}, "
+              f"n = {f['n']}]; a hop near it measures the host, not the link")
     print("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
           "sweep, to measure that)")
     print(f"results: {folder}")

@@ -53,7 +53,7 @@ def ranks_for_level(n: int, level: float = LEVEL) -> tuple[int, int, float]:
     if n == 1:
         return 0, 0, 0.0
     if n > 1000:  # normal approximation of the binomial, one rank wider per side (safe side)
-        z = float(_norm_ppf(0.5 + level / 2))
+        z = float(norm_ppf(0.5 + level / 2))
         c = max(0, int(math.floor(n / 2 - z * math.sqrt(n) / 2)) - 1)
         return c, n - 1 - c, 1 - 2 * _norm_cdf((c + 0.5 - n / 2) / (math.sqrt(n) / 2))
     best = 0
@@ -71,7 +71,7 @@ def _norm_cdf(x: float) -> float:
     return 0.5 * (1 + math.erf(x / math.sqrt(2)))
 
 
-def _norm_ppf(p: float) -> float:
+def norm_ppf(p: float) -> float:
     lo, hi = -10.0, 10.0
     for _ in range(80):
         mid = (lo + hi) / 2

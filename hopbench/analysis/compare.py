@@ -39,11 +39,6 @@ DEFAULT_RUN_SPREAD = 0.10
 DEFAULT_RUN_SPREAD_SOURCE = "default: the seed study's +-20% run-to-run spread read as +-2 SD"
 
 
-def robust_sigma(x: np.ndarray) -> float:
-    x = np.asarray(x, float)
-    return float(1.4826 * np.median(np.abs(x - np.median(x))))
-
-
 @dataclass
 class Comparison:
     rung: str

@@ -6,19 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.estimate import drift, median_interval, ranks_for_level
-
-
-def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int]:
-    """0-based order-statistic ranks (lo, hi) bracketing the median with at least
-    `confidence` coverage where any interval reaches it (see hopbench.estimate)."""
-    lo, hi, _ = ranks_for_level(n, confidence)
-    return lo, hi
-
-
-def median_ci(sorted_x: np.ndarray) -> tuple[float, float]:
-    lo, hi = median_ci_ranks(len(sorted_x))
-    return float(sorted_x[lo]), float(sorted_x[hi])
+from hopbench.estimate import drift, median_interval
 
 
 def summarize(samples_ns: np.ndarray) -> dict[str, Any]:

@@ -81,7 +81,8 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
     acceptance = S.parse_acceptance(cfg.accept, cfg.k)
     verify = S.parse_work(cfg.verify, cfg.time_scale)
     local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
-    S.parse_work(cfg.draft_remote, cfg.time_scale) if not cfg.draft_remote.startswith("gpu-read") else None
+    if not cfg.draft_remote.startswith("gpu-read"):  # checked here; a GPU read is set up by the drafter
+        S.parse_work(cfg.draft_remote, cfg.time_scale)
     remote_modes = [m for m in cfg.modes if m != "local"]
     if remote_modes and (host is None or port is None):
         raise ConfigError(f"modes {', '.join(remote_modes)} need --peer (a hopbench serve to be the drafter)")
