@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
+.PHONY: browser system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,18 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-test: install-dev lint
+test: install-dev lint browser
 	$(PY) -m pytest -q
+
+# The report's browser test drives Debian's Chromium with Playwright; as root with apt,
+# install it when missing (elsewhere the test is skipped and says why).
+browser:
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium (the report's browser test)"; \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)) \
+	  || echo "warning: could not install chromium: the browser test will be skipped"; \
+	fi
 
 test-fast: install-dev
 	$(PY) -m pytest -q -m "not slow and not netns"

@@ -3,6 +3,7 @@ prints a short summary. HopbenchError -> one red line on stderr and a non-zero e
 
 from __future__ import annotations
 
+import functools
 import sys
 from enum import Enum
 from pathlib import Path
@@ -114,9 +115,11 @@ def run(
     memory: Annotated[Memory, typer.Option(help="Where the payload lives on both ends: host, or cuda (GPU; needs the gpu extra).")] = Memory.host,
     server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.")] = None,
     gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).")] = GpuPath.staged,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).")] = False,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
+    say = functools.partial(print, file=sys.stderr) if json_out else print
     from hopbench import results as R
     from hopbench.estimate import pct
     from hopbench.orchestration.calibrate import placement_note
@@ -179,9 +182,9 @@ def run(
         made.append(folder)
         note = None if cpu else placement_note(host)
         if note:  # once connected (a run that cannot start says only why), on stdout: advice, not an error
-            print(f"note: {note}")
-        print(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
-        print(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
+            say(f"note: {note}")
+        say(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
+        say(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
               f"{'level':>6} {'p99 us':>9}  note")
         return folder
 
@@ -191,7 +194,7 @@ def run(
         if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
             note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
         if s.get("n"):
-            print(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
+            say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                   f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
                   f"{pct(s['p50_ci_level']):>6} {s['p99_ns'] / 1e3:9.1f}  {note}")
 
@@ -212,12 +215,17 @@ def run(
     folder = made[0]
     if w.header.get("floor"):
         f = w.header["floor"]
-        print(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
+        say(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
               f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}, within-run {pct(f['p50_ci_level'])}, "
               f"n = {f['n']}]; a hop near it measures the host, not the link")
-    print("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
+    say("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
           "sweep, to measure that)")
-    print(f"results: {folder}")
+    say(f"results: {folder}")
+    if json_out:
+        import json as _json
+
+        print(_json.dumps({"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder),
+                           "report": _json.loads((folder / "report.json").read_text())}, indent=1))
 
 
 @app.command()
@@ -366,6 +374,7 @@ def sweep(
         from hopbench.analysis import commands as analysis
 
         analysis.report_all(folder, scfg)
+        print(f"report: {analysis.write_report(folder, scfg)}")
 
 
 class _live_bar:
@@ -497,6 +506,23 @@ def plot(results: ResultsArg, shape: ShapeOpt = None):
 
 
 @app.command()
+def report(
+    results: ResultsArg,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
+    shape: ShapeOpt = None,
+    json_out: JsonOpt = False,
+):
+    """One self-contained HTML page: question and verdict first, fit, figures, warnings, both environments, commands."""
+    from hopbench.analysis import commands as analysis
+
+    path = analysis.write_report(results, _shape(shape), output)
+    if json_out:
+        print((Path(results) / "analysis" / "report.json").read_text(), end="")
+    else:
+        print(f"report: {path}")
+
+
+@app.command()
 def export(
     results: ResultsArg,
     into: Annotated[Path, typer.Option(help="Case-study data file to upsert runs[] into.")] = Path("data/case-studies.json"),
@@ -524,7 +550,9 @@ def export(
     groups, top = load_groups(results)
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
     fits = F.fit_groups(groups, bpt, op, boot=50)
-    recs = E.records(groups, top, Path(results).name, study, fits)
+    from hopbench.analysis.data import result_id
+
+    recs = E.records(groups, top, Path(results).name, study, fits, rid=result_id(results))
     added, updated = E.upsert(into, recs)
     print(f"{into}: {added} records added, {updated} updated (study {study!r})")
     if csv_out:

@@ -7,6 +7,7 @@ import csv
 import io
 import os
 import tempfile
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +20,8 @@ SCHEMA = "hopbench.run"
 #   2  config.rate_mbit / config.rung (what the user said about the link), summary
 #      p50_ci_level (achieved level of the within-run interval) and drift_p, env
 #      cpu_governor; sweep summary.csv: the cell estimate with p50_ci_level/p50_ci_scope.
+#      Later additive field (readers treat it as optional): result_id (report.json and
+#      sweep.json), the identity export's record ids are built from.
 # Readers accept every version up to SCHEMA_VERSION (tests/golden holds one folder of each
 # older version, which must keep loading) and refuse newer ones with a clear line.
 SCHEMA_VERSION = 2
@@ -54,6 +57,11 @@ def summary_columns(gpu: bool) -> list[str]:
 
 def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def new_result_id() -> str:
+    """The identity a result keeps wherever its folder goes (export's record ids use it)."""
+    return uuid.uuid4().hex
 
 
 def utc_iso() -> str:

@@ -120,7 +120,7 @@ def test_export_idempotent_and_preserves_foreign_content(tmp_path):
     assert first == second and len(second["runs"]) == 5
     assert second["figures"] == foreign["figures"] and second["title"] == "studies"
     assert second["runs"][0] == foreign["runs"][0]
-    assert E.to_csv(recs).splitlines()[0].startswith("id,study,source")
+    assert E.to_csv(recs).splitlines()[0].startswith("id,schema_version,study,result_id,source")
 
 
 def test_export_refuses_unparseable_file(tmp_path):

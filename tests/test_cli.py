@@ -32,6 +32,25 @@ def test_run_via_cli_runner(server, tmp_path):
     assert instrument_floors(out) == {"tcp": floor["p50_ns"] / 1e6}
 
 
+def test_run_json_is_one_document_on_stdout_and_a_report_page_follows(server, tmp_path):
+    import json
+
+    out = tmp_path / "r"
+    r = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--tokens",
+                        "1,3", "--cycles", "20", "--warmup", "2", "--no-floor", "--out", str(out), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # nothing else on stdout: the table went to stderr
+    assert doc["schema"] == "hopbench.run-result" and doc["folder"] == str(out)
+    assert doc["report"] == json.loads((out / "report.json").read_text())
+    assert [p["payload"] for p in doc["report"]["payloads"]] == ["T1", "T3"] and "p50 us" in r.stderr
+    assert len(doc["report"]["result_id"]) == 32
+    rep = subprocess.run([sys.executable, "-m", "hopbench", "report", str(out)], capture_output=True, text=True,
+                         timeout=180)
+    assert rep.returncode == 0, rep.stderr
+    assert (out / "report.html").stat().st_size > 10_000
+
+
 def test_existing_result_folder_is_never_overwritten(server, tmp_path):
     out = tmp_path / "r"
     out.mkdir()

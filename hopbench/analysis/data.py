@@ -4,7 +4,7 @@ gap) with its per-repeat medians and its pooled timed samples. Works on a sweep 
 
 from __future__ import annotations
 
-import csv
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +55,12 @@ class Group:
 
 
 def _timed_samples(samples_csv: Path) -> dict[str, np.ndarray]:
-    out: dict[str, list[int]] = {}
-    with open(samples_csv, newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["warmup"] == "0":
-                out.setdefault(row["payload"], []).append(int(row["rtt_ns"]))
-    return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+    """payload -> its timed (non-warm-up) round trips, in cycle order (pandas reads the CSV)."""
+    from hopbench.analysis.deps import pandas
+
+    df = pandas().read_csv(samples_csv, usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
+    df = df[df["warmup"] == 0]
+    return {str(k): v.to_numpy(dtype=np.int64) for k, v in df.groupby("payload", sort=False)["rtt_ns"]}
 
 
 def _read_json(path: Path) -> dict:
@@ -174,6 +174,19 @@ def first_header(folder: str | Path) -> dict:
     head["transport_settings"] = {p.get("transport"): p.get("transport_settings") for p in plans}
     head.pop("payloads", None)
     return head
+
+
+def result_id(folder: str | Path) -> str:
+    """A result's identity, kept when its folder is moved or renamed: the id written when it
+    was created (`result_id`), or, for results older than that field, a hash of what was
+    recorded at creation (schema, creation time, config, seed, peer) - never the folder name."""
+    folder = Path(folder)
+    top = _read_json(folder / ("sweep.json" if (folder / "sweep.json").exists() else "report.json"))
+    if top.get("result_id"):
+        return str(top["result_id"])
+    key = json.dumps([top.get(k) for k in ("schema", "created_utc", "fingerprint", "seed", "peer", "config")],
+                     sort_keys=True, default=str)
+    return "h-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_operating_tokens: int) -> tuple[int, int]:

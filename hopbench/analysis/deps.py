@@ -15,3 +15,11 @@ def scipy_stats() -> Any:
     except ImportError:
         raise ConfigError(f"this analysis needs scipy: {INSTALL}") from None
     return stats
+
+
+def pandas() -> Any:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ConfigError(f"this analysis needs pandas: {INSTALL}") from None
+    return pd

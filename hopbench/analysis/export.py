@@ -14,7 +14,12 @@ from hopbench.analysis.data import Group
 from hopbench.errors import HopbenchError
 from hopbench.results import atomic_write
 
-RECORD_FIELDS = ["id", "study", "source", "created_utc", "rung", "transport", "payload", "tokens", "request_bytes",
+#: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
+#: with schema_version, result_id and intervals; records without schema_version are v1.
+RECORD_SCHEMA_VERSION = 2
+
+RECORD_FIELDS = ["id", "schema_version", "study", "result_id", "source", "created_utc", "rung", "transport", "payload",
+                 "tokens", "request_bytes",
                  "reply_bytes", "gap_ms", "rate_mbit", "repeats", "n", "p50_ms", "p50_ci_lo_ms", "p50_ci_hi_ms",
                  "p50_ci_level", "p50_ci_scope", "alpha_us", "alpha_ci_lo_us", "alpha_ci_hi_us", "beta_mbit_s",
                  "beta_ci_lo_mbit_s", "beta_ci_hi_mbit_s", "fit_ci_level", "fit_ci_scope", "segment_lo_bytes",
@@ -43,19 +48,23 @@ def fit_fields(f) -> dict:
     }
 
 
-def record_id(study: str, source: str, g: Group) -> str:
-    key = json.dumps([study, source, g.rung, g.transport, g.payload, g.gap_ms])
+def record_id(study: str, rid: str, g: Group) -> str:
+    """Stable across moves and renames of the folder: built from the result's own id."""
+    key = json.dumps([study, rid, g.rung, g.transport, g.payload, g.gap_ms])
     return "hb-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def records(groups: list[Group], top: dict, source: str, study: str, fits=()) -> list[dict]:
+def records(groups: list[Group], top: dict, source: str, study: str, fits=(), rid: str | None = None) -> list[dict]:
+    """rid: the result's id (hopbench.analysis.data.result_id); source: the folder's name, for people."""
+    rid = rid or source
     fit_by = {(f.rung, f.transport): f for f in fits}
     out = []
     for g in groups:
         e = g.estimate()
         f = fit_by.get((g.rung, g.transport))
         out.append({
-            "id": record_id(study, source, g), "study": study, "source": source,
+            "id": record_id(study, rid, g), "schema_version": RECORD_SCHEMA_VERSION, "study": study, "result_id": rid,
+            "source": source,
             "created_utc": top.get("created_utc"), "rung": g.rung, "transport": g.transport, "payload": g.payload,
             "tokens": g.tokens, "request_bytes": g.request_bytes, "reply_bytes": g.reply_bytes, "gap_ms": g.gap_ms,
             "rate_mbit": g.rate_mbit, "repeats": e.n_repeats, "n": e.n_samples,
@@ -102,7 +111,8 @@ def to_csv(recs: list[dict]) -> str:
     return to_csv_fields(recs, RECORD_FIELDS)
 
 
-SPEC_FIELDS = ["id", "study", "kind", "source", "created_utc", "rung", "rate_mbit", "transport", "mode", "repeats",
+SPEC_FIELDS = ["id", "schema_version", "study", "kind", "result_id", "source", "created_utc", "rung", "rate_mbit",
+               "transport", "mode", "repeats",
                "tok_s", "tok_s_ci_lo", "tok_s_ci_hi", "tok_s_ci_level", "tokens_per_cycle", "hit_rate", "checked_against",
                "reference_tok_s", "diff_rel", "k", "accept", "verify", "draft_local", "draft_remote", "fanout",
                "time_scale", "cycles", "software"]
@@ -120,17 +130,20 @@ def spec_records(folder: Path, study: str) -> list[dict]:
     """Measured end-to-end records: one per spec folder x mode (tok/s with its interval
     over repeats, the arithmetic or projection it was checked against, the inputs)."""
     from hopbench.analysis import spec as A
+    from hopbench.analysis.data import result_id
 
     out = []
     for f in spec_folders(folder):
         report, results = A.analyse(f)
         cfg = report["config"]
+        rid = result_id(f)
         for r in results:
             e = r.tok_s
-            key = json.dumps([study, f.name, cfg.get("rung"), r.mode, report.get("created_utc")])
+            key = json.dumps([study, rid, cfg.get("rung"), r.mode])
             out.append({
-                "id": "hbs-" + hashlib.sha256(key.encode()).hexdigest()[:16], "study": study,
-                "kind": "spec (measured end to end)", "source": f.name, "created_utc": report.get("created_utc"),
+                "id": "hbs-" + hashlib.sha256(key.encode()).hexdigest()[:16], "schema_version": RECORD_SCHEMA_VERSION,
+                "study": study, "kind": "spec (measured end to end)", "result_id": rid, "source": f.name,
+                "created_utc": report.get("created_utc"),
                 "rung": cfg.get("rung") or "run", "rate_mbit": cfg.get("rate_mbit"), "transport": cfg.get("transport"),
                 "mode": r.mode, "repeats": e.n_repeats, "tok_s": _r(e.value, 4), "tok_s_ci_lo": _r(e.lo, 4),
                 "tok_s_ci_hi": _r(e.hi, 4), "tok_s_ci_level": None if e.level is None else round(e.level, 6),

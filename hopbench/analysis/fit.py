@@ -34,7 +34,15 @@ class Line:
 
 
 def fit_line(x: np.ndarray, y: np.ndarray, iters: int = 20) -> Line:
-    """Robust relative-error fit of y = a + b x; returns alpha = a, beta = 1/b."""
+    """Robust relative-error fit of y = a + b x; returns alpha = a, beta = 1/b.
+
+    The IRLS loop stays hand-written: scipy's robust fit (optimize.least_squares with
+    loss='huber') holds the Huber scale fixed, while this one re-estimates it from the
+    residuals' MAD every iteration (Huber's proposal, as statsmodels' RLM does); the MAD
+    itself is scipy's."""
+    from hopbench.analysis.deps import scipy_stats
+
+    mad = scipy_stats().median_abs_deviation
     x = np.asarray(x, float)
     y = np.asarray(y, float)
     w = 1.0 / y**2
@@ -44,7 +52,7 @@ def fit_line(x: np.ndarray, y: np.ndarray, iters: int = 20) -> Line:
         A = np.vstack([np.ones_like(x), x]).T * W[:, None]
         (a, b), *_ = np.linalg.lstsq(A, y * W, rcond=None)
         r = (y - (a + b * x)) / y
-        s = 1.4826 * np.median(np.abs(r - np.median(r))) or 1e-12
+        s = float(mad(r, scale="normal")) or 1e-12
         u = np.abs(r) / (HUBER_K * s)
         hub = np.where(u <= 1, 1.0, 1.0 / np.maximum(u, 1e-12))
         w = hub / y**2

@@ -191,17 +191,17 @@ def spec_modes(per_rung: dict[str, list]):
     return fig
 
 
-def spec_timeline(cycles: list[dict], rung: str, n: int = 6):
+def spec_timeline(cycles, rung: str, n: int = 6):
     """A few timed cycles per mode (repeat 0): verify, then the wait for the draft (hop +
     draft), as horizontal segments on one time axis per mode."""
     plt = _plt()
-    modes = [m for m in ("local", "sync", "overlap") if any(c["mode"] == m for c in cycles)]
+    modes = [m for m in ("local", "sync", "overlap") if (cycles["mode"] == m).any()]  # cycles: a DataFrame
     fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(modes)))
     colors = {"verify": "tab:blue", "draft": "tab:orange", "hop": "tab:red", "hit": "tab:green"}
     for y, mode in enumerate(modes):
-        rows = [c for c in cycles if c["mode"] == mode and c["repeat"] == "0" and c["phase"] == "2"][:n]
+        rows = cycles[(cycles["mode"] == mode) & (cycles["repeat"] == 0) & (cycles["phase"] == 2)].head(n)
         t = 0.0
-        for c in rows:
+        for c in rows.to_dict("records"):
             v, d, h = int(c["verify_ns"]) / 1e6, int(c["draft_ns"]) / 1e6, int(c["hop_ns"]) / 1e6
             ax.barh(y, v, left=t, color=colors["verify"], height=0.5)
             t += v
@@ -210,7 +210,7 @@ def spec_timeline(cycles: list[dict], rung: str, n: int = 6):
                 t += d
             else:
                 wait = int(c["wait_ns"]) / 1e6
-                if c["hit"] == "1":
+                if c["hit"] == 1:
                     ax.barh(y, wait, left=t, color=colors["hit"], height=0.5)
                 else:
                     ax.barh(y, h, left=t, color=colors["hop"], height=0.5)

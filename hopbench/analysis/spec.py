@@ -11,7 +11,6 @@ against, and the projection the verdict would make from this session's measured 
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,10 @@ def _nominal_ms(work: dict[str, Any]) -> float | None:
     return work.get("mean_ms")
 
 
-def load(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, str]], list[dict[str, str]]]:
+def load(folder: str | Path) -> tuple[dict[str, Any], Any, Any]:
+    """report.json, and cycles.csv and summary.csv as pandas DataFrames."""
+    from hopbench.analysis.deps import pandas
+
     folder = Path(folder)
     try:
         report = json.loads((folder / "report.json").read_text())
@@ -46,11 +48,8 @@ def load(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, str]], list
         raise HopbenchError(f"{folder}: not a hopbench spec folder ({exc})") from None
     if report.get("schema") != "hopbench.spec":
         raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {report.get('schema')!r})")
-    with open(folder / "cycles.csv", newline="") as fh:
-        cycles = list(csv.DictReader(fh))
-    with open(folder / "summary.csv", newline="") as fh:
-        summary = list(csv.DictReader(fh))
-    return report, cycles, summary
+    pd = pandas()
+    return report, pd.read_csv(folder / "cycles.csv"), pd.read_csv(folder / "summary.csv")
 
 
 def analyse(folder: str | Path) -> tuple[dict[str, Any], list[ModeResult]]:
@@ -61,28 +60,27 @@ def analyse(folder: str | Path) -> tuple[dict[str, Any], list[ModeResult]]:
     t_local = _nominal_ms(report["work"]["draft_local"])
     remote = str(cfg.get("draft_remote", ""))
     t_remote = float(remote.split(":", 1)[1]) * scale if remote.startswith(("sleep:", "spin:")) else None
+    timed = cycles[cycles["phase"] == 2]
     out: list[ModeResult] = []
-    for mode in [m for m in ("local", "sync", "overlap") if any(r["mode"] == m for r in summary)]:
-        rows = [r for r in summary if r["mode"] == mode and r["tok_s"]]
-        tok = [float(r["tok_s"]) for r in rows]
+    for mode in [m for m in ("local", "sync", "overlap") if (summary["mode"] == m).any()]:
+        rows = summary[(summary["mode"] == mode) & summary["tok_s"].notna()]
+        tok = rows["tok_s"].astype(float).tolist()
         est = cell_estimate(tok)
-        tpc = float(np.mean([float(r["tokens_per_cycle"]) for r in rows]))
-        hits = [float(r["hit_rate"]) for r in rows if r.get("hit_rate")]
+        tpc = float(rows["tokens_per_cycle"].mean())
+        hits = rows["hit_rate"].dropna() if "hit_rate" in rows else []
         ref_vals: list[float] = []
-        for r in rows:
-            rep = r["repeat"]
-            cyc = [c for c in cycles if c["mode"] == mode and c["repeat"] == rep and c["phase"] == "2"]
-            tokens = np.array([int(c["tokens"]) for c in cyc])
+        for rep in rows["repeat"]:
+            cyc = timed[(timed["mode"] == mode) & (timed["repeat"] == rep)]
+            tokens = cyc["tokens"].to_numpy(dtype=np.int64)
             if mode == "local" and t_verify is not None and t_local is not None:
                 ref_vals.append(tokens.sum() / (len(tokens) * (t_verify + t_local) / 1e3))
             elif mode == "sync" and t_verify is not None and t_remote is not None:
-                hop = {t: float(np.median([int(c["hop_ns"]) for c in cyc if int(c["tokens"]) == t])) / 1e6
-                       for t in set(tokens.tolist())}
+                hop = (cyc.groupby("tokens")["hop_ns"].median() / 1e6).to_dict()  # this session's hop per T
                 secs = sum((t_verify + hop[int(t)] + t_remote) / 1e3 for t in tokens)
                 ref_vals.append(tokens.sum() / secs)
         ref = cell_estimate(ref_vals) if ref_vals else None
         diff = cell_estimate([m / p - 1 for m, p in zip(tok, ref_vals)]) if ref_vals else None
-        out.append(ModeResult(mode, est, tpc, float(np.mean(hits)) if hits else None,
+        out.append(ModeResult(mode, est, tpc, float(np.mean(hits)) if len(hits) else None,
                               {"local": "arithmetic", "sync": "projection"}.get(mode) if ref_vals else None, ref, diff))
     return report, out
 

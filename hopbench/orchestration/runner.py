@@ -140,7 +140,7 @@ def run_session(
         raise
     header = {
         "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
-        "created_utc": R.utc_iso(), "peer": f"{host}:{port}", "config": cfg.to_dict(),
+        "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}", "config": cfg.to_dict(),
         "client_env": client_env, "server_env": session.server_env,
         "server_software": session.server_hello.get("software"), "server_caps": session.server_hello.get("caps"),
         **(extra or {}),

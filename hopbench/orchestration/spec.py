@@ -97,7 +97,8 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
         report: dict[str, Any] = {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
-            "created_utc": R.utc_iso(), "peer": f"{host}:{port}" if host else None, "config": cfg.to_dict(),
+            "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}" if host else None,
+            "config": cfg.to_dict(),
             "seed": seed, "acceptance": {"spec": acceptance.spec, "probs": list(acceptance.probs),
                                          "mean_tokens": acceptance.mean_tokens, "ranked": acceptance.ranked()},
             "work": {"verify": verify.describe(), "draft_local": local_draft.describe(),

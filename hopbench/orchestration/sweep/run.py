@@ -146,6 +146,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     by_rung = {r.name: r for r in rungs}
     report: dict[str, Any] = {
         "schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
+        "result_id": R.new_result_id(),
         "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
         "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
         "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,

@@ -1,0 +1,441 @@
+"""`hopbench report`: one self-contained HTML page for a run or a sweep folder.
+
+The page leads with the question and the verdict, then the fit (CIs, regimes), the
+figures (inline SVG: no network fetch, no script needed to read it), the cells, the
+warnings, both ends' environments and the commands that reproduce it. The same numbers
+are one JSON document (`build(...)[0]`, `hopbench report --json`, and embedded in the page
+as <script type="application/json" id="hopbench-data">); every number the page shows
+carries `data-k` (its path in that document) and `data-x` (the factor it was shown in), so
+a test can check the page against the JSON (tests/test_report_browser.py)."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Callable
+
+from hopbench.analysis import commands as AC
+from hopbench.analysis import fit as F
+from hopbench.analysis import verdict as V
+from hopbench.analysis.data import first_header, load_groups, recorded_shape, result_id
+from hopbench.errors import HopbenchError
+from hopbench.estimate import pct
+
+REPORT_SCHEMA = "hopbench.report"
+REPORT_SCHEMA_VERSION = 1
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: tuples as lists, NaN/inf as null."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if hasattr(x, "item"):  # numpy scalars
+        return _clean(x.item())
+    return str(x)
+
+
+# ---------------------------------------------------------------- the document
+
+
+def _cell_reports(folder: Path) -> list[tuple[Path, dict]]:
+    if (folder / "sweep.json").exists():
+        paths = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
+    else:
+        paths = [folder / "report.json"]
+    out = []
+    for p in paths:
+        try:
+            out.append((p, json.loads(p.read_text())))
+        except (OSError, json.JSONDecodeError):
+            continue  # load_groups already refused what it could not read
+    return out
+
+
+def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
+    """Everything a reader should weigh before trusting the figures: kind, text."""
+    out: list[dict] = []
+    sweep = (folder / "sweep.json").exists()
+    status = top.get("status")
+    if status and status != "complete":
+        out.append({"kind": "status", "text": f"the {'sweep' if sweep else 'run'} is {status}: "
+                                              "the figures cover only what was measured"})
+    if top.get("fallback"):
+        out.append({"kind": "fallback", "text": str(top["fallback"])})
+    for fc in top.get("failed_cells") or []:
+        out.append({"kind": "failed cell", "text": f"{fc.get('key', fc) if isinstance(fc, dict) else fc}: "
+                                                   f"{fc.get('error', '') if isinstance(fc, dict) else ''}".strip()})
+    doctor_docs = []
+    if sweep:
+        pre = top.get("preflight") or {}
+        doctor_docs += [("local", pre.get("local") or {})] + list((pre.get("rungs") or {}).items())
+    else:
+        doctor_docs.append(("run", top.get("doctor") or {}))
+    for where, rep in doctor_docs:
+        for f in rep.get("findings") or []:
+            if f.get("level") == "warn":
+                out.append({"kind": "doctor", "text": f"{where}: {f.get('message')}"})
+    drifts, n_runs = [], 0
+    for _, rep in _cell_reports(folder):
+        for pl in rep.get("payloads") or []:
+            s = pl.get("summary") or {}
+            n_runs += 1
+            if s.get("drift"):
+                cell = (rep.get("sweep") or {}).get("key") or pl.get("payload")
+                drifts.append((abs(s.get("drift_rel") or 0), f"{cell}: {s.get('drift_rel', 0):+.1%}"))
+    if drifts:
+        drifts.sort(reverse=True)
+        out.append({"kind": "drift", "text": f"{len(drifts)} of {n_runs} measured payload runs drifted within the run "
+                                             f"(Mann-Whitney, last third vs first, p < 0.01 and > 3%); largest "
+                                             f"{drifts[0][1]}. Their medians stand; the machine was not steady while "
+                                             "they ran", "items": [d[1] for d in drifts]})
+    trend = AC.trend_warning(groups)
+    if trend:
+        out.append({"kind": "repeat trend", "text": trend.removeprefix("warning: ")})
+    for v in verdicts:
+        fl = floors.get(v.transport)
+        if fl and v.hop_ms < 3 * fl:
+            out.append({"kind": "floor", "text": f"{v.rung} {v.transport}: the hop ({v.hop_ms:.3f} ms) is within 3x the "
+                                                 f"instrument's floor ({fl:.3f} ms): it measures the host as much as the link"})
+    return out
+
+
+def _run_command(head: dict) -> list[str]:
+    cfg = head.get("config") or {}
+    args = ["hopbench", "run", "--peer", head.get("peer") or "HOST:PORT", "--transport", cfg.get("transport", "tcp")]
+    if cfg.get("tokens"):
+        args += ["--tokens", ",".join(map(str, cfg["tokens"]))]
+    if cfg.get("bytes"):
+        args += ["--bytes", ",".join(map(str, cfg["bytes"]))]
+    for opt, key in (("--k", "k"), ("--cycles", "cycles"), ("--warmup", "warmup"), ("--gap-ms", "gap_ms"),
+                     ("--poll", "poll"), ("--reply-bytes", "reply_bytes"), ("--rung", "rung"), ("--rate", "rate_mbit"),
+                     ("--cpu", "cpu")):
+        if cfg.get(key) not in (None, "", 0, 0.0) or key in ("k", "cycles", "warmup"):
+            if cfg.get(key) is not None:
+                args += [opt, str(cfg[key])]
+    if cfg.get("verify"):
+        args.append("--verify")
+    for settings in (cfg.get("transport_settings") or {}).values():
+        for k, v in (settings or {}).items():
+            args += ["--opt", f"{k}={v}"]
+    if cfg.get("client_memory", "host") != "host":
+        args += ["--memory", cfg["client_memory"], "--gpu-path", cfg.get("gpu_path", "staged")]
+    return args
+
+
+def commands(folder: Path, top: dict, head: dict) -> list[dict]:
+    """The commands that reproduce the result, then the one that rebuilds this page."""
+    rep = ["hopbench", "report", str(folder)]
+    if (folder / "sweep.json").exists():
+        cfg = top.get("config") or {}
+        args = ["hopbench", "sweep", cfg.get("path") or "configs/sweep.toml"]
+        if cfg.get("profile") == "quick":
+            args.append("--quick")
+        return [{"where": "one machine (root for the emulated rungs)", "command": shlex.join(args)},
+                {"where": "this page", "command": shlex.join(rep)}]
+    host = (head.get("peer") or "HOST:PORT").rsplit(":", 1)[0]
+    serve = ["hopbench", "serve", "--bind", f"{host}:PORT"]
+    caps = head.get("server_caps") or {}
+    if caps.get("max_request_bytes"):
+        serve += ["--max-request-bytes", str(caps["max_request_bytes"])]
+    return [{"where": "server host", "command": shlex.join(serve)},
+            {"where": "client host", "command": shlex.join(_run_command(head))},
+            {"where": "this page", "command": shlex.join(rep)}]
+
+
+def build_document(folder: Path, scfg) -> dict:
+    """The report's numbers: verdicts, fits, cells, warnings, environments, commands."""
+    folder = Path(folder)
+    groups, top = load_groups(folder)
+    bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
+    inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
+    fits = F.fit_groups(groups, bpt, op)
+    problems: list[dict] = []
+    try:
+        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op)]
+    except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
+        verdicts = []
+        problems.append({"kind": "no verdict", "text": str(exc)})
+    floors = AC.instrument_floors(folder)
+    head = first_header(folder)
+    sweep = (folder / "sweep.json").exists()
+    cells = []
+    for g in groups:
+        e = g.estimate()
+        cells.append({"rung": g.rung, "transport": g.transport, "payload": g.payload, "tokens": g.tokens,
+                      "request_bytes": g.request_bytes, "reply_bytes": g.reply_bytes, "gap_ms": g.gap_ms,
+                      "p50_us": e.value / 1e3, "p50_ci_us": None if e.lo is None or e.hi is None else [e.lo / 1e3, e.hi / 1e3],
+                      "p50_ci_level": e.level, "p50_ci_scope": e.scope, "repeats": e.n_repeats, "n": e.n_samples})
+    doc = {
+        "schema": REPORT_SCHEMA, "schema_version": REPORT_SCHEMA_VERSION, "kind": "sweep" if sweep else "run",
+        "folder": str(folder), "result_id": result_id(folder), "created_utc": top.get("created_utc"),
+        "status": top.get("status"), "software": head.get("software"),
+        "question": (f"What does one speculative-decoding hop cost on these links - T = {op} accepted tokens "
+                     f"({op * bpt:,} B of aux hidden states) out, K draft ids back - and is moving the drafter "
+                     f"to another box worth it?"),
+        "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
+        "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
+        "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
+        "wire_check": F.wire_check(groups, bpt, op), "cells": cells,
+        "warnings": problems + _warnings(folder, top, groups, verdicts, floors),
+        "environments": {"client": head.get("client_env") or {}, "server": head.get("server_env") or {}},
+        "rungs": top.get("rungs") or {(head.get("config") or {}).get("rung") or "run": {
+            "rate_mbit": (head.get("config") or {}).get("rate_mbit"), "peer": head.get("peer")}},
+        "commands": commands(folder, top, head),
+    }
+    return _clean(doc)
+
+
+# ---------------------------------------------------------------- the page
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
+padding:1em 2em;color:#1d2330}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;border-bottom:1px solid #d0d5de;padding-bottom:.2em;margin-top:1.6em}
+.q{font-size:1.1em;background:#f3f6fb;border-left:4px solid #3a6ea5;padding:.6em 1em}
+table{border-collapse:collapse;margin:.5em 0;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #d0d5de;padding:.25em .5em;text-align:right;vertical-align:top}td{white-space:nowrap}
+td.t.call,td.wrap{white-space:normal}.answer li{margin:.15em 0}
+th{background:#eef1f6}td.t,th.t{text-align:left}
+.call{font-weight:600}.pays{color:#1a7f37}.costs{color:#b42318}.even{color:#8a6d00}
+.note{color:#555;font-size:.92em}figure{margin:1em 0}figure svg{max-width:100%;height:auto}
+figcaption{color:#444;font-size:.92em}ul.w li{margin:.2em 0}.w .k{font-weight:600}
+pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto}.diff{background:#fff4d6}
+"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+class _Num:
+    """Numbers as shown, each tied to its path in the JSON document."""
+
+    def __call__(self, doc: dict, path: str, nd: int = 1, x: float = 1.0, sign: bool = False) -> str:
+        v = _get(doc, path)
+        if v is None:
+            return "-"
+        shown = format(v * x, f"{'+' if sign else ''},.{nd}f").replace("-", "&minus;")
+        return f'<span class="n" data-k="{path}" data-x="{x:g}">{shown}</span>'
+
+
+num = _Num()
+
+
+def _get(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        if doc is None:
+            return None
+        doc = doc[int(part)] if isinstance(doc, list) else doc.get(part)
+    return doc
+
+
+def _level(level: float | None, scope: str | None) -> str:
+    """An interval's achieved level, marked when it is within one run only."""
+    return "-" if level is None else pct(level) + (" (one run)" if scope == "within-run" else "")
+
+
+def _call_class(call: str) -> str:
+    return "pays" if call.startswith("move") or "pays" in call else "even" if "dead" in call or "undecided" in call else "costs"
+
+
+def _verdict_section(doc: dict) -> str:
+    inp = doc["inputs"]
+    rows = []
+    for i, v in enumerate(doc["verdicts"]):
+        p = f"verdicts.{i}"
+        ci = (f"{num(doc, p + '.hop_ci_ms.0', 3)}&ndash;{num(doc, p + '.hop_ci_ms.1', 3)}" if v["hop_ci_ms"] else "-")
+        lvl = _level(v["hop_ci_level"], v["hop_ci_scope"])
+        tci = (f"{num(doc, p + '.projected_tok_s_ci.0', 2)}&ndash;{num(doc, p + '.projected_tok_s_ci.1', 2)}"
+               if v["projected_tok_s_ci"] else "-")
+        fl = num(doc, f"floors_ms.{v['transport']}", 3) if v["transport"] in doc["floors_ms"] else "-"
+        rows.append(f'<tr><td class="t">{_esc(v["rung"])}</td><td class="t">{_esc(v["transport"])}</td>'
+                    f'<td>{num(doc, p + ".hop_ms", 3)}</td><td>{ci}</td><td>{_esc(lvl)}</td>'
+                    f'<td>{v["n_repeats"] or "-"} r / {v["n_cycles"] or 0} c</td><td>{fl}</td>'
+                    f'<td>{num(doc, p + ".hop_vs_break_even", 1, 100, sign=True)}%</td>'
+                    f'<td>{num(doc, p + ".projected_tok_s", 2)}</td>'
+                    f'<td>{tci}</td><td>{num(doc, p + ".gain", 1, 100, sign=True)}%</td>'
+                    f'<td class="t call {_call_class(v["call"])}">{_esc(v["call"])}</td></tr>')
+    if not rows:
+        body = '<p class="note">No verdict: see the warnings.</p>'
+    else:
+        body = ("<table><tr><th class=t>rung</th><th class=t>transport</th><th>hop ms</th><th>hop CI</th><th>level</th>"
+                "<th>n</th><th>floor ms</th><th>vs break-even</th><th>tok/s</th><th>tok/s 95% CI</th><th>gain</th>"
+                "<th class=t>call</th></tr>" + "".join(rows) + "</table>")
+    return (f'<section id="verdict"><h2>Verdict at T = {doc["operating_tokens"]} '
+            f'({doc["operating_bytes"]:,} B per hop)</h2>'
+            f'<p>Break-even hop = the drafter\'s time per cycle, t_draft = {num(doc, "inputs.t_draft_ms", 2)} ms; '
+            f'co-located cycle {num(doc, "inputs.cycle_ms", 2)} ms at {num(doc, "inputs.tok_s", 2)} tok/s. '
+            f'Moving the drafter: projected cycle = cycle &minus; t_draft + hop.</p>{body}'
+            '<p class="note">hop = median of repeat medians, its interval at the level shown (order statistics '
+            'over repeats; "one run" = within a single run, the run-to-run spread is not in it). tok/s and gain '
+            'intervals: 95%, every input\'s interval propagated. "dead heat" = hop within '
+            f'{doc["inputs"]["tolerance"]:.0%} of break-even; floor = the instrument\'s own 64 B round trip of that '
+            'transport on loopback.</p></section>') if inp else ""
+
+
+def _answer(doc: dict) -> str:
+    """The verdict in a sentence per rung: its best transport's call."""
+    best: dict[str, dict] = {}
+    for i, v in enumerate(doc["verdicts"]):
+        if v["rung"] not in best or v["hop_ms"] < doc["verdicts"][best[v["rung"]]["i"]]["hop_ms"]:
+            best[v["rung"]] = {"i": i}
+    items = []
+    for rung, b in best.items():
+        i = b["i"]
+        v = doc["verdicts"][i]
+        items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["call"])}">{_esc(v["call"])}</span> '
+                     f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
+                     f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
+                     f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
+                     f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)</li>')
+    return f'<section id="answer"><h2>Answer</h2><ul class="answer">{"".join(items)}</ul></section>' if items else ""
+
+
+def _fit_section(doc: dict) -> str:
+    rows = []
+    for i, f in enumerate(doc["fits"]):
+        p = f"fits.{i}"
+        alpha = (f"{num(doc, p + '.alpha_s', 1, 1e6)}</td><td>{num(doc, p + '.alpha_ci.0', 1, 1e6)}&ndash;"
+                 f"{num(doc, p + '.alpha_ci.1', 1, 1e6)}" if f["alpha_s"] >= 0 else
+                 f"(intercept of {f['segment_lo_bytes']:,}&ndash;{f['segment_hi_bytes']:,} B)</td><td>-")
+        lvl = _level(f["ci_level"], f["ci_scope"])
+        rows.append(f'<tr><td class="t">{_esc(f["rung"])}</td><td class="t">{_esc(f["transport"])}</td>'
+                    f'<td>{f["points"]}</td><td>{f["n_repeats"]}</td><td>{_esc(lvl)}</td><td>{alpha}</td>'
+                    f'<td>{num(doc, p + ".beta_Bps", 1, 8e-6)}</td><td>{num(doc, p + ".beta_ci.0", 1, 8e-6)}&ndash;'
+                    f'{num(doc, p + ".beta_ci.1", 1, 8e-6)}</td><td>{num(doc, p + ".n_half_bytes", 1, 1e-3)}</td>'
+                    f'<td>{num(doc, p + ".wire_efficiency", 1, 100) + "%" if f["wire_efficiency"] else "-"}</td>'
+                    f'<td>{f["breakpoint_bytes"] or "-"}</td><td>{num(doc, p + ".share_bandwidth", 0, 100)}%</td>'
+                    f'<td class="t">{_esc(f["regime"])}</td></tr>')
+    methods = sorted({f["ci_method"] for f in doc["fits"]})
+    cross = "".join(f"<li>{_esc(s)}</li>" for s in doc["crossover"].values())
+    return ('<section id="fit"><h2>Fit: latency = &alpha; + bytes/&beta; per rung &times; transport</h2>'
+            "<table><tr><th class=t>rung</th><th class=t>transport</th><th>points</th><th>repeats</th><th>level</th>"
+            "<th>&alpha; &micro;s</th><th>&alpha; CI</th><th>&beta; Mbit/s</th><th>&beta; CI</th><th>n&frac12; kB</th>"
+            "<th>&beta; vs rate</th><th>break B</th><th>bandwidth share at T</th><th class=t>regime</th></tr>"
+            + "".join(rows) + "</table>"
+            f'<p class="note">CIs: {_esc("; ".join(methods))}. Bandwidth share = bytes/&beta; over the whole round '
+            f'trip at the operating payload: above half, the hop is bandwidth-bound there.</p>'
+            + (f"<ul>{cross}</ul>" if cross else "") + "</section>")
+
+
+def _cells_section(doc: dict) -> str:
+    rows = []
+    for i, c in enumerate(doc["cells"]):
+        p = f"cells.{i}"
+        ci = (f"{num(doc, p + '.p50_ci_us.0', 1)}&ndash;{num(doc, p + '.p50_ci_us.1', 1)}" if c["p50_ci_us"] else "-")
+        lvl = _level(c["p50_ci_level"], c["p50_ci_scope"])
+        rows.append(f'<tr><td class="t">{_esc(c["rung"])}</td><td class="t">{_esc(c["transport"])}</td>'
+                    f'<td class="t">{_esc(c["payload"])}</td><td>{c["request_bytes"]:,}</td><td>{c["reply_bytes"]:,}</td>'
+                    f'<td>{c["gap_ms"]:g}</td><td>{c["repeats"]}</td><td>{c["n"]:,}</td>'
+                    f'<td>{num(doc, p + ".p50_us", 1)}</td><td>{ci}</td><td>{_esc(lvl)}</td></tr>')
+    return ('<section id="cells"><h2>Cells: round trip p50 per payload</h2>'
+            "<details><summary>every measured cell</summary><table><tr><th class=t>rung</th><th class=t>transport</th>"
+            "<th class=t>payload</th><th>request B</th><th>reply B</th><th>gap ms</th><th>repeats</th><th>cycles</th>"
+            "<th>p50 &micro;s</th><th>CI</th><th>level</th></tr>" + "".join(rows) + "</table></details></section>")
+
+
+def _warnings_section(doc: dict) -> str:
+    items = "".join(f'<li><span class="k">{_esc(w["kind"])}</span>: {_esc(w["text"])}'
+                    + (f'<details><summary>{len(w["items"])} listed</summary>{_esc(", ".join(w["items"]))}</details>'
+                       if w.get("items") else "") + "</li>" for w in doc["warnings"])
+    return ('<section id="warnings"><h2>Warnings</h2>'
+            + (f'<ul class="w">{items}</ul>' if items else "<p>None: no drift, no doctor warning, no hop near the "
+               "instrument's floor, no trend across repeats.</p>") + "</section>")
+
+
+def _flat(v: Any) -> str:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else "" if v is None else str(v)
+
+
+def _env_section(doc: dict) -> str:
+    c, s = doc["environments"]["client"], doc["environments"]["server"]
+    keys = list(dict.fromkeys(list(c) + list(s)))
+    rows = []
+    for k in keys:
+        a, b = _flat(c.get(k)), _flat(s.get(k))
+        cls = ' class="diff"' if k in c and k in s and a != b else ""
+        rows.append(f'<tr{cls}><td class="t">{_esc(k)}</td><td class="t">{_esc(a)}</td><td class="t">{_esc(b)}</td></tr>')
+    rungs = "".join(f'<tr><td class="t">{_esc(n)}</td><td class="t">{_esc(r.get("kind", ""))}</td>'
+                    f'<td>{_esc(r.get("rate_mbit") or "-")}</td><td class="t">{_esc(r.get("server") or r.get("peer") or "")}</td>'
+                    f'<td class="t">{_esc((r.get("placement") or {}).get("name", ""))}</td></tr>'
+                    for n, r in doc["rungs"].items())
+    return ('<section id="environment"><h2>Environments: both ends</h2>'
+            "<table><tr><th class=t>rung</th><th class=t>kind</th><th>rate Mbit/s</th><th class=t>server</th>"
+            f"<th class=t>placement</th></tr>{rungs}</table>"
+            "<table><tr><th class=t>field</th><th class=t>client</th><th class=t>server</th></tr>" + "".join(rows)
+            + '</table><p class="note">Highlighted: the two ends differ.</p></section>')
+
+
+def _commands_section(doc: dict) -> str:
+    body = "".join(f"<p>{_esc(c['where'])}:</p><pre>{_esc(c['command'])}</pre>" for c in doc["commands"])
+    return f'<section id="reproduce"><h2>Reproduce</h2>{body}</section>'
+
+
+def _svg(fig, n: int) -> str:
+    """A matplotlib figure as inline SVG, its ids made unique within the page."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="f{n}-{m.group(1)}"', text)
+    return re.sub(r'(url\(#|href="#)([^)"]+)', lambda m: f"{m.group(1)}f{n}-{m.group(2)}", text)
+
+
+def figures(folder: Path, doc: dict) -> list[tuple[str, str, str]]:
+    """(id, caption, inline svg) per figure."""
+    from hopbench.analysis import plot as P
+
+    plt = P._plt()
+    groups, _ = load_groups(folder)
+    bpt, op = doc["bytes_per_token"], doc["operating_tokens"]
+    fits = F.fit_groups(groups, bpt, op, boot=50)
+    inputs = V.Inputs(**doc["inputs"])
+    verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op)] if doc["verdicts"] else []
+    made: list[tuple[str, str, Callable[[], Any]]] = [
+        ("fig-latency", "Round trip p50 against payload per rung, with the &alpha;&ndash;&beta; fit (dashed) and the "
+                        "interval of each point.", lambda: P.latency_vs_payload(groups, fits, bpt))]
+    if verdicts:
+        made.append(("fig-hop", "Hop cost at the operating payload against the break-even hop (t_draft): below the "
+                                "line, moving the drafter pays.", lambda: P.hop_cost(verdicts, inputs.t_draft_ms, op)))
+    if any(g.samples and g.tokens for g in groups):
+        made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).", lambda: P.cdfs(groups)))
+    out = []
+    for i, (fid, cap, make) in enumerate(made):
+        fig = make()
+        try:
+            out.append((fid, cap, _svg(fig, i)))
+        finally:
+            plt.close(fig)
+    return out
+
+
+def render(folder: Path, doc: dict) -> str:
+    figs = "".join(f'<figure id="{fid}">{svg}<figcaption>{cap}</figcaption></figure>'
+                   for fid, cap, svg in figures(folder, doc))
+    data = json.dumps(doc, sort_keys=True).replace("</", "<\\/")
+    title = f"hopbench report: {Path(doc['folder']).name}"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>'
+            f'<h1>{_esc(title)}</h1><p class="q">{_esc(doc["question"])}</p>'
+            f'<p class="note">{_esc(doc["kind"])} {_esc(doc["folder"])}, {_esc(doc["created_utc"])}, '
+            f'{_esc(doc["software"])}, status {_esc(doc["status"] or "-")}, result id {_esc(doc["result_id"])}</p>'
+            + _answer(doc) + _verdict_section(doc) + _fit_section(doc)
+            + f'<section id="figures"><h2>Figures</h2>{figs}</section>'
+            + _cells_section(doc) + _warnings_section(doc) + _env_section(doc) + _commands_section(doc)
+            + f'<script type="application/json" id="hopbench-data">{data}</script></body></html>\n')
+
+
+def build(folder: Path, scfg) -> tuple[dict, str]:
+    doc = build_document(Path(folder), scfg)
+    return doc, render(Path(folder), doc)

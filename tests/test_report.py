@@ -1,0 +1,136 @@
+"""hopbench report: one self-contained page for a sweep and a run, its JSON document
+equal to what the analysis commands print, and result ids that survive a rename; the
+case-study export validated against docs/case-studies.schema.json."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("scipy")
+
+GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hb(*args, ok=True):
+    r = subprocess.run([sys.executable, "-m", "hopbench", *map(str, args)], capture_output=True, text=True,
+                       timeout=180, cwd=ROOT)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def fetches(page: str) -> list[str]:
+    """Anything the page would load from elsewhere (namespace URIs inside SVG are not fetches)."""
+    found = re.findall(r'\b(?:src|href)\s*=\s*["\'](?!#|data:)([^"\']+)', page)
+    found += re.findall(r"url\(\s*['\"]?(?!#|data:)([^)'\"]+)", page)
+    found += re.findall(r"@import", page) + re.findall(r"<link\b", page)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["sweep-v1", "run-v1"])
+def test_report_is_one_self_contained_page_with_the_analysis_numbers(tmp_path, kind):
+    folder = shutil.copytree(GOLDEN / kind, tmp_path / kind)
+    r = hb("report", folder)
+    page_path = folder / "report.html"
+    assert r.stdout.strip() == f"report: {page_path}"
+    page = page_path.read_text()
+    assert fetches(page) == []
+    for section in ("answer", "verdict", "fit", "figures", "cells", "warnings", "environment", "reproduce"):
+        assert f'<section id="{section}">' in page, section
+    assert page.index('id="verdict"') < page.index('id="fit"') < page.index('id="figures"')
+    doc = json.loads(hb("report", folder, "--json").stdout)
+    embedded = json.loads(re.search(r'<script type="application/json" id="hopbench-data">(.*?)</script>', page,
+                                    re.S).group(1).replace("<\\/", "</"))
+    assert embedded == doc and doc["schema"] == "hopbench.report"
+    assert page.count("<svg") >= 2  # inline figures
+    fits = json.loads(hb("fit", folder, "--json").stdout)["fits"]
+    assert [(f["rung"], f["transport"], f["beta_Bps"]) for f in fits] == \
+        [(f["rung"], f["transport"], f["beta_Bps"]) for f in doc["fits"]]
+    if kind == "sweep-v1":
+        v = json.loads(hb("verdict", folder, "--json").stdout)["results"][0]["verdicts"]
+        assert [(x["rung"], x["hop_ms"], x["projected_tok_s"], x["call"]) for x in v] == \
+            [(x["rung"], x["hop_ms"], x["projected_tok_s"], x["call"]) for x in doc["verdicts"]]
+        assert doc["commands"][0]["command"].startswith("hopbench sweep ")
+    else:
+        assert doc["kind"] == "run" and doc["verdicts"][0]["rung"] == "run"
+        assert any(c["command"].startswith("hopbench run --peer ") for c in doc["commands"])
+        assert any(c["command"].startswith("hopbench serve ") for c in doc["commands"])
+    # every number shown is tied to a path that exists in the document
+    for path in re.findall(r'data-k="([^"]+)"', page):
+        node = doc
+        for part in path.split("."):
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert isinstance(node, (int, float))
+
+
+def test_report_refuses_to_overwrite_another_file(tmp_path):
+    folder = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
+    other = tmp_path / "mine.html"
+    other.write_text("mine")
+    r = hb("report", folder, "-o", other, ok=False)
+    assert r.returncode != 0 and "refusing to overwrite" in r.stderr and "Traceback" not in r.stderr
+    assert other.read_text() == "mine"
+    hb("report", folder)
+    hb("report", folder)  # the default page is derived: rebuilt in place
+
+
+def _validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "case-studies.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_export_validates_against_the_schema_and_ids_survive_a_rename(tmp_path):
+    v = _validator()
+    a = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "a")
+    hb("export", a, "--into", tmp_path / "one.json")
+    moved = tmp_path / "elsewhere" / "renamed-sweep"
+    moved.parent.mkdir()
+    a.rename(moved)
+    hb("export", moved, "--into", tmp_path / "two.json")
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert list(v.iter_errors(one)) == [] and list(v.iter_errors(two)) == []
+    assert [r["id"] for r in one["runs"]] == [r["id"] for r in two["runs"]]
+    assert {r["schema_version"] for r in one["runs"]} == {2}
+    assert {r["source"] for r in two["runs"]} == {"renamed-sweep"}
+    # re-exporting the moved folder into the first file updates, never duplicates
+    r = hb("export", moved, "--into", tmp_path / "one.json")
+    assert "0 records added" in r.stdout
+    # a different result gets different ids
+    hb("export", GOLDEN / "run-v1", "--into", tmp_path / "three.json")
+    three = json.loads((tmp_path / "three.json").read_text())
+    assert not {r["id"] for r in three["runs"]} & {r["id"] for r in one["runs"]}
+
+
+def test_the_committed_case_study_data_is_valid():
+    v = _validator()
+    errors = list(v.iter_errors(json.loads((ROOT / "data" / "case-studies.json").read_text())))
+    assert errors == [], errors[0].message
+
+
+def test_schema_rejects_a_record_that_breaks_it():
+    v = _validator()
+    a = {"runs": [{"id": "hb-0123456789abcdef", "schema_version": 2, "study": "s"}]}  # most fields missing
+    assert list(v.iter_errors(a))
+    assert list(v.iter_errors({"runs": [{"id": "hb-0123", "p50_ms": -1}]}))  # a hopbench id, not a hopbench record
+    assert not list(v.iter_errors({"runs": [{"id": "manual-1", "note": "kept as is"}]}))  # someone else's record
+
+
+def test_new_results_carry_their_id(tmp_path):
+    from hopbench.analysis.data import result_id
+
+    f = shutil.copytree(GOLDEN / "run-v1", tmp_path / "r")
+    old = result_id(f)  # a v1 folder: derived from what it recorded at creation
+    doc = json.loads((f / "report.json").read_text())
+    doc["result_id"] = "abc123"
+    (f / "report.json").write_text(json.dumps(doc))
+    assert old.startswith("h-") and result_id(f) == "abc123"
