@@ -12,11 +12,16 @@ random order per repeat. Every figure is converted to a full round trip in µs:
 - sockperf `pp --full-rtt`: its p50 of full round trips; cannot send more than 65,507 B.
 - qperf `tcp_lat`: reports only a **mean one-way** latency; ×2.
 - NPtcp: a **best-trial mean** one-way time; ×2.
-- ucx_perftest `tag_lat` (Debian's system UCX, UCX_TLS=tcp): its p50 of **half** round
-  trips over the **last 2,048 samples only**; ×2. Compared with hopbench's ucx transport.
-  Not run with `--placement same`: it busy-polls without yielding, so a server and a
-  client on one CPU starve each other (a run hung past 300 s).
-- hopbench: p50 of all timed full round trips.
+- ucx_perftest `tag_lat`: its p50 of **half** round trips over the **last 2,048 samples
+  only**; ×2. The one shipped in the libucx wheel hopbench's ucx transport loads (the same
+  UCX build and libraries; Debian's system one only when the wheel has none, and then
+  said), run with **the UCX environment hopbench's UCX context has** (what ucxx's import
+  sets, e.g. UCX_RNDV_THRESH=8192 and UCX_MAX_RNDV_RAILS=1, plus hopbench's own
+  defaults), so both pick the same protocols. It busy-polls; hopbench-ucx busy-polls too
+  (`--poll busy` on both ends). Not run with `--placement same`: it busy-polls without
+  yielding, so a server and a client on one CPU starve each other (a run hung past 300 s).
+- hopbench: p50 of all timed full round trips. `hopbench-tcp`/`hopbench-ucx` run the
+  compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop python`).
 
 hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
 """
@@ -40,8 +45,31 @@ sys.path.insert(0, str(ROOT))
 SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
 PLACEMENTS = {"split": ("1", "0"), "same": ("0", "0")}  # (server CPU, client CPU), every tool alike
 SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
-TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-ucx")
+TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-tcp-py", "hopbench-ucx",
+         "hopbench-ucx-py")
 SOCKPERF_MAX = 65_507
+
+
+def ucx_perftest() -> tuple[list[str], dict[str, str], str]:
+    """(command, environment, which build): the wheel's ucx_perftest with hopbench's UCX
+    environment, or the system one (said)."""
+    code = ("import os, json; before = set(os.environ); import transports.ucx as U; "
+            "env = {k: v for k, v in os.environ.items() if k.startswith('UCX_') and k not in before and 'LOG' not in k}; "
+            "env.update({'UCX_' + k: v for k, v in U._config_dict({'UCX_TLS': 'tcp'}).items()}); "
+            "import libucx, os.path as p; root = p.dirname(libucx.__file__); print(json.dumps([env, root]))")
+    import json
+
+    env, root = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                          cwd=ROOT).stdout)
+    exe = Path(root) / "bin" / "ucx_perftest"
+    if exe.exists():
+        env["LD_LIBRARY_PATH"] = str(Path(root) / "lib")
+        version = (Path(root) / "VERSION.txt").read_text().strip() if (Path(root) / "VERSION.txt").exists() else "?"
+        return [str(exe)], env, f"the libucx wheel's ucx_perftest (UCX {version}, the build hopbench loads)"
+    return ["ucx_perftest"], env, "Debian's system ucx_perftest (the wheel has none): another UCX build"
+
+
+PERFTEST: tuple[list[str], dict[str, str], str] | None = None
 
 
 def wait_listening(prefix: list[str], port: int, limit: int = 2000) -> None:
@@ -86,23 +114,28 @@ def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float 
     elif tool == "ucx_perftest":
         if SERVER_CPU == CLIENT_CPU:
             return None  # it busy-polls without yielding: two on one CPU starve each other (hung > 300 s here)
-        srv = subprocess.Popen(ps + ["env", "UCX_TLS=tcp", "ucx_perftest", "-p", str(port)], stdout=subprocess.DEVNULL,
+        exe, env, _ = PERFTEST or ucx_perftest()
+        envargs = ["env"] + [f"{k}={v}" for k, v in sorted(env.items())]
+        srv = subprocess.Popen(ps + envargs + exe + ["-p", str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         iters = max(50, min(20000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
-        cmd = pc + ["env", "UCX_TLS=tcp", "ucx_perftest", host, "-p", str(port), "-t", "tag_lat", "-s", str(n), "-n", str(iters)]
+        cmd = pc + envargs + exe + [host, "-p", str(port), "-t", "tag_lat", "-s", str(n), "-n", str(iters)]
 
         def parse(out):
             return 2 * float(re.search(r"Final:\s+\d+\s+([\d.]+)", out).group(1))
     else:
         tr = tool.split("-")[1]
+        loop = "python" if tool.endswith("-py") else "native"
+        poll = "busy" if tr == "ucx" else "block"  # as the tools they sit beside: ucx_perftest spins, the TCP tools block
         srv = subprocess.Popen(ps + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
-                                     "auto", "--opt", "UCX_TLS=tcp"], stdout=subprocess.DEVNULL,
+                                     poll, "--opt", "UCX_TLS=tcp", "--loop", loop], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd=ROOT)
         cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
         out = tmp / f"hb-{tool}-{n}-{random.random()}"
         cmd = pc + [sys.executable, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
                     "--reply-bytes", "same", "--cycles", str(cycles), "--warmup", str(max(5, cycles // 10)),
-                    "--transport", tr, "--opt", "UCX_TLS=tcp", "--no-floor", "--out", str(out)]
+                    "--transport", tr, "--opt", "UCX_TLS=tcp", "--no-floor", "--out", str(out), "--poll", poll,
+                    "--loop", loop]
 
         def parse(_):
             return float(next(csv.DictReader(open(out / "summary.csv")))["p50_ns"]) / 1e3
@@ -122,19 +155,32 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--places", default="loopback,emu-unshaped,emu-1g")
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement (about)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="message sizes, comma-separated")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="which tools, comma-separated (ratios need their pair)")
     ap.add_argument("--placement", choices=sorted(PLACEMENTS), default="split",
                     help="split: servers on CPU 1, clients on CPU 0; same: both on CPU 0 (no cross-CPU wake-up)")
     a = ap.parse_args()
-    global SERVER_CPU, CLIENT_CPU
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    tools = [t for t in a.tools.split(",") if t]
+    unknown = set(tools) - set(TOOLS)
+    if unknown:
+        raise SystemExit(f"unknown tools {sorted(unknown)} (known: {', '.join(TOOLS)})")
+    global SERVER_CPU, CLIENT_CPU, PERFTEST
     SERVER_CPU, CLIENT_CPU = PLACEMENTS[a.placement]
     missing = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest", "taskset", "ss") if not shutil.which(t)]
     if missing:
         raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")
+    from hopbench.core import native
     from hopbench.orchestration import netem
+
+    PERFTEST = ucx_perftest()
 
     print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
     print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, "
           f"clients on CPU {CLIENT_CPU}")
+    print(f"ucx_perftest: {PERFTEST[2]}; UCX environment for both: "
+          + " ".join(f"{k}={v}" for k, v in sorted(PERFTEST[1].items()) if k != "LD_LIBRARY_PATH"))
+    print(f"hopbench's compiled loop here: {native.describe()}")
     rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
     for name in a.places.split(","):
         link = netem.Link.create(rate_mbit=rates[name]) if name != "loopback" else None
@@ -145,7 +191,7 @@ def main() -> None:
         res: dict = {}
         try:
             with tempfile.TemporaryDirectory() as tmpd:
-                combos = [(t, n) for t in TOOLS for n in SIZES]
+                combos = [(t, n) for t in tools for n in sizes]
                 rng = random.Random(17)
                 for _ in range(a.repeats):
                     rng.shuffle(combos)
@@ -155,16 +201,22 @@ def main() -> None:
             if link:
                 link.destroy()
         print(f"\n{name}")
-        print(f"{'bytes':>8} " + " ".join(f"{t:>13}" for t in TOOLS) + f" {'tcp/best':>9} {'ucx/perftest':>13}")
-        for n in SIZES:
+        print(f"{'bytes':>8} " + " ".join(f"{t:>15}" for t in tools) + "  ratios")
+        for n in sizes:
             med = {}
-            for t in TOOLS:
+            for t in tools:
                 vals = res[(t, n)]
                 med[t] = float(np.median(vals)) if all(x is not None for x in vals) else None
-            best = min(v for t, v in med.items() if t in ("sockperf", "qperf", "NPtcp") and v is not None)
-            cells = " ".join(f"{med[t]:13.1f}" if med[t] is not None else f"{'n/a':>13}" for t in TOOLS)
-            uc = med["hopbench-ucx"] / med["ucx_perftest"] if med["ucx_perftest"] else float("nan")
-            print(f"{n:>8} {cells} {med['hopbench-tcp'] / best:9.2f} {uc:13.2f}", flush=True)
+            natives = [v for t, v in med.items() if t in ("sockperf", "qperf", "NPtcp") and v is not None]
+            best = min(natives) if natives else None
+            cells = " ".join(f"{med[t]:15.1f}" if med[t] is not None else f"{'n/a':>15}" for t in tools)
+            ratios = []
+            for t, ref, name in (("hopbench-tcp", best, "tcp/best"), ("hopbench-tcp-py", best, "tcp-py/best"),
+                                 ("hopbench-ucx", med.get("ucx_perftest"), "ucx/perftest"),
+                                 ("hopbench-ucx-py", med.get("ucx_perftest"), "ucx-py/perftest")):
+                if med.get(t) is not None and ref:
+                    ratios.append(f"{name} {med[t] / ref:.2f}")
+            print(f"{n:>8} {cells}  {'  '.join(ratios)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,15 @@ class Poll(str, Enum):
     busy = "busy"
 
 
+class Loop(str, Enum):
+    auto = "auto"
+    native = "native"
+    python = "python"
+
+
+LoopOpt = Annotated[Loop, typer.Option(help="The timed loop: auto (the compiled one where it is built and applies, else Python, saying why), native (refuse without it) or python (the reference).")]
+
+
 class Memory(str, Enum):
     host = "host"
     cuda = "cuda"
@@ -63,6 +72,7 @@ def serve(
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
     gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,
+    loop: LoopOpt = Loop.auto,
 ):
     """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
     from hopbench.core import protocol as P
@@ -78,7 +88,8 @@ def serve(
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
                        handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
-                                   max_cycles=max_cycles), transport_settings=settings, secret=secret or None)
+                                   max_cycles=max_cycles), transport_settings=settings, secret=secret or None,
+                       loop=loop.value)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     if gpu:
@@ -116,6 +127,7 @@ def run(
     server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.")] = None,
     gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).")] = GpuPath.staged,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).")] = False,
+    loop: LoopOpt = Loop.auto,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -171,7 +183,7 @@ def run(
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     cfg = RunConfig(transport=transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup, verify=verify,
-                    gap_ms=gap_ms, poll=poll.value, timeout_s=timeout, client_memory=mem[0], server_memory=mem[1],
+                    gap_ms=gap_ms, poll=poll.value, timeout_s=timeout, loop=loop.value, client_memory=mem[0], server_memory=mem[1],
                     gpu_path=gpu_path.value, transport_settings=split_options(opt), rate_mbit=rate, rung=rung_name,
                     bytes_per_token=sh.bytes_per_token, tokens=tuple(token_list), bytes=tuple(byte_list),
                     reply_bytes=reply_bytes, cpu=cpu, shape_file=str(scfg.path) if scfg.path else None)
@@ -633,17 +645,21 @@ def doctor(
 @app.command()
 def transports(json_out: JsonOpt = False):
     """List the transports, whether they import here, and how to install them."""
-    from hopbench.core.transport import describe_transports
+    from hopbench.core import native
+    from hopbench.core.transport import describe_transports, get_transport
 
+    rows = describe_transports()
+    for row in rows:  # which timed loop runs it here with the default poll mode
+        row["loop"] = native.predict(get_transport(row["name"]), "auto", "auto") if row["available"] else None
     if json_out:
         import json as _json
 
-        print(_json.dumps({"schema": "hopbench.transports", "schema_version": 1, "transports": describe_transports()},
+        print(_json.dumps({"schema": "hopbench.transports", "schema_version": 1, "transports": rows},
                           indent=1))
         return
-    for row in describe_transports():
+    for row in rows:
         if row["available"]:
-            print(f"{row['name']:6} available  {row['version']}")
+            print(f"{row['name']:6} available  {row['version']}; timed loop: {row['loop']}")
         else:
             print(f"{row['name']:6} missing    {row['install'] or ''}  ({row['error']})")
 

@@ -46,6 +46,7 @@ class RunConfig:
     poll: str = "auto"
     timeout_s: float = TIMEOUT_S
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    loop: str = "auto"  # the timed loop: auto (compiled where it applies), native, python
     client_memory: str = "host"
     server_memory: str = "host"
     gpu_path: str = "staged"

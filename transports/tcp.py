@@ -21,6 +21,7 @@ Why each knob:
 
 from __future__ import annotations
 
+import array
 import errno
 import os
 import socket
@@ -29,7 +30,7 @@ import time
 import weakref
 from typing import Any
 
-from hopbench.core.transport import TransportBase, TransportOptions
+from hopbench.core.transport import NativeEndpoint, TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
 
 _WAITALL = socket.MSG_WAITALL
@@ -49,6 +50,7 @@ class TcpChannel:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)  # blocking at the Python level; the watchdog bounds it
         self._ops = 0  # completed blocking calls: the watchdog's sign of progress
+        self._native_ops = array.array("q", [0])  # the same, counted by the compiled loop
         self._in_op = False
         self._expired = False
         self._seen_ops, self._since = -1, 0.0
@@ -198,9 +200,31 @@ class TcpChannel:
                     elif now > deadline:
                         raise
 
+    def native_endpoint(self) -> NativeEndpoint:
+        """The compiled loop's view of this channel: the socket, its mode, its timeout, and
+        the watchdog's progress counter (hopbench.core.native)."""
+        return NativeEndpoint("tcp", (self._sock.fileno(), int(self._busy), int(self._timeout * 1e9)),
+                              self._native_error, self._native_ops, self._hold)
+
+    def _hold(self, on: bool) -> None:
+        self._in_op = on
+        if not on:
+            self._ops += 1
+
+    def _native_error(self, failure: str, detail: int, what: str, nbytes: int, text: str) -> BaseException:
+        """The exceptions the Python path raises for the same failure (same texts)."""
+        if failure == "timeout" or self._expired:
+            return Timeout(f"{what} timed out after {self._timeout} s")
+        if failure == "closed":
+            if detail == 0:
+                return PeerClosed("peer closed the connection")
+            return PeerClosed(f"peer closed the connection mid-message ({detail} of {nbytes} bytes)")
+        exc = OSError(detail, os.strerror(detail))  # OSError(errno, ...) is the errno's subclass (BrokenPipeError, ...)
+        return self._send_error(exc) if what == "send" else self._recv_error(exc)
+
     def _watch(self, now: float) -> None:
         """Called by the watchdog: expire a blocking call that made no progress."""
-        ops = self._ops
+        ops = self._ops + self._native_ops[0]
         if not self._in_op or ops != self._seen_ops:
             self._seen_ops, self._since = ops, now
         elif now - self._since >= self._timeout:
@@ -326,6 +350,9 @@ class TcpTransport(TransportBase):
         import platform
 
         return f"python {platform.python_version()} socket"
+
+    def native_note(self, poll: str) -> str | None:
+        return None  # blocking and busy-polled sockets alike
 
     def listen(self, host: str, port: int, options: TransportOptions) -> TcpListener:
         return TcpListener(host, port, options)

@@ -59,7 +59,7 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.core.transport import TransportBase, TransportOptions  # noqa: E402
+from hopbench.core.transport import NativeEndpoint, TransportBase, TransportOptions  # noqa: E402
 from hopbench.errors import (  # noqa: E402
     ConfigError,
     ConnectFailed,
@@ -184,12 +184,25 @@ def exception_map() -> dict[type, type]:
 
 _EXC_MAP: dict[type, type] | None = None
 
+# UCS status codes (ucs/type/status.h) -> the hopbench error ucxx's exception for the same
+# status maps to in exception_map(): the compiled loop reports statuses, not exceptions
+_STATUS_MAP: dict[int, type] = {
+    **{c: PeerClosed for c in (-16, -24, -25, -80, *range(-89, -59), *range(-59, -39))},
+    **{c: ProtocolError for c in (-9, -11)},
+    **{c: ConnectFailed for c in (-6, -7, -13, -15, -18, -23)},
+    -20: Timeout,
+}
+
 
 def _translate(exc: Exception, what: str) -> Exception:
     global _EXC_MAP
     if _EXC_MAP is None:
         _EXC_MAP = exception_map()
     target: type = next((t for c, t in _EXC_MAP.items() if isinstance(exc, c)), TransportError)
+    return _error(target, what, exc)
+
+
+def _error(target: type, what: str, exc: object) -> Exception:
     texts: dict[type, str] = {PeerClosed: f"UCX peer closed or unreachable during {what} ({exc})",
             ProtocolError: f"UCX message larger than expected during {what}",
             ConnectFailed: f"UCX peer unreachable during {what} ({exc})",
@@ -281,6 +294,36 @@ class UcxChannel:
 
     def alloc(self, n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.uint8)
+
+    def native_unavailable(self) -> str | None:
+        """Why the compiled loop cannot drive this channel (None: it can)."""
+        if not self._p.busy:
+            return "UCX blocking progress (arm + epoll) runs in the Python loop"
+        return None if _loaded_libucp() else "libucp is not loaded"
+
+    def native_endpoint(self) -> NativeEndpoint | None:
+        """The compiled loop's view: the ucp worker and endpoint ucxx created (their raw
+        handles), the tags, the timeout; it posts the same tag sends/receives and
+        busy-polls ucp_worker_progress as _Progress does (hopbench.core.native)."""
+        if self._ep is None or self.native_unavailable() is not None:
+            return None
+        return NativeEndpoint("ucx", (int(self._worker.handle), int(self._ep.handle), int(self._send_tag.value),
+                                      int(self._recv_tag.value), int(self._p.timeout_s * 1e9), self._alive), self._native_error,
+                              library=_loaded_libucp())
+
+    def _alive(self) -> bool:
+        """ucxx's view of the endpoint: False once UCX reported it failed or the peer closed it."""
+        ep = self._ep
+        return ep is not None and bool(ep.alive)
+
+    def _native_error(self, failure: str, detail: int, what: str, nbytes: int, text: str) -> BaseException:
+        if failure == "closed":
+            return PeerClosed(f"UCX peer closed or unreachable during {what} (endpoint closed)")
+        if failure == "timeout":
+            return Timeout(f"UCX {what} timed out after {self._p.timeout_s} s")
+        if failure == "length":
+            return ProtocolError(f"UCX message of {detail} B where {nbytes} B were expected during {what}")
+        return _error(_STATUS_MAP.get(detail, TransportError), what, text)
 
     def _array(self, buf) -> Array:
         hit = self._arrays.get(id(buf))
@@ -417,6 +460,9 @@ class UcxTransport(TransportBase):
         if tls and "cuda" not in tls and tls != "all":
             raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
                               "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
+
+    def native_note(self, poll: str) -> str | None:
+        return "UCX blocking progress (arm + epoll) runs in the Python loop" if _mode(poll) != "busy" else None
 
     def devices(self) -> list[str]:
         """The transport/device resources UCX sees in this process's context."""

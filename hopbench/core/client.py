@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench import __version__
-from hopbench.core import control
+from hopbench.core import control, native
 from hopbench.core import protocol as P
 from hopbench.core.timing import run_cycles
 from hopbench.core.transport import TransportOptions, get_transport
@@ -58,6 +58,7 @@ class Session:
     transport_settings: dict = field(default_factory=dict)
     client_env: dict = field(default_factory=dict)
     secret: str | None = None
+    loop: str = "auto"  # the timed loop (hopbench.core.native): auto, native or python
 
     def __post_init__(self):
         self.control = control.connect(self.host, self.port, timeout_s=self.timeout_s,
@@ -120,6 +121,7 @@ class Session:
         """Run one plan. Transport/verify errors and Ctrl-C propagate with
         `exc.measurement` attached (the samples measured before it)."""
         data = None
+        loop_info: dict[str, str] = {}  # which timed loop ran (hopbench.core.native)
         started = time.time()
         samples = np.zeros(plan.total, dtype=np.int64)
         m = Measurement(plan, samples, 0, {}, {}, started)
@@ -147,7 +149,8 @@ class Session:
                 if body is not None:
                     memoryview(request).cast("B")[P.SEQ_BYTES:] = body
                 m.completed = self._cycles(data, plan, reply, lambda: run_cycles(
-                    data, request, reply, codec, samples, clock=clock, gap_s=gap_s))
+                    data, request, reply, codec, samples, clock=clock, gap_s=gap_s, loop=self.loop, info=loop_info,
+                    share_cpu=native.may_share_cpu(self.client_env, self.server_env)))
                 self._check_tail(reply, plan)
             else:
                 request, reply = gpu_bufs
@@ -159,13 +162,14 @@ class Session:
                 if plan.gpu_path == "direct":  # the transport moves device memory itself
                     loop = partial(run_cycles, data, request.host, reply.host, codec, samples, clock=clock,
                                    gap_s=gap_s, send_buf=request.device, recv_buf=reply.device,
-                                   stamp=partial(request.h2d, 0, P.SEQ_BYTES), settle=reply.d2h)
+                                   stamp=partial(request.h2d, 0, P.SEQ_BYTES), settle=reply.d2h, loop=self.loop,
+                                   info=loop_info)
                 else:  # staged: the copies are a channel wrapper, timed with the same clock
                     stages = np.zeros((plan.total, len(CLIENT_STAGES)), dtype=np.int64)
                     m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
                     staged = StagedClientChannel(data, request, reply, stages, clock)
                     loop = partial(run_cycles, staged, request.host, reply.host, codec, samples, clock=clock,
-                                   gap_s=gap_s)
+                                   gap_s=gap_s, loop=self.loop, info=loop_info)
                 m.completed = self._cycles(data, plan, reply.host, loop)
             if plan.server_stages:  # the server's own copy times follow the last reply
                 server = np.zeros((plan.total, 2), dtype=np.int64)
@@ -185,6 +189,7 @@ class Session:
                 except Exception:  # info of a broken channel: keep what was read at connect
                     pass
                 data.close()
+            m.data_info.update(loop_info)
         return m
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,

@@ -20,12 +20,12 @@ from functools import partial
 from typing import Callable
 
 from hopbench import __version__
-from hopbench.core import control
+from hopbench.core import control, native
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import TransportOptions, get_transport
-from hopbench.errors import HopbenchError, PeerError, ProtocolError
+from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError
 from hopbench.records import TIMEOUT_S
 
 
@@ -41,6 +41,7 @@ class ServerConfig:
     transport_settings: dict = field(default_factory=dict)
     once: bool = False
     secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
+    loop: str = "auto"  # the echo loop: auto (compiled where it applies), native, python
 
 
 class _Stop(Exception):
@@ -65,6 +66,7 @@ class Server:
                                        poll=config.poll)
         self.address = self.listener.address
         self.env = envmod.collect()
+        self._client_env: dict | None = None  # the current client's environment (HELLO or AUTH)
         self.sessions = 0
         self.current = None
         self._stopping = False
@@ -198,6 +200,7 @@ class Server:
         if _is_int(hello.get("protocol")) and hello["protocol"] != P.VERSION:
             self._refuse(chan, f"protocol version {hello['protocol']} not supported (server speaks {P.VERSION})")
         P.validate(hello, "HELLO client")
+        self._client_env = hello.get("env") if isinstance(hello.get("env"), dict) else None
         challenge = os.urandom(16).hex() if cfg.secret else None
         reply = {"protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
                  "auth": {"challenge": challenge} if challenge else None,
@@ -212,6 +215,7 @@ class Server:
             P.validate(auth, "AUTH client")
             if not P.auth_ok(cfg.secret, auth["mac"], "client", challenge, auth["nonce"]):
                 self._refuse(chan, "authentication failed: wrong or missing secret")
+            self._client_env = auth.get("env") if isinstance(auth.get("env"), dict) else None
             P.send_msg(chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", auth["nonce"], challenge),
                                       "env": self._env_for(chan)})
 
@@ -255,13 +259,20 @@ class Server:
             reason = self._gpu_reason(plan)
         if reason is None and plan.spec is not None:
             reason = self._spec_reason(plan)
+        loop = ""
+        if reason is None:
+            try:
+                loop = native.predict(transport, cfg.poll, cfg.loop, None if self._host_plan(plan) else
+                                      "this plan needs the Python loop (GPU memory or the spec loop)")
+            except ConfigError as exc:  # --loop native and a plan it cannot run
+                reason = f"server cannot serve this plan: {exc}"
         if reason is not None:
             self._refuse(chan, reason)
         stats["plans"] += 1
         stats["transports"].add(plan.transport)
         assert transport is not None
         if transport.reuses_control:  # tcp: the cycles run on the control connection
-            P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": chan.info})
+            P.send_msg(chan, P.ACCEPT, {"data_port": None, "transport_info": {**chan.info, "loop": loop}})
             self._serve_cycles(chan, plan, stats)
             return None
         options = TransportOptions(timeout_s=cfg.idle_timeout_s, poll=cfg.poll,
@@ -269,7 +280,7 @@ class Server:
         listener = transport.listen(cfg.host, 0, options)
         try:
             P.send_msg(chan, P.ACCEPT, {"data_port": listener.address[1],
-                                        "transport_info": listener.info})
+                                        "transport_info": {**listener.info, "loop": loop}})
             data = listener.accept(cfg.data_accept_timeout_s)
         finally:
             listener.close()
@@ -279,6 +290,11 @@ class Server:
             data.close()
             raise
         return data
+
+    @staticmethod
+    def _host_plan(plan: P.Plan) -> bool:
+        """A plan the compiled echo loop can serve: host memory, no spec loop."""
+        return plan.server_memory != "cuda" and plan.spec is None
 
     @staticmethod
     def _gpu_reason(plan: P.Plan) -> str | None:
@@ -303,7 +319,8 @@ class Server:
         try:
             done = echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
                                crc=plan.payload_crc32 if plan.verify else None,
-                               on_bad_seq=lambda seq: self._bad_request(chan, request, seq, plan))
+                               on_bad_seq=lambda seq: self._bad_request(chan, request, seq, plan), loop=self.config.loop,
+                               share_cpu=native.may_share_cpu(self.env, self._client_env))
         finally:
             stats["cycles"] += done
 

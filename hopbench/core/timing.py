@@ -23,8 +23,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench.core import native
 from hopbench.core.protocol import SEQ, ReplyCodec
 from hopbench.core.transport import Channel
+
+_HOOKED = "this plan needs the Python loop (device buffers, a per-cycle hook or an injected clock)"
 
 
 def run_cycles(
@@ -41,6 +44,9 @@ def run_cycles(
     recv_buf: Any = None,
     stamp: Callable[[], None] | None = None,
     settle: Callable[[], None] | None = None,
+    loop: str = "auto",
+    info: dict[str, Any] | None = None,
+    share_cpu: bool = True,
 ) -> int:
     """Run len(samples) round trips; samples[i] gets the round trip of seq i in ns.
 
@@ -51,7 +57,20 @@ def run_cycles(
 
     Returns the number of cycles completed. On any exception (transport error, verify
     error, KeyboardInterrupt) the exception gets `completed_cycles`: samples[:n] are valid.
+
+    `loop`: "auto" hands the whole loop to the compiled one (hopbench.core.native) where it
+    is built and applies, "python" runs this one (the reference), "native" refuses without
+    the compiled loop; `info["loop"]` says which ran and, for Python, why. `share_cpu`: the
+    peer may run on this process's CPUs (hopbench.core.native.may_share_cpu), so a
+    busy-polling compiled loop yields now and then.
     """
+    hooked = (stamp or settle or send_buf is not None or recv_buf is not None or not native.default_clock(clock)
+              or (gap_s and sleep is not time.sleep))
+    ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
+    if info is not None:
+        info["loop"] = which
+    if ep is not None:
+        return native.run_client(ep, request, reply, codec, samples, gap_s, share_cpu)
     pack_seq = SEQ.pack_into
     send = channel.send
     recv_into = channel.recv_into
@@ -97,6 +116,9 @@ def echo_cycles(
     fetch: Callable[[], None] | None = None,
     after_pack: Callable[[], None] | None = None,
     check_late: bool = False,
+    loop: str = "auto",
+    info: dict[str, Any] | None = None,
+    share_cpu: bool = True,
 ) -> int:
     """The server's loop for one plan: `total` round trips. Returns the cycles served.
 
@@ -106,7 +128,14 @@ def echo_cycles(
     callback turns into an exception). A body failing its CRC gets the ids inverted (the
     client's signal), or with `check_late` goes to `on_bad_crc(seq)`. `fetch()` brings the
     request to host before a late check; `after_pack()` runs after every packing of ids
-    (a GPU server moves them to its device buffer, as a drafter would produce them there)."""
+    (a GPU server moves them to its device buffer, as a drafter would produce them there).
+    `loop`/`info` as for run_cycles."""
+    hooked = send_buf is not None or recv_buf is not None or fetch or after_pack or check_late
+    ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
+    if info is not None:
+        info["loop"] = which
+    if ep is not None:
+        return native.run_echo(ep, request, reply, codec, total, crc, on_bad_seq, share_cpu)
     recv_into, send = channel.recv_into, channel.send
     into = request if recv_buf is None else recv_buf
     out = reply if send_buf is None else send_buf

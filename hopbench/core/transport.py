@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
@@ -43,6 +43,29 @@ class Channel(Protocol):
 
     def close(self) -> None:
         """Release everything. Idempotent; never raises."""
+
+
+@dataclass(frozen=True)
+class NativeEndpoint:
+    """What a channel hands the compiled loop (hopbench.core.native) through its optional
+    `native_endpoint()`: which C loop runs, its handle, and how its failures read as this
+    transport's own errors. The channel still only moves bytes: the C loop calls the same
+    system calls (tcp) or UCP functions (ucx) the channel would."""
+
+    kind: str  # "tcp" or "ucx"
+    #: tcp: (fd, busy, timeout_ns); ucx: (worker, ep, send_tag, recv_tag, timeout_ns, alive: () -> bool)
+    handle: tuple[Any, ...]
+    #: (failure, detail, "send"/"receive", message bytes, text) -> the exception the channel
+    #: itself would raise; failure is "timeout", "closed" (detail: bytes received), "oserror"
+    #: (detail: errno), "ucs" (detail: UCX status, text: UCX's words for it) or "length"
+    #: (detail: the message's length)
+    error: Callable[[str, int, str, int, str], BaseException]
+    #: an int64 counter of completed calls the channel's watchdog reads (tcp), else None
+    progress: Any = None
+    #: hold(True) before the loop, hold(False) after (tcp: a call is in flight for the watchdog)
+    hold: Callable[[bool], None] | None = None
+    #: the shared library the C loop resolves its functions from (ucx: the libucp loaded)
+    library: str | None = None
 
 
 class Listener(Protocol):
@@ -86,6 +109,9 @@ class Transport(Protocol):
     def devices(self) -> list[str] | None:
         """The transport/device resources it sees here (for doctor); None if not applicable."""
 
+    def native_note(self, poll: str) -> str | None:
+        """None when the compiled loop drives its channels in this poll mode, else why not."""
+
 
 class TransportBase:
     """Defaults for the optional parts of the contract: no settings, host memory only,
@@ -111,6 +137,11 @@ class TransportBase:
 
     def devices(self) -> list[str] | None:
         return None
+
+    def native_note(self, poll: str) -> str | None:
+        """None when the compiled loop (hopbench.core.native) can drive this transport's
+        channels in this poll mode; otherwise why the Python loop runs."""
+        return f"no compiled loop for {self.name}"
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def run_session(
     written (status "incomplete" / "error")."""
     client_env = envmod.collect(peer_host=host)
     session = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
-                      transport_settings=cfg.transport_settings, client_env=client_env, secret=secret)
+                      transport_settings=cfg.transport_settings, client_env=client_env, secret=secret, loop=cfg.loop)
 
     def plan_for(p: Payload) -> P.Plan:
         return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,

@@ -23,10 +23,10 @@ class NotApplicable(Exception):
     """The check does not apply to this transport (the reason is the message)."""
 
 
-def connected(name: str, timeout_s: float = 5.0, settings: dict | None = None) -> tuple[Any, Any]:
+def connected(name: str, timeout_s: float = 5.0, settings: dict | None = None, poll: str = "auto") -> tuple[Any, Any]:
     """A connected (client, server) channel pair of transport `name` on loopback."""
     t = get_transport(name)
-    opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=5.0, settings=settings or {})
+    opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=5.0, settings=settings or {}, poll=poll)
     listener = t.listen("127.0.0.1", 0, opts)
     box: dict[str, Any] = {}
 
@@ -237,4 +237,286 @@ CHECKS: list[Callable[[str], None]] = [
     check_close_is_idempotent, check_send_after_close_raises, check_length_mismatch_is_protocol_error,
     check_receive_timeout, check_send_timeout, check_dead_port_is_connect_failed,
     check_port_in_use_is_connect_failed, check_unknown_setting_is_refused,
+]
+
+
+# ------------------------------------------------------------------------------------------
+# The loops: hopbench.core.timing's run_cycles/echo_cycles, whichever loop runs them (the
+# Python reference or the compiled one, hopbench.core.native). Each check takes a
+# transport name, a poll mode and a loop ("python" or "native") and holds both loops to
+# one behaviour: the same samples, the same bytes on the wire, the same exceptions with the
+# same completed_cycles.
+
+K, ID_BYTES = 2, 4
+
+
+def _loop_pair(name: str, poll: str, timeout_s: float = 5.0) -> tuple[Any, Any]:
+    return connected(name, timeout_s, poll=poll)
+
+
+def _thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # surfaced by the caller
+            box["error"] = exc
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, box
+
+
+def _codec() -> Any:
+    from hopbench.core.protocol import ReplyCodec
+
+    return ReplyCodec(K, ID_BYTES)
+
+
+def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int, reply_bytes: int = K * ID_BYTES,
+                     crc: bool = False) -> tuple[Any, dict, bytes, bytes]:
+    """n cycles through run_cycles against echo_cycles, both with `loop`. Returns (samples,
+    loop info of both ends, the last request and the last reply as bytes)."""
+    import zlib
+
+    import numpy as np
+
+    from hopbench.core.timing import echo_cycles, run_cycles
+
+    client, server = _loop_pair(name, poll)
+    try:
+        codec = _codec()
+        sreq, srep = server.alloc(request_bytes), server.alloc(reply_bytes)
+        creq, crep = client.alloc(request_bytes), client.alloc(reply_bytes)
+        body = bytes((i * 7 + 3) & 0xFF for i in range(request_bytes - 8))
+        memoryview(creq).cast("B")[8:] = body
+        info_s: dict = {}
+        info_c: dict = {}
+        th, box = _thread(lambda: echo_cycles(server, sreq, srep, codec, n, crc=zlib.crc32(body) if crc else None,
+                                              on_bad_seq=lambda seq: None, loop=loop, info=info_s))
+        samples = np.zeros(n, dtype=np.int64)
+        done = run_cycles(client, creq, crep, codec, samples, loop=loop, info=info_c)
+        th.join(30)
+        assert "error" not in box, box.get("error")
+        assert done == n and box["result"] == n, (done, box)
+        return samples, {"client": info_c["loop"], "server": info_s["loop"]}, bytes(memoryview(creq).cast("B")), \
+            bytes(memoryview(crep).cast("B"))
+    finally:
+        client.close()
+        server.close()
+
+
+def check_loop_runs_and_records(name: str, poll: str, loop: str) -> None:
+    for size in (8, 64, 4096, 61440, 184320):
+        samples, which, req, rep = loop_round_trips(name, poll, loop, size, 40)
+        assert (samples > 0).all(), samples
+        assert which["client"].split()[0] == loop and which["server"].split()[0] == loop, which
+        assert req[:8] == (39).to_bytes(8, "little")  # the last seq stamped
+        assert rep == b"".join(((39 * K + j).to_bytes(ID_BYTES, "little")) for j in range(K))
+
+
+def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> None:
+    """What each loop puts on the wire, seen by a recording peer: identical to the Python loop's."""
+    def record(run_loop: str) -> tuple[list[bytes], list[bytes]]:
+        import numpy as np
+
+        from hopbench.core.timing import echo_cycles, run_cycles
+
+        codec = _codec()
+        # the client loop against a recording Python echo
+        client, server = _loop_pair(name, poll)
+        try:
+            seen: list[bytes] = []
+
+            def echo() -> None:
+                buf, out = server.alloc(100), server.alloc(K * ID_BYTES)
+                for seq in range(12):
+                    server.recv_into(buf)
+                    seen.append(bytes(memoryview(buf).cast("B")))
+                    codec.pack(out, seq)
+                    server.send(out)
+
+            th, box = _thread(echo)
+            req = client.alloc(100)
+            memoryview(req).cast("B")[8:] = bytes(range(92))
+            run_cycles(client, req, client.alloc(K * ID_BYTES), codec, np.zeros(12, dtype=np.int64), loop=run_loop)
+            th.join(30)
+            assert "error" not in box, box.get("error")
+        finally:
+            client.close()
+            server.close()
+        # the echo loop against a recording Python client
+        client, server = _loop_pair(name, poll)
+        try:
+            got: list[bytes] = []
+            th, box = _thread(lambda: echo_cycles(server, server.alloc(100), server.alloc(K * ID_BYTES), codec, 12,
+                                                  on_bad_seq=lambda seq: None, loop=run_loop))
+            req, rep = client.alloc(100), client.alloc(K * ID_BYTES)
+            for seq in range(12):
+                memoryview(req).cast("B")[:8] = seq.to_bytes(8, "little")
+                client.send(req)
+                client.recv_into(rep)
+                got.append(bytes(memoryview(rep).cast("B")))
+            th.join(30)
+            assert "error" not in box and box["result"] == 12, box
+        finally:
+            client.close()
+            server.close()
+        return seen, got
+
+    assert record(loop) == record("python")
+
+
+def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> None:
+    import numpy as np
+
+    from hopbench.core.timing import run_cycles
+    from hopbench.errors import VerifyError
+
+    codec = _codec()
+    client, server = _loop_pair(name, poll)
+    try:
+        def echo() -> None:
+            buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
+            for seq in range(4):
+                server.recv_into(buf)
+                codec.pack(out, seq if seq < 3 else seq - 1)  # cycle 3 gets cycle 2's ids: stale
+                server.send(out)
+
+        th, box = _thread(echo)
+        samples = np.zeros(10, dtype=np.int64)
+        try:
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop)
+        except VerifyError as exc:
+            assert getattr(exc, "completed_cycles", None) == 3, exc
+            assert str(exc) == f"reply to seq 3 carries ids {list(codec.expected(2))}, expected " \
+                               f"{list(codec.expected(3))} (stale or wrong reply)", str(exc)
+            assert (samples[:3] > 0).all() and samples[3] == 0  # a wrong reply is never a sample
+            return
+        finally:
+            th.join(30)
+        raise AssertionError("a stale reply was accepted")
+    finally:
+        client.close()
+        server.close()
+
+
+def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
+    """The server's echo loop answers a request that fails its CRC with inverted ids; the
+    client loop reports it as a checksum mismatch."""
+    import numpy as np
+
+    from hopbench.core.timing import echo_cycles, run_cycles
+    from hopbench.errors import VerifyError
+
+    codec = _codec()
+    client, server = _loop_pair(name, poll)
+    try:
+        th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 5,
+                                              crc=12345, on_bad_seq=lambda seq: None, loop=loop))
+        try:
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, np.zeros(5, dtype=np.int64),
+                       loop=loop)
+        except VerifyError as exc:
+            assert "checksum mismatch at seq 0" in str(exc) and getattr(exc, "completed_cycles", None) == 0, exc
+            return
+        finally:
+            client.close()
+            th.join(30)
+        raise AssertionError("a request failing its CRC-32 was not reported")
+    finally:
+        server.close()
+
+
+def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> None:
+    from hopbench.core.timing import echo_cycles
+
+    codec = _codec()
+    client, server = _loop_pair(name, poll)
+    try:
+        bad: list[int] = []
+        th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 10,
+                                              on_bad_seq=bad.append, loop=loop))
+        req, rep = client.alloc(64), client.alloc(K * ID_BYTES)
+        for seq in (0, 1, 7):  # the third request carries seq 7 where 2 is expected
+            memoryview(req).cast("B")[:8] = seq.to_bytes(8, "little")
+            client.send(req)
+            if seq != 7:
+                client.recv_into(rep)
+        th.join(30)
+        assert "error" not in box and box["result"] == 2 and bad == [2], (box, bad)
+    finally:
+        client.close()
+        server.close()
+
+
+def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> None:
+    import numpy as np
+
+    from hopbench.core.timing import run_cycles
+
+    codec = _codec()
+    client, server = _loop_pair(name, poll)
+    try:
+        def echo_then_close() -> None:
+            buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
+            for seq in range(5):
+                server.recv_into(buf)
+                codec.pack(out, seq)
+                server.send(out)
+            server.recv_into(buf)
+            server.close()
+
+        th, box = _thread(echo_then_close)
+        samples = np.zeros(50, dtype=np.int64)
+        try:
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop)
+        except PeerClosed as exc:
+            assert getattr(exc, "completed_cycles", None) == 5, exc
+            assert (samples[:5] > 0).all() and not samples[5:].any()
+            return
+        finally:
+            th.join(30)
+        raise AssertionError("a peer that closed mid-run did not raise PeerClosed")
+    finally:
+        client.close()
+        server.close()
+
+
+def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
+    import numpy as np
+
+    from hopbench.core.timing import run_cycles
+
+    codec = _codec()
+    client, server = _loop_pair(name, poll, timeout_s=0.5)
+    try:
+        def echo_then_silence() -> None:
+            buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
+            for seq in range(3):
+                server.recv_into(buf)
+                codec.pack(out, seq)
+                server.send(out)
+
+        th, box = _thread(echo_then_silence)
+        t0 = time.monotonic()
+        try:
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, np.zeros(20, dtype=np.int64),
+                       loop=loop)
+        except Timeout as exc:
+            assert getattr(exc, "completed_cycles", None) == 3 and time.monotonic() - t0 < 10, exc
+            return
+        finally:
+            th.join(30)
+        raise AssertionError("a peer that stopped answering did not time out")
+    finally:
+        client.close()
+        server.close()
+
+
+LOOP_CHECKS: list[Callable[[str, str, str], None]] = [
+    check_loop_runs_and_records, check_loop_bytes_identical_to_python, check_loop_wrong_reply_is_verify_error,
+    check_loop_checksum_mismatch, check_loop_bad_seq_goes_to_the_callback, check_loop_peer_close_keeps_completed,
+    check_loop_silent_peer_times_out,
 ]

@@ -1,0 +1,202 @@
+"""The compiled loop (hopbench/core/_native.c) and when it runs instead of the Python one.
+
+`loop` is "auto" (the compiled loop where it is built and applies, else the Python loop,
+saying why), "native" (refuse to measure without it) or "python" (the reference). It
+applies to host-memory plans over a transport whose channel hands out a NativeEndpoint
+(tcp always; ucx when busy-polling) with the default clock and no per-cycle hook (GPU
+stages and the direct path keep the Python loop). Which loop ran is recorded per payload
+(report.json data_channel.loop, and the server's in server_channel.loop).
+
+Both loops keep one contract (hopbench.core.timing): the seq stamp and the id check
+outside the timed span, one sample per cycle into the preallocated array, a wrong reply
+never a sample, `completed_cycles` on every exception, the same exceptions."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench.core.protocol import SEQ, ReplyCodec
+from hopbench.core.transport import NativeEndpoint
+from hopbench.errors import ConfigError
+
+LOOPS = ("auto", "native", "python")
+
+try:
+    import hopbench._native as _C
+
+    UNAVAILABLE: str | None = None
+except ImportError as _exc:  # not built here: no compiler or headers at install time
+    _C = None  # type: ignore[assignment]
+    UNAVAILABLE = (f"the compiled loop is not built here ({_exc}); reinstall with a C compiler and the Python "
+                   f"headers (pip install -e .)")
+
+# C status -> the name a NativeEndpoint's error() reads
+_STATUS = {1: "timeout", 2: "closed", 3: "oserror", 6: "ucs", 7: "length"}
+ST_BAD_REPLY, ST_INTERRUPTED, ST_BAD_SEQ = 4, 5, 8
+
+
+def check_loop(loop: str) -> str:
+    if loop not in LOOPS:
+        raise ConfigError(f"--loop {loop!r}: expected one of {', '.join(LOOPS)}")
+    return loop
+
+
+def describe() -> str:
+    """'native' or 'python (why)' for this installation, as `hopbench transports` prints it."""
+    return "native" if UNAVAILABLE is None else f"python ({UNAVAILABLE})"
+
+
+def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[NativeEndpoint | None, str]:
+    """(endpoint or None, what runs: 'native' or 'python (why)'). eligible: the reason this
+    plan needs the Python loop, if it does. loop='native' refuses instead of falling back."""
+    if loop == "python":
+        return None, "python (asked)"
+    reason = UNAVAILABLE or eligible
+    ep = None
+    if reason is None:
+        make = getattr(channel, "native_endpoint", None)
+        ep = make() if make is not None else None
+        if ep is None:
+            why = getattr(channel, "native_unavailable", None)
+            reason = why() if callable(why) else "this transport has no compiled loop"
+        elif ep.kind == "ucx":
+            reason = _bind_ucx(ep.library)
+            ep = None if reason else ep
+    if reason is not None:
+        if loop == "native":
+            raise ConfigError(f"--loop native: {reason}")
+        return None, f"python ({reason})"
+    return ep, "native"
+
+
+def predict(transport: Any, poll: str, loop: str, eligible: str | None = None) -> str:
+    """What `choose` will answer for a channel of this transport, before it exists (the
+    server announces its loop in ACCEPT, before the data channel is connected)."""
+    if loop == "python":
+        return "python (asked)"
+    reason = UNAVAILABLE or eligible or transport.native_note(poll)
+    if reason is not None and loop == "native":
+        raise ConfigError(f"--loop native: {reason}")
+    return "native" if reason is None else f"python ({reason})"
+
+
+def _ids(codec: ReplyCodec) -> tuple[int, int]:
+    return codec.k, codec.span // codec.k
+
+
+def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int, done: int, exc: Any) -> None:
+    if status == ST_INTERRUPTED:
+        err = exc if isinstance(exc, BaseException) else KeyboardInterrupt()
+    else:
+        failure = _STATUS.get(status, "oserror")
+        err = ep.error(failure, detail, what, nbytes, ucs_status_string(detail) if failure == "ucs" else "")
+    err.completed_cycles = done  # type: ignore[attr-defined]
+    raise err
+
+
+def may_share_cpu(mine: dict | None, peer: dict | None) -> bool:
+    """Whether the peer process may run on one of this process's CPUs: the same host (by
+    hostname) and CPU sets that overlap, or anything unknown. A busy-polling loop then yields
+    every few empty polls so the peer gets the CPU; otherwise it spins as ucx_perftest does
+    (a yield costs a system call per few polls: measured ~2x on a 64 B UCX round trip)."""
+    mine, peer = mine or {}, peer or {}
+    if mine.get("hostname") and peer.get("hostname") and mine["hostname"] != peer["hostname"]:
+        return False
+    a, b = mine.get("cpu_affinity"), peer.get("cpu_affinity")
+    if not a or not b:
+        return True
+    return bool(set(a) & set(b))
+
+
+YIELD_EVERY = 8  # empty polls between sched_yield calls when the peer may share this CPU
+
+
+def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+               gap_s: float = 0.0, share_cpu: bool = True) -> int:
+    """The timed loop in C: samples[i] = the round trip of seq i in ns (CLOCK_MONOTONIC)."""
+    assert _C is not None
+    k, idb = _ids(codec)
+    y = YIELD_EVERY if share_cpu else 0
+    n = len(samples)
+    gap_ns = int(gap_s * 1e9)
+    if ep.hold is not None:
+        ep.hold(True)
+    try:
+        if ep.kind == "tcp":
+            done, st, phase, detail, exc = _C.tcp_client(*ep.handle, y, request, reply, k, idb, samples, n, gap_ns,
+                                                         ep.progress)
+        else:
+            done, st, phase, detail, exc = _C.ucx_client(*ep.handle, y, request, reply, k, idb, samples, n, gap_ns)
+    finally:
+        if ep.hold is not None:
+            ep.hold(False)
+    if st == ST_BAD_REPLY:  # the Python checker says what was wrong, in its own words
+        try:
+            codec.check(reply, done)
+        except BaseException as err:
+            err.completed_cycles = done  # type: ignore[attr-defined]
+            raise
+    if st:
+        what = "send" if phase else "receive"
+        _raise(ep, st, detail, what, len(memoryview(reply).cast("B")), done, exc)
+    return done
+
+
+def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, total: int, crc: int | None,
+             on_bad_seq: Callable[[int], None], share_cpu: bool = True) -> int:
+    """The server's echo loop in C; a request with another seq goes to on_bad_seq (as in Python)."""
+    assert _C is not None
+    k, idb = _ids(codec)
+    y = YIELD_EVERY if share_cpu else 0
+    if ep.hold is not None:
+        ep.hold(True)
+    try:
+        if ep.kind == "tcp":
+            done, st, phase, detail, exc = _C.tcp_echo(*ep.handle, y, request, reply, k, idb, total,
+                                                -1 if crc is None else crc, ep.progress)
+        else:
+            done, st, phase, detail, exc = _C.ucx_echo(*ep.handle, y, request, reply, k, idb, total,
+                                                       -1 if crc is None else crc)
+    finally:
+        if ep.hold is not None:
+            ep.hold(False)
+    if st == ST_BAD_SEQ:
+        on_bad_seq(done)
+        return done
+    if st:
+        what = "send" if phase else "receive"
+        _raise(ep, st, detail, what, len(memoryview(request).cast("B")), done, exc)
+    return done
+
+
+def default_clock(clock: Callable[[], int]) -> bool:
+    """The compiled loop reads CLOCK_MONOTONIC, which is time.perf_counter_ns on Linux."""
+    return clock is time.perf_counter_ns
+
+
+_bound: dict[str, str | None] = {}
+
+
+def _bind_ucx(libucp_path: str | None) -> str | None:
+    """Resolve the ucp functions from the libucp this process loaded (once); why not, if not."""
+    if _C is None:
+        return UNAVAILABLE
+    if not libucp_path:
+        return "libucp is not loaded"
+    if libucp_path not in _bound:
+        try:
+            _C.ucx_bind(libucp_path)
+            _bound[libucp_path] = None
+        except OSError as exc:
+            _bound[libucp_path] = f"cannot use the loaded libucp ({exc})"
+    return _bound[libucp_path]
+
+
+def ucs_status_string(status: int) -> str:
+    return _C.ucs_status_string(status) if _C is not None else f"UCS status {status}"
+
+
+__all__ = ["LOOPS", "SEQ", "UNAVAILABLE", "check_loop", "choose", "describe", "run_client", "run_echo"]

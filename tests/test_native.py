@@ -1,0 +1,92 @@
+"""The compiled loop against the Python loop: one conformance suite for both
+(hopbench.testing.conformance LOOP_CHECKS) on every transport and poll mode the compiled
+loop drives, its declared UCX struct against the installed ucp.h, and the choice of loop."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hopbench.core import native
+from hopbench.core.transport import get_transport
+from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.testing import conformance as C
+
+needs_native = pytest.mark.skipif(native.UNAVAILABLE is not None, reason=str(native.UNAVAILABLE))
+
+CASES = [
+    pytest.param("tcp", "block", id="tcp-block"),
+    pytest.param("tcp", "busy", id="tcp-busy"),
+    pytest.param("ucx", "busy", id="ucx-busy", marks=pytest.mark.ucx),
+]
+
+
+def transport_or_skip(name):
+    try:
+        return get_transport(name)
+    except TransportUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("loop", ["python", pytest.param("native", marks=needs_native)])
+@pytest.mark.parametrize("check", C.LOOP_CHECKS, ids=lambda c: c.__name__.removeprefix("check_loop_"))
+@pytest.mark.parametrize("name,poll", CASES)
+def test_loop_conformance(name, poll, check, loop):
+    transport_or_skip(name)
+    check(name, poll, loop)
+
+
+@needs_native
+def test_auto_picks_native_and_says_why_not():
+    samples, which, _, _ = C.loop_round_trips("tcp", "block", "auto", 64, 10)
+    assert which == {"client": "native", "server": "native"}
+    _, which, _, _ = C.loop_round_trips("fake", "auto", "auto", 64, 10)
+    assert which["client"] == "python (this transport has no compiled loop)"
+
+
+def test_native_refuses_where_it_cannot_run():
+    with pytest.raises(ConfigError, match="--loop native"):
+        C.loop_round_trips("fake", "auto", "native", 64, 3)
+
+
+@needs_native
+def test_ucx_blocking_progress_keeps_the_python_loop():
+    transport_or_skip("ucx")
+    _, which, _, _ = C.loop_round_trips("ucx", "block", "auto", 64, 5)
+    assert which["client"] == "python (UCX blocking progress (arm + epoll) runs in the Python loop)"
+
+
+def test_cpu_sharing_rule():
+    a = {"hostname": "h", "cpu_affinity": [0]}
+    assert not native.may_share_cpu(a, {"hostname": "h", "cpu_affinity": [1]})
+    assert native.may_share_cpu(a, {"hostname": "h", "cpu_affinity": [0, 1]})
+    assert not native.may_share_cpu(a, {"hostname": "other", "cpu_affinity": [0]})
+    assert native.may_share_cpu(a, None)  # unknown: assume it may
+
+
+@needs_native
+def test_declared_ucp_request_param_matches_the_installed_header(tmp_path):
+    """The compiled loop declares the prefix of ucp_request_param_t itself (no UCX headers
+    at build time); the installed ucp.h must lay it out the same."""
+    libucx = pytest.importorskip("libucx")
+    include = Path(libucx.__file__).parent / "include"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not (include / "ucp" / "api" / "ucp.h").exists() or cc is None:
+        pytest.skip("no ucp.h or no C compiler here")
+    from hopbench import _native
+
+    fields = _native.layout()
+    src = tmp_path / "offsets.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <ucp/api/ucp.h>\nint main(void){\n"
+                   + "".join(f'printf("{f} %zu\\n", offsetof(ucp_request_param_t, {f}));\n' for f in fields)
+                   + 'printf("UCS_MEMORY_TYPE_HOST %d\\n", (int)UCS_MEMORY_TYPE_HOST);\n'
+                   + 'printf("RECV_INFO %u MEMORY_TYPE %u\\n", (unsigned)UCP_OP_ATTR_FIELD_RECV_INFO, '
+                     '(unsigned)UCP_OP_ATTR_FIELD_MEMORY_TYPE);\nreturn 0;}\n')
+    exe = tmp_path / "offsets"
+    subprocess.run([cc, "-I", str(include), str(src), "-o", str(exe)], check=True, capture_output=True)
+    out = dict(line.rsplit(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                               check=True).stdout.splitlines() if " " in line)
+    for f, off in fields.items():
+        assert int(out[f]) == off, (f, out[f], off)
+    assert out["UCS_MEMORY_TYPE_HOST"] == "0"
