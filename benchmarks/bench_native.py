@@ -79,10 +79,24 @@ def wait_listening(prefix: list[str], port: int, limit: int = 2000) -> None:
         out = subprocess.run(prefix + ["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True, text=True).stdout
         if out.strip():
             return
-    raise RuntimeError(f"nothing listens on {port}")
+    raise ServerNotUp(f"nothing listens on {port}")
 
 
 def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float | None:
+    """One measurement; a server that never came up (a port taken meanwhile) is retried on another port."""
+    for _ in range(3):
+        try:
+            return _rtt_us(tool, n, place, duration, tmp)
+        except ServerNotUp as exc:
+            print(f"retrying {tool} {n} B: {exc}", file=sys.stderr)
+    raise RuntimeError(f"{tool} {n} B: its server never came up (3 ports tried)")
+
+
+class ServerNotUp(RuntimeError):
+    pass
+
+
+def _rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float | None:
     ps = place["server_prefix"] + ["taskset", "-c", SERVER_CPU]
     pc = place["client_prefix"] + ["taskset", "-c", CLIENT_CPU]
     host = place["host"]

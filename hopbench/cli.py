@@ -389,6 +389,98 @@ def sweep(
         print(f"report: {analysis.write_report(folder, scfg)}")
 
 
+@app.command()
+def matrix(
+    ray_address: Annotated[str, typer.Option("--ray", help="The Ray cluster: ADDRESS (head:6379) or auto (the one this node is in).")],
+    pairs: Annotated[str, typer.Option(help="unordered (each pair once, the first node as client) or ordered (both directions).")] = "unordered",
+    concurrency: Annotated[int, typer.Option(help="Pairs measured at once within a round of disjoint pairs (0: the whole round; 1: strictly one pair at a time).")] = 0,
+    interface: Annotated[Optional[str], typer.Option(help="Measure over this interface on every node (IFNAME), or per node: ADDR=IFNAME,... (default: the address Ray uses).")] = None,
+    tokens: Annotated[str, typer.Option(help="Accepted tokens per cycle, e.g. 1,3 (61,440 B each).")] = "1,3",
+    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Extra request sizes in bytes, e.g. 64,4096.")] = None,
+    transports: Annotated[str, typer.Option(help="Transports, comma-separated.")] = "tcp",
+    repeats: Annotated[int, typer.Option(help="Repeats (each pair's cells interleaved within each).")] = 3,
+    cycles: Annotated[int, typer.Option(help="Timed cycles per cell.")] = 200,
+    warmup: Annotated[int, typer.Option(help="Warm-up cycles per cell.")] = 20,
+    quick: Annotated[bool, typer.Option(help="2 repeats x 60 cycles: a first look in well under 3 minutes on 4 nodes.")] = False,
+    wait_nodes: Annotated[int, typer.Option(help="Wait (up to 2 minutes) until the cluster has this many alive nodes.")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="The matrix folder (resumed when it holds an unfinished matrix of this configuration).")] = None,
+    new: Annotated[bool, typer.Option(help="Start afresh even if an unfinished matrix of this configuration exists.")] = False,
+    results_dir: Annotated[Path, typer.Option(help="Where matrix folders go.")] = Path("results"),
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable.")] = None,
+    poll: Annotated[Poll, typer.Option(help="Receive path on every node.")] = Poll.auto,
+    loop: LoopOpt = Loop.auto,
+    shape: ShapeOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Every pair of a Ray cluster's nodes: the hop per pair, outliers named with a likely cause, heatmaps (docs/MATRIX.md)."""
+    from hopbench.orchestration import matrix as M
+
+    if pairs not in ("ordered", "unordered"):
+        raise ConfigError(f"--pairs {pairs!r}: expected ordered or unordered")
+    if concurrency < 0 or repeats < 1 or cycles < 1:
+        raise ConfigError("--concurrency must be >= 0, --repeats and --cycles >= 1")
+    s = _shape(shape)
+    tr = tuple(t for t in transports.split(",") if t)
+    from hopbench.core.transport import get_transport
+
+    settings = split_options(opt)
+    for t in tr:
+        get_transport(t).check_settings(settings.get(t, {}))
+    if quick:
+        repeats, cycles, warmup = 2, 60, 10
+    ifaces: dict[str, str] = {}
+    if interface:
+        for item in interface.split(","):
+            node, sep, name = item.partition("=")
+            ifaces[node if sep else "*"] = name if sep else node
+    argv = sys.argv[sys.argv.index("matrix") + 1:] if "matrix" in sys.argv else []
+    cfg = M.MatrixConfig(tokens=tuple(parse_int_list(tokens, "--tokens")), transports=tr,
+                         bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ else (), repeats=repeats,
+                         cycles=cycles, warmup=warmup, k=s.shape.k, id_bytes=s.shape.id_bytes,
+                         bytes_per_token=s.shape.bytes_per_token, operating_tokens=s.operating_tokens,
+                         ordered=pairs == "ordered", concurrency=concurrency, poll=poll.value,
+                         command=M.command_line(argv), transport_settings=settings)
+    if s.operating_tokens not in cfg.tokens:
+        raise ConfigError(f"--tokens must include the operating payload T = {s.operating_tokens} (the hop is read there)")
+    folder = out or (None if new else M.find_resumable(results_dir, cfg))
+    if folder is None:
+        from hopbench import results as R
+
+        folder = R.new_folder(results_dir, "matrix")
+    elif folder.exists() and not (folder / "sweep.json").exists():
+        raise ConfigError(f"{folder} exists and is not a matrix folder; refusing to write into it")
+    say = functools.partial(print, file=sys.stderr) if json_out else print
+    agents = M.RayAgents(ray_address, ifaces, settings, poll.value, loop.value, wait_nodes=wait_nodes)
+    bar = _live_bar() if sys.stderr.isatty() else None
+    from hopbench.orchestration.sweep.run import progress
+
+    try:
+        M.run_matrix(agents, cfg, folder, log=say, on_progress=bar.update if bar else progress)
+    except KeyboardInterrupt:
+        print(f"interrupted: finished cells are kept in {folder}; run the same command again to resume", file=sys.stderr)
+        raise typer.Exit(130) from None
+    finally:
+        if bar:
+            bar.stop()
+        agents.close()
+    from hopbench.analysis import matrix as AM
+
+    lines, doc = AM.report(folder, tr[0])
+    for line in lines:
+        say(line)
+    plots = AM.heatmaps(folder, tr[0])
+    say("heatmaps: " + ", ".join(str(p) for p in plots if p.suffix == ".png"))
+    from hopbench.analysis import commands as analysis
+
+    page = analysis.write_report(folder, s)
+    say(f"matrix results: {folder}")
+    say(f"report: {page}")
+    if json_out:
+        import json as _json
+
+        print(_json.dumps({**doc, "folder": str(folder)}, indent=1))
+
+
 class _live_bar:
     """A rich progress bar on a terminal (the sweep prints plain lines to a log file)."""
 

@@ -99,6 +99,17 @@ def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors
                                              f"(Mann-Whitney, last third vs first, p < 0.01 and > 3%); largest "
                                              f"{drifts[0][1]}. Their medians stand; the machine was not steady while "
                                              "they ran", "items": [d[1] for d in drifts]})
+    if top.get("kind") == "matrix":  # the pairs and nodes far from their peers, with a likely cause
+        from hopbench.analysis import matrix as AM
+
+        try:
+            ph, _ = AM.hops(folder)
+            for f in AM.outliers(ph, (top.get("matrix") or {}).get("nodes", {})):
+                out.append({"kind": "matrix outlier", "text": f.describe()})
+        except HopbenchError:
+            pass
+        for n, why in ((top.get("matrix") or {}).get("left") or {}).items():
+            out.append({"kind": "node left", "text": f"node {n} left the cluster ({why}); its pairs are marked failed"})
     trend = AC.trend_warning(groups)
     if trend:
         out.append({"kind": "repeat trend", "text": trend.removeprefix("warning: ")})
@@ -136,6 +147,9 @@ def _run_command(head: dict) -> list[str]:
 def commands(folder: Path, top: dict, head: dict) -> list[dict]:
     """The commands that reproduce the result, then the one that rebuilds this page."""
     rep = ["hopbench", "report", str(folder)]
+    if top.get("kind") == "matrix":
+        return [{"where": "a node of the Ray cluster", "command": (top.get("config") or {}).get("command")
+                 or "hopbench matrix --ray auto"}, {"where": "this page", "command": shlex.join(rep)}]
     if (folder / "sweep.json").exists():
         cfg = top.get("config") or {}
         args = ["hopbench", "sweep", cfg.get("path") or "configs/sweep.toml"]

@@ -1,0 +1,466 @@
+"""`hopbench matrix`: every link of a cluster, measured pair by pair, placed by Ray.
+
+One agent per node (a Ray actor pinned to its node with NodeAffinitySchedulingStrategy)
+serves (a hopbench server on the node's address, in a thread) and runs (a hopbench client
+session, whose files it hands back). The driver plans the pairs (ordered or unordered),
+groups them into rounds of disjoint pairs (the circle method: no node is in two
+measurements at once), runs each round with at most `concurrency` pairs at a time, and
+writes every measurement as a sweep cell (cells/<pair>/<transport>/<payload>-g0/r<k>/), so
+fit, verdict, export, plot and report read the folder unchanged. Each node's doctor
+report is recorded with it; the outliers are named with their likely cause
+(analysis: hopbench.analysis.matrix).
+
+Resumable like a sweep: the same command with `--out FOLDER` measures only the cells not
+yet complete. A node that leaves the cluster mid-run is recorded in matrix.left, its
+remaining cells are marked failed, the rest continue.
+
+The Ray glue (RayAgents) is the only part that imports ray; the driver (run_matrix) takes
+any `Agents` (tests use in-process fakes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from hopbench import results as R
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.orchestration.sweep.state import cell_done
+from hopbench.records import RunConfig
+
+SWEEP_SCHEMA = "hopbench.sweep"
+
+
+class NodeLeft(HopbenchError):
+    """The node's agent is gone (it left the cluster)."""
+
+
+class Agents(Protocol):
+    """The nodes and what can be asked of them."""
+
+    def nodes(self) -> list[str]: ...
+
+    def doctor(self, node: str) -> dict: ...
+
+    def serve(self, node: str) -> tuple[str, int]:
+        """Start (once) the node's server; its (host, port)."""
+
+    def run(self, node: str, host: str, port: int, job: dict) -> dict:
+        """Run one client job (runner.run_session) on the node; {"ok", "error", "files": {name: text}}."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class MatrixConfig:
+    tokens: tuple[int, ...] = (1, 3)
+    bytes: tuple[int, ...] = ()
+    transports: tuple[str, ...] = ("tcp",)
+    repeats: int = 3
+    cycles: int = 200
+    warmup: int = 20
+    k: int = 2
+    id_bytes: int = 4
+    bytes_per_token: int = 61440
+    operating_tokens: int = 3
+    ordered: bool = False
+    concurrency: int = 0  # 0: every pair of a round at once; 1: strictly one pair at a time
+    poll: str = "auto"
+    seed: int = 0
+    command: str = ""
+    transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def pairs(nodes: list[str], ordered: bool) -> list[tuple[str, str]]:
+    """(client, server) pairs: every ordered pair, or every unordered pair once."""
+    return [(a, b) for i, a in enumerate(nodes) for j, b in enumerate(nodes) if i != j and (ordered or i < j)]
+
+
+def rounds(nodes: list[str], ordered: bool) -> list[list[tuple[str, str]]]:
+    """The pairs in rounds of disjoint pairs (round-robin circle method; with an odd count
+    one node sits out each round). Ordered pairs: each round twice, once per direction."""
+    ring: list[str | None] = list(nodes) + ([None] if len(nodes) % 2 else [])
+    n = len(ring)
+    out: list[list[tuple[str, str]]] = []
+    for _ in range(n - 1):
+        rnd = [(a, b) for i in range(n // 2) if (a := ring[i]) is not None and (b := ring[n - 1 - i]) is not None]
+        canon = [(a, b) if nodes.index(a) < nodes.index(b) else (b, a) for a, b in rnd]
+        out.append(canon)
+        if ordered:
+            out.append([(b, a) for a, b in canon])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return out
+
+
+def pair_name(client: str, server: str) -> str:
+    """A pair's rung name (a path component: no slashes)."""
+    return f"{client}_to_{server}".replace("/", "-")
+
+
+@dataclass(frozen=True)
+class Cell:
+    client: str
+    server: str
+    transport: str
+    payload: str
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+    repeat: int
+
+    @property
+    def rung(self) -> str:
+        return pair_name(self.client, self.server)
+
+    @property
+    def key(self) -> str:
+        return f"{self.rung}/{self.transport}/{self.payload}-g0/r{self.repeat}"
+
+
+def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
+    """Batches of cells: within a batch, no node appears twice (they may run at once).
+    Repeats are the outer loop; within a repeat, rounds; within a pair, payloads and
+    transports in a seeded random order (interleaved, as a sweep)."""
+    rng = random.Random(cfg.seed)
+    loads = [(f"T{t}", t, t * cfg.bytes_per_token) for t in cfg.tokens] + [(f"B{b}", None, b) for b in cfg.bytes]
+    batches: list[list[Cell]] = []
+    for rep in range(cfg.repeats):
+        for rnd in rounds(nodes, cfg.ordered):
+            combos = [(tr, p) for tr in cfg.transports for p in loads]
+            rng.shuffle(combos)
+            for tr, (label, tokens, nbytes) in combos:
+                batches.append([Cell(a, b, tr, label, tokens, nbytes, cfg.k * cfg.id_bytes, rep) for a, b in rnd])
+    return batches
+
+
+def _job(cell: Cell, cfg: MatrixConfig) -> dict:
+    run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=cfg.id_bytes, cycles=cfg.cycles,
+                        warmup=cfg.warmup, poll=cfg.poll, transport_settings=cfg.transport_settings,
+                        rung=cell.rung, bytes_per_token=cfg.bytes_per_token)
+    return {"config": run_cfg.to_dict(),
+            "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
+                        "reply_bytes": cell.reply_bytes},
+            "extra": {"sweep": {"cell": {**asdict(cell), "rung": cell.rung, "gap_ms": 0.0}, "key": cell.key,
+                                "seed": cfg.seed},
+                      "rung": cell.rung, "matrix": {"client": cell.client, "server": cell.server}}}
+
+
+def _write_files(cell_dir: Path, files: dict[str, str]) -> None:
+    cell_dir.mkdir(parents=True)
+    for name in ("samples.csv", "summary.csv", "report.json"):  # report.json last: it marks the cell done
+        if name in files:
+            R.atomic_write(cell_dir / name, files[name])
+
+
+def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[str], None] = print,
+               on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
+    """Measure every planned cell not yet complete in `folder` (created or resumed)."""
+    folder = Path(folder)
+    nodes = sorted(agents.nodes())
+    if len(nodes) < 2:
+        raise ConfigError(f"a matrix needs at least 2 nodes; the cluster has {len(nodes)}")
+    top_path = folder / "sweep.json"
+    if top_path.exists():
+        top = json.loads(top_path.read_text())
+        if (top.get("matrix") or {}).get("config") != _cfg_dict(cfg):
+            raise ConfigError(f"{folder} holds a matrix of another configuration; choose another --out")
+        log(f"resuming the matrix in {folder}")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        if any(folder.iterdir()):
+            raise ConfigError(f"{folder} is not empty and holds no matrix; refusing to write into it")
+        top = {"schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "kind": "matrix", "status": "running",
+               "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "seed": cfg.seed,
+               "config": {"name": "matrix", "profile": "matrix", "path": None, "operating_tokens": cfg.operating_tokens,
+                          "repeats": cfg.repeats, "transports": list(cfg.transports), "command": cfg.command},
+               "shape": {"bytes_per_token": cfg.bytes_per_token, "k": cfg.k, "id_bytes": cfg.id_bytes},
+               "rungs": {}, "failed_cells": [], "preflight": {"local": {}, "rungs": {}},
+               "matrix": {"config": _cfg_dict(cfg), "nodes": {}, "left": {}}}
+    lock = threading.Lock()
+
+    def save(status: str) -> None:
+        with lock:
+            top["status"] = status
+            top["updated_utc"] = R.utc_iso()
+            R.atomic_write(top_path, json.dumps(top, indent=1, default=str) + "\n")
+
+    left: dict[str, str] = top["matrix"]["left"]
+    for n in nodes:
+        if n in top["matrix"]["nodes"] or n in left:
+            continue
+        try:
+            top["matrix"]["nodes"][n] = {"doctor": agents.doctor(n)}
+        except NodeLeft as exc:
+            left[n] = f"before measuring: {exc}"
+    for a, b in pairs(nodes, cfg.ordered):
+        top["rungs"].setdefault(pair_name(a, b), {"name": pair_name(a, b), "kind": "matrix-pair", "client": a,
+                                                  "server": b, "rate_mbit": None, "transports": list(cfg.transports)})
+    batches = plan(nodes, cfg)
+    todo = [[c for c in batch if not cell_done(folder / "cells" / c.key)] for batch in batches]
+    todo = [b for b in todo if b]
+    total = sum(len(b) for b in todo)
+    log(f"matrix: {len(nodes)} nodes, {len(pairs(nodes, cfg.ordered))} {'ordered' if cfg.ordered else 'unordered'} "
+        f"pairs, {total} cells to measure ({sum(len(b) for b in batches) - total} already complete), "
+        f"{'one pair at a time' if cfg.concurrency == 1 else 'disjoint pairs at once'}")
+    save("running")
+    servers: dict[str, tuple[str, int]] = {}
+
+    def server_of(node: str) -> tuple[str, int]:
+        with lock:
+            if node not in servers:
+                servers[node] = agents.serve(node)
+            return servers[node]
+
+    def one(cell: Cell) -> None:
+        cell_dir = folder / "cells" / cell.key
+        gone = [n for n in (cell.client, cell.server) if n in left]
+        if gone:
+            with lock:
+                top["failed_cells"].append({"key": cell.key, "error": f"node {gone[0]} left the cluster"})
+            return
+        if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
+            cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}"))
+        try:
+            host, port = server_of(cell.server)
+            answer = agents.run(cell.client, host, port, _job(cell, cfg))
+        except NodeLeft as exc:
+            node = exc.args[1] if len(exc.args) > 1 else cell.client
+            with lock:
+                left.setdefault(node, f"{R.utc_iso()}: {exc.args[0]}")
+                top["failed_cells"].append({"key": cell.key, "error": f"node {node} left the cluster"})
+            log(f"node {node} left the cluster ({exc.args[0]}); its pairs are marked and the rest continue")
+            return
+        if answer.get("files"):
+            _write_files(cell_dir, answer["files"])
+        if not answer.get("ok"):
+            error = answer.get("error")
+            try:  # was it the server's node that went away?
+                agents.serve(cell.server)
+            except NodeLeft as exc:
+                with lock:
+                    left.setdefault(cell.server, f"{R.utc_iso()}: {exc.args[0]}")
+                error = f"node {cell.server} left the cluster ({error})"
+                log(f"node {cell.server} left the cluster; its pairs are marked and the rest continue")
+            with lock:
+                top["failed_cells"].append({"key": cell.key, "error": error})
+            log(f"cell {cell.key} failed: {error}")
+
+    t0 = time.monotonic()
+    done = 0
+    status = "incomplete"
+    width = max(1, cfg.concurrency or max((len(b) for b in todo), default=1))
+    try:
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            for batch in todo:
+                for chunk in (batch[i:i + width] for i in range(0, len(batch), width)):
+                    list(pool.map(one, chunk))
+                    done += len(chunk)
+                    el = time.monotonic() - t0
+                    if on_progress:
+                        on_progress(done, total, el, el / done * (total - done), chunk[-1].key)
+                save("running")
+        status = "complete" if not top["failed_cells"] and not left else "incomplete"
+    finally:
+        save(status)
+    return folder
+
+
+def _cfg_dict(cfg: MatrixConfig) -> dict:
+    d = asdict(cfg)
+    d.pop("command", None)
+    d.pop("concurrency", None)  # how it was scheduled does not change what is measured
+    return json.loads(json.dumps(d))
+
+
+# ---------------------------------------------------------------- the agents on Ray
+
+
+class _Agent:
+    """One per node (a Ray actor): the node's server and client. Runs in the node's
+    process (and network namespace, when the node lives in one)."""
+
+    def __init__(self, address: str, interface: str | None, settings: dict, poll: str, loop: str):
+        self.address = _interface_address(interface) if interface else address
+        self.interface = interface
+        self.settings, self.poll, self.loop = settings, poll, loop
+        self.server: Any = None
+
+    def node(self) -> dict:
+        import socket
+
+        return {"address": self.address, "hostname": socket.gethostname(), "interface": self.interface}
+
+    def doctor(self) -> dict:
+        from hopbench.orchestration import doctor as D
+
+        rep = D.local_report(with_ucx=False).to_dict()
+        rep["address"] = self.address
+        rep["route_interface"] = _interface_of(self.address)
+        rep["qdisc"] = _qdisc(rep["route_interface"]) if rep["route_interface"] else None
+        return rep
+
+    def serve(self) -> tuple[str, int]:
+        if self.server is None:
+            from hopbench.core.server import Server, ServerConfig
+
+            self.server = Server(ServerConfig(host=self.address, port=0, poll=self.poll,
+                                              transport_settings=self.settings, loop=self.loop), log=lambda line: None)
+            threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self.address, int(self.server.address[1])
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def run(self, host: str, port: int, job: dict) -> dict:
+        import tempfile
+
+        from hopbench.orchestration.runner import run_session
+        from hopbench.records import Payload
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "cell"
+            out.mkdir()
+            try:
+                run_session(host, port, [Payload(**job["payload"])], RunConfig.from_dict(job["config"]), folder=out,
+                            extra=job.get("extra"))
+                answer: dict[str, Any] = {"ok": True}
+            except HopbenchError as exc:
+                answer = {"ok": False, "error": str(exc)}
+            except Exception as exc:  # a bug: report it, keep the matrix going
+                answer = {"ok": False, "error": f"internal error: {exc!r}"}
+            answer["files"] = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
+        return answer
+
+
+def _interface_address(interface: str) -> str:
+    import subprocess
+
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show", "dev", interface], capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout)[0]["addr_info"][0]["local"]
+    except (ValueError, IndexError, KeyError):
+        raise ConfigError(f"interface {interface!r} has no IPv4 address on this node") from None
+
+
+def _interface_of(address: str) -> str | None:
+    import subprocess
+
+    out = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True)
+    try:
+        for link in json.loads(out.stdout):
+            if any(a.get("local") == address for a in link.get("addr_info", [])):
+                return str(link["ifname"])
+    except ValueError:
+        pass
+    return None
+
+
+def _qdisc(interface: str) -> list[dict] | None:
+    """The interface's egress queueing (a shaper here is a likely cause of a slow link)."""
+    import subprocess
+
+    out = subprocess.run(["tc", "-j", "qdisc", "show", "dev", interface], capture_output=True, text=True)
+    try:
+        return [{k: q.get(k) for k in ("kind", "options")} for q in json.loads(out.stdout)]
+    except ValueError:
+        return None
+
+
+class RayAgents:
+    """The agents on a Ray cluster: one actor per alive node, placed with node affinity."""
+
+    def __init__(self, address: str, interfaces: dict[str, str] | None = None, settings: dict | None = None,
+                 poll: str = "auto", loop: str = "auto", timeout_s: float = 600.0, wait_nodes: int = 0,
+                 wait_s: float = 120.0):
+        try:
+            import ray
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        except ImportError:
+            raise ConfigError("hopbench matrix needs Ray: pip install 'hopbench[ray]'") from None
+        self.ray = ray
+        self.timeout_s = timeout_s
+        try:
+            ray.init(address=address, ignore_reinit_error=True,  # "auto": the cluster this node is in, never a new one
+                     logging_level=logging.ERROR, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ConfigError(f"cannot join the Ray cluster at {address!r}: {str(exc).splitlines()[0]}") from None
+        interfaces = interfaces or {}
+        deadline = time.monotonic() + wait_s
+        while len([n for n in ray.nodes() if n.get("Alive")]) < wait_nodes:
+            if time.monotonic() > deadline:
+                alive = len([n for n in ray.nodes() if n.get("Alive")])
+                ray.shutdown()
+                raise ConfigError(f"the Ray cluster has {alive} alive nodes after {wait_s:.0f} s; --wait-nodes "
+                                  f"asked for {wait_nodes}")
+            time.sleep(0.5)  # polling the cluster's membership, not synchronisation between our own processes
+        remote = ray.remote(num_cpus=0, max_restarts=0)(_Agent)
+        self.actors: dict[str, Any] = {}
+        for n in ray.nodes():
+            if not n.get("Alive"):
+                continue
+            addr = n["NodeManagerAddress"]
+            iface = interfaces.get(addr) or interfaces.get("*")
+            strategy = NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
+            self.actors[addr] = remote.options(scheduling_strategy=strategy).remote(addr, iface, settings or {}, poll,
+                                                                                    loop)
+
+    def _call(self, node: str, method: str, *args: Any) -> Any:
+        ray = self.ray
+        try:
+            return ray.get(getattr(self.actors[node], method).remote(*args), timeout=self.timeout_s)
+        except ray.exceptions.RayActorError as exc:
+            raise NodeLeft(f"its agent died ({type(exc).__name__})", node) from None
+        except ray.exceptions.GetTimeoutError:
+            raise NodeLeft(f"no answer within {self.timeout_s:.0f} s", node) from None
+
+    def nodes(self) -> list[str]:
+        return list(self.actors)
+
+    def doctor(self, node: str) -> dict:
+        rep: dict = self._call(node, "doctor")
+        return rep
+
+    def serve(self, node: str) -> tuple[str, int]:
+        host, port = self._call(node, "serve")
+        return str(host), int(port)
+
+    def run(self, node: str, host: str, port: int, job: dict) -> dict:
+        try:
+            answer: dict = self._call(node, "run", host, port, job)
+        except NodeLeft as exc:  # the client died; or the server's node, seen by the client as an error
+            raise NodeLeft(exc.args[0], node) from None
+        return answer
+
+    def close(self) -> None:
+        for a in self.actors.values():
+            try:
+                self.ray.kill(a)
+            except Exception:
+                pass
+        self.ray.shutdown()
+
+
+def find_resumable(root: Path, cfg: MatrixConfig) -> Path | None:
+    """The newest unfinished matrix folder of this configuration under root, if any."""
+    want = _cfg_dict(cfg)
+    for top in sorted(Path(root).glob("*-matrix/sweep.json"), reverse=True):
+        try:
+            doc = json.loads(top.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if doc.get("kind") == "matrix" and doc.get("status") != "complete" and (doc.get("matrix") or {}).get("config") == want:
+            return top.parent
+    return None
+
+
+def command_line(argv: list[str]) -> str:
+    return shlex.join(["hopbench", "matrix", *argv])
