@@ -22,11 +22,11 @@ def _out(folder: Path) -> Path:
     return out
 
 
-def _fmt_alpha(f: F.Fit) -> str:
-    """alpha with its CI, or, for a negative intercept (an upper segment's), the segment."""
+def _fmt_alpha(f: F.Fit) -> tuple[str, str]:
+    """(alpha, its CI), or, for a negative intercept (an upper segment's), the segment."""
     if f.alpha_s < 0:
-        return f"{'(intercept of ' + format(f.segment_lo_bytes, ',') + '-' + format(f.segment_hi_bytes, ',') + ' B)':>27}"
-    return f"{f.alpha_s * 1e6:9.1f} {f.alpha_ci[0] * 1e6:8.1f}..{f.alpha_ci[1] * 1e6:<7.1f}"
+        return f"(intercept of {f.segment_lo_bytes:,}-{f.segment_hi_bytes:,} B)", "-"
+    return f"{f.alpha_s * 1e6:.1f}", f"{f.alpha_ci[0] * 1e6:.1f}..{f.alpha_ci[1] * 1e6:.1f}"
 
 
 def trend_warning(groups) -> str | None:
@@ -50,17 +50,20 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
     methods = sorted({f"{f.ci_method} ({'within one run' if f.ci_scope == 'within-run' else 'repeats as the unit'})"
                       for f in fits})
     show("CIs: " + "; ".join(methods))
-    show(f"{'rung':<14} {'tr':<4} {'pts':>3} {'r':>2} {'level':>6} {'alpha us':>9} {'alpha CI':>17} {'beta Mbit/s':>12} "
-         f"{'beta CI':>19} {'n1/2 kB':>8} {'n1/2 tok':>8} {'vs rate':>7} {'vs TCP bound':>12} {'break B':>8} "
-         f"{'bw share':>8}  regime")
+    rows = []
     for f in fits:
         b = lambda v: v * 8 / 1e6  # noqa: E731
         lvl = pct(f.ci_level) + ("*" if f.ci_scope == "within-run" else "")
-        show(f"{f.rung:<14} {f.transport:<4} {f.points:>3} {f.n_repeats:>2} {lvl:>6} {_fmt_alpha(f)} "
-             f"{b(f.beta_Bps):12.1f} {b(f.beta_ci[0]):9.1f}..{b(f.beta_ci[1]):<8.1f} {f.n_half_bytes / 1e3:8.1f} "
-             f"{f.n_half_tokens:8.2f} {f'{f.wire_efficiency:.1%}' if f.wire_efficiency else '-':>7} "
-             f"{f'{f.goodput_ratio:.1%}' if f.goodput_ratio else '-':>12} {f.breakpoint_bytes or '-':>8} "
-             f"{f.share_bandwidth:8.0%}  {f.regime}")
+        alpha, alpha_ci = _fmt_alpha(f)
+        rows.append([f.rung, f.transport, str(f.points), str(f.n_repeats), lvl, alpha, alpha_ci, f"{b(f.beta_Bps):.1f}",
+                     f"{b(f.beta_ci[0]):.1f}..{b(f.beta_ci[1]):.1f}", f"{f.n_half_bytes / 1e3:.1f}",
+                     f"{f.n_half_tokens:.2f}", f"{f.wire_efficiency:.1%}" if f.wire_efficiency else "-",
+                     f"{f.goodput_ratio:.1%}" if f.goodput_ratio else "-", str(f.breakpoint_bytes or "-"),
+                     f"{f.share_bandwidth:.0%}", f.regime])
+    from hopbench.analysis.tables import render
+
+    show(render(["rung", "tr", "pts", "r", "level", "alpha us", "alpha CI", "beta Mbit/s", "beta CI", "n1/2 kB",
+                 "n1/2 tok", "vs rate", "vs TCP bound", "break B", "bw share", "regime"], rows, right=set(range(2, 15))))
     if any(f.ci_scope == "within-run" for f in fits):
         show("* within one run: the run-to-run spread is not in this interval (measure repeats: a sweep)")
     cross = F.crossover(fits)

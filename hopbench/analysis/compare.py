@@ -226,15 +226,18 @@ def baseline_warnings(env_a: dict, env_b: dict, max_age_days: float = 1.0) -> li
 
 def format_table(cs: list[Comparison], label_a: str = "A", label_b: str = "B") -> str:
     lines = ["difference B - A per cell; rel = B/A - 1 with its 95% CI (repeats as the unit; design per row); "
-             "n = repeats A/B (pairs)",
-             f"{'rung':<14} {'tr':<4} {'payload':<9} {'design':<26} {'n':>9} {label_a + ' p50 us':>11} "
-             f"{label_b + ' p50 us':>11} {'diff us':>9} {'rel':>7} {'rel 95% CI':>17} {'p':>6}  call"]
+             "n = repeats A/B (pairs)"]
+    rows = []
     for c in cs:
         n = f"{c.n_a}/{c.n_b}" + (f"({c.n_pairs})" if c.n_pairs else "")
         p = "-" if c.p is None else f"{c.p:.3f}"
-        lines.append(f"{c.rung:<14} {c.transport:<4} {c.payload:<9} {c.design:<26} {n:>9} {c.median_a_ns / 1e3:11.1f} "
-                     f"{c.median_b_ns / 1e3:11.1f} {c.diff_ns / 1e3:9.1f} {c.diff_rel:+7.1%} "
-                     f"{c.diff_rel_ci[0]:+7.1%}..{c.diff_rel_ci[1]:<+8.1%} {p:>6}  {c.call}")
+        rows.append([c.rung, c.transport, c.payload, c.design, n, f"{c.median_a_ns / 1e3:.1f}",
+                     f"{c.median_b_ns / 1e3:.1f}", f"{c.diff_ns / 1e3:.1f}", f"{c.diff_rel:+.1%}",
+                     f"{c.diff_rel_ci[0]:+.1%}..{c.diff_rel_ci[1]:+.1%}", p, c.call])
+    from hopbench.analysis.tables import render
+
+    lines.append(render(["rung", "tr", "payload", "design", "n", label_a + " p50 us", label_b + " p50 us", "diff us", "rel",
+                         "rel 95% CI", "p", "call"], rows, right=set(range(4, 11)), call_column=11))
     spreads = {(c.spread, c.spread_source) for c in cs if c.spread is not None}
     for s, src in sorted(spreads, key=str):
         lines.append(f"run-to-run spread used where a side has one run: {s:.1%} (relative SD of a run's median; {src})")

@@ -104,13 +104,13 @@ def format_table(report: dict[str, Any], results: list[ModeResult]) -> str:
         f"measured: {cfg['transport']} to {report.get('peer') or '-'}; {cfg['repeats']} repeats x {cfg['cycles']} cycles "
         f"per mode, modes interleaved; tok/s = tokens / time over each repeat; [interval] = "
         + (pct(results[0].tok_s.level) if results and results[0].tok_s.level else "-") + " over repeats",
-        f"{'mode':<8} {'tok/s':>24} {'tokens/cycle':>12} {'hit rate':>8}  {'checked against':<16} {'its tok/s':>24} "
-        f"{'measured/it - 1':>26}",
     ]
-    for r in results:
-        lines.append(f"{r.mode:<8} {_ci(r.tok_s):>24} {r.tokens_per_cycle:12.3f} "
-                     f"{'-' if r.hit_rate is None else format(r.hit_rate, '.0%'):>8}  {r.reference or '-':<16} "
-                     f"{_ci(r.reference_tok_s):>24} {_ci(r.diff_rel, rel=True):>26}")
+    from hopbench.analysis.tables import render
+
+    lines.append(render(["mode", "tok/s", "tokens/cycle", "hit rate", "checked against", "its tok/s", "measured/it - 1"],
+                        [[r.mode, _ci(r.tok_s), f"{r.tokens_per_cycle:.3f}",
+                          "-" if r.hit_rate is None else format(r.hit_rate, ".0%"), r.reference or "-",
+                          _ci(r.reference_tok_s), _ci(r.diff_rel, rel=True)] for r in results], right={1, 2, 3, 5, 6}))
     lines.append("arithmetic (local) = tokens / (t_verify + t_draft_local); projection (sync) = the verdict's model "
                  "with this session's measured hop per T and the remote drafter's time")
     return "\n".join(lines)

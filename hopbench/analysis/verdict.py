@@ -156,9 +156,8 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
         f"inputs: {inp.describe()}",
         "hop = median of repeat medians; its CI at the level shown (order statistics over repeats; 'run' = within one "
         "run only, run-to-run spread not included); tok/s and gain CIs: 95%, all inputs' intervals propagated",
-        f"{'rung':<16} {'transport':<9} {'n':>9} {'hop ms':>9} {'hop CI':>17} {'level':>11} {'floor ms':>9} "
-        f"{'vs b-e':>7} {'cycle ms':>9} {'tok/s':>7} {'tok/s 95% CI':>15} {'gain':>7} {'gain 95% CI':>15}  call",
     ]
+    rows = []
     for v in vs:
         ci = f"{v.hop_ci_ms[0]:.3f}-{v.hop_ci_ms[1]:.3f}" if v.hop_ci_ms else "-"
         lvl = "-" if v.hop_ci_level is None else (pct(v.hop_ci_level) + (" run" if v.hop_ci_scope == "within-run" else ""))
@@ -166,8 +165,11 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
         tci = f"{v.projected_tok_s_ci[0]:.2f}-{v.projected_tok_s_ci[1]:.2f}" if v.projected_tok_s_ci else "-"
         gci = f"{v.gain_ci[0]:+.1%}..{v.gain_ci[1]:+.1%}" if v.gain_ci else "-"
         fl = f"{floors[v.transport]:.3f}" if v.transport in floors else "-"
-        lines.append(f"{v.rung:<16} {v.transport:<9} {n:>9} {v.hop_ms:9.3f} {ci:>17} {lvl:>11} {fl:>9} "
-                     f"{v.hop_vs_break_even:+7.1%} {v.projected_cycle_ms:9.2f} {v.projected_tok_s:7.2f} {tci:>15} "
-                     f"{v.gain:+7.1%} {gci:>15}  {v.call}")
+        rows.append([v.rung, v.transport, n, f"{v.hop_ms:.3f}", ci, lvl, fl, f"{v.hop_vs_break_even:+.1%}",
+                     f"{v.projected_cycle_ms:.2f}", f"{v.projected_tok_s:.2f}", tci, f"{v.gain:+.1%}", gci, v.call])
+    from hopbench.analysis.tables import render
+
+    lines.append(render(["rung", "transport", "n", "hop ms", "hop CI", "level", "floor ms", "vs b-e", "cycle ms", "tok/s",
+                         "tok/s 95% CI", "gain", "gain 95% CI", "call"], rows, right=set(range(2, 13)), call_column=13))
     lines.append("n = repeats r / timed cycles c; vs b-e = hop / break-even - 1")
     return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Tables for people, through rich: on a terminal a boxed table with the calls coloured; in
+a log, a pipe or CI the same columns as plain aligned text (no colour codes, no box
+characters, one row per line: greppable). Numbers are formatted by the caller."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "faster": "green",
+               "slower": "red"}
+
+
+def render(columns: list[str], rows: list[list[str]], right: set[int] | None = None, call_column: int | None = None,
+           terminal: bool | None = None) -> str:
+    """columns: headers; right: indices right-aligned (numbers); call_column: coloured on a terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    tty = sys.stdout.isatty() if terminal is None else terminal
+    right = right or set()
+    t = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=False, pad_edge=False, header_style="bold" if tty else "",
+              padding=(0, 1))
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i in right else "left", no_wrap=True)
+    for row in rows:
+        cells = list(row)
+        if tty and call_column is not None:
+            style = next((s for k, s in CALL_STYLES.items() if cells[call_column].startswith(k)), None)
+            if style:
+                cells[call_column] = f"[{style}]{cells[call_column]}[/{style}]"
+        t.add_row(*cells)
+    buf = io.StringIO()
+    Console(file=buf, width=1000, force_terminal=tty, color_system="standard" if tty else None, highlight=False,
+            emoji=False, markup=True).print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
