@@ -341,6 +341,34 @@ class _Agent:
         return answer
 
 
+def _auto_address() -> str:
+    """Where Ray's "auto" points: RAY_ADDRESS, or the cluster last started on this machine."""
+    import os
+    import tempfile
+
+    env = os.environ.get("RAY_ADDRESS")
+    if env:
+        return env.removeprefix("ray://")
+    try:
+        return (Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster").read_text().strip()
+    except OSError:
+        raise ConfigError("--ray auto: no Ray cluster runs on this machine (no RAY_ADDRESS, no "
+                          "/tmp/ray/ray_current_cluster); start one (ray start --head) or give --ray HOST:PORT") from None
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--ray {address!r}: expected HOST:PORT of the cluster's head (e.g. head:6379) or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster's head at {address} ({exc.strerror or exc}); is Ray "
+                          f"running there (ray start --head)?") from None
+
+
 def _interface_address(interface: str) -> str:
     import subprocess
 
@@ -388,6 +416,8 @@ class RayAgents:
             raise ConfigError("hopbench matrix needs Ray: pip install 'hopbench[ray]'") from None
         self.ray = ray
         self.timeout_s = timeout_s
+        # fail in a line, before Ray's client retries for minutes
+        _check_reachable(address if address != "auto" else _auto_address())
         try:
             ray.init(address=address, ignore_reinit_error=True,  # "auto": the cluster this node is in, never a new one
                      logging_level=logging.ERROR, log_to_driver=False)

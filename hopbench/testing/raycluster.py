@@ -114,6 +114,12 @@ class LocalCluster:
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
         _ip("link", "del", self.bridge, check=False)
+        current = Path("/tmp/ray/ray_current_cluster")  # `ray start --head` left our address for "auto"
+        try:
+            if current.read_text().strip() == self.head:
+                current.unlink()
+        except OSError:
+            pass
 
     def leftovers(self) -> list[str]:
         names = _ip("netns", "list", check=False).stdout
