@@ -101,6 +101,16 @@ def main() -> int:
         s = Session("127.0.0.1", port, secret=secret)
         ok = s.measure(P.Plan("tcp", 184320, 8, 2, 4, 50, 5)).completed == 56
         s.bye()
+        s.close()
+        # the server logs a session once it has ended it: wait for the normal client's line
+        # (a bounded poll of the file it writes) before stopping it, or it dies mid-log
+        want = sum(answers.values()) + 1
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            logf.seek(0)
+            if sum(ln.startswith("session ") for ln in logf.read().splitlines()) >= want:
+                break
+            time.sleep(0.05)  # polling a file the child writes, bounded; not the measurement's timing
         srv.terminate()
         srv.wait(timeout=10)
         logf.seek(0)

@@ -396,7 +396,7 @@ def matrix(
     concurrency: Annotated[int, typer.Option(help="Pairs measured at once within a round of disjoint pairs (0: the whole round; 1: strictly one pair at a time).")] = 0,
     interface: Annotated[Optional[str], typer.Option(help="Measure over this interface on every node (IFNAME), or per node: ADDR=IFNAME,... (default: the address Ray uses).")] = None,
     tokens: Annotated[str, typer.Option(help="Accepted tokens per cycle, e.g. 1,3 (61,440 B each).")] = "1,3",
-    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Extra request sizes in bytes, e.g. 64,4096.")] = None,
+    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Extra request sizes in bytes (default 64: with T1 and T3, three sizes for the alpha-beta fit; 'none' for none).")] = "64",
     transports: Annotated[str, typer.Option(help="Transports, comma-separated.")] = "tcp",
     repeats: Annotated[int, typer.Option(help="Repeats (each pair's cells interleaved within each).")] = 3,
     cycles: Annotated[int, typer.Option(help="Timed cycles per cell.")] = 200,
@@ -435,7 +435,8 @@ def matrix(
             ifaces[node if sep else "*"] = name if sep else node
     argv = sys.argv[sys.argv.index("matrix") + 1:] if "matrix" in sys.argv else []
     cfg = M.MatrixConfig(tokens=tuple(parse_int_list(tokens, "--tokens")), transports=tr,
-                         bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ else (), repeats=repeats,
+                         bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ and bytes_ != "none" else (),
+                         repeats=repeats,
                          cycles=cycles, warmup=warmup, k=s.shape.k, id_bytes=s.shape.id_bytes,
                          bytes_per_token=s.shape.bytes_per_token, operating_tokens=s.operating_tokens,
                          ordered=pairs == "ordered", concurrency=concurrency, poll=poll.value,

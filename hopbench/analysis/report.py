@@ -191,7 +191,8 @@ def build_document(folder: Path, scfg) -> dict:
                       "p50_us": e.value / 1e3, "p50_ci_us": None if e.lo is None or e.hi is None else [e.lo / 1e3, e.hi / 1e3],
                       "p50_ci_level": e.level, "p50_ci_scope": e.scope, "repeats": e.n_repeats, "n": e.n_samples})
     doc = {
-        "schema": REPORT_SCHEMA, "schema_version": REPORT_SCHEMA_VERSION, "kind": "sweep" if sweep else "run",
+        "schema": REPORT_SCHEMA, "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": ("matrix" if top.get("kind") == "matrix" else "sweep") if sweep else "run",
         "folder": str(folder), "result_id": result_id(folder), "created_utc": top.get("created_utc"),
         "status": top.get("status"), "software": head.get("software"),
         "question": (f"What does one speculative-decoding hop cost on these links - T = {op} accepted tokens "
@@ -224,7 +225,7 @@ th{background:#eef1f6}td.t,th.t{text-align:left}
 .call{font-weight:600}.pays{color:#1a7f37}.costs{color:#b42318}.even{color:#8a6d00}
 .note{color:#555;font-size:.92em}figure{margin:1em 0}figure svg{max-width:100%;height:auto}
 figcaption{color:#444;font-size:.92em}ul.w li{margin:.2em 0}.w .k{font-weight:600}
-pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto}.diff{background:#fff4d6}
+pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto}.diff{background:#fff4d6}.wide{overflow-x:auto}
 """
 
 
@@ -333,6 +334,10 @@ def _fit_section(doc: dict) -> str:
                     f'<td class="t">{_esc(f["regime"])}</td></tr>')
     methods = sorted({f["ci_method"] for f in doc["fits"]})
     cross = "".join(f"<li>{_esc(s)}</li>" for s in doc["crossover"].values())
+    if not rows:
+        return ('<section id="fit"><h2>Fit: latency = &alpha; + bytes/&beta; per rung &times; transport</h2>'
+                '<p class="note">No fit: no rung has the three or more payload sizes a line needs (measure more '
+                'sizes, e.g. --bytes).</p></section>')
     return ('<section id="fit"><h2>Fit: latency = &alpha; + bytes/&beta; per rung &times; transport</h2>'
             "<table><tr><th class=t>rung</th><th class=t>transport</th><th>points</th><th>repeats</th><th>level</th>"
             "<th>&alpha; &micro;s</th><th>&alpha; CI</th><th>&beta; Mbit/s</th><th>&beta; CI</th><th>n&frac12; kB</th>"
@@ -437,6 +442,8 @@ def figures(folder: Path, doc: dict) -> list[tuple[str, str, str]]:
 def render(folder: Path, doc: dict) -> str:
     figs = "".join(f'<figure id="{fid}">{svg}<figcaption>{cap}</figcaption></figure>'
                    for fid, cap, svg in figures(folder, doc))
+    tables = (_answer(doc) + _verdict_section(doc) + _fit_section(doc)).replace("<table>", '<div class="wide"><table>') \
+        .replace("</table>", "</table></div>")
     data = json.dumps(doc, sort_keys=True).replace("</", "<\\/")
     title = f"hopbench report: {Path(doc['folder']).name}"
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
@@ -444,7 +451,7 @@ def render(folder: Path, doc: dict) -> str:
             f'<h1>{_esc(title)}</h1><p class="q">{_esc(doc["question"])}</p>'
             f'<p class="note">{_esc(doc["kind"])} {_esc(doc["folder"])}, {_esc(doc["created_utc"])}, '
             f'{_esc(doc["software"])}, status {_esc(doc["status"] or "-")}, result id {_esc(doc["result_id"])}</p>'
-            + _answer(doc) + _verdict_section(doc) + _fit_section(doc)
+            + tables
             + f'<section id="figures"><h2>Figures</h2>{figs}</section>'
             + _cells_section(doc) + _warnings_section(doc) + _env_section(doc) + _commands_section(doc)
             + f'<script type="application/json" id="hopbench-data">{data}</script></body></html>\n')
