@@ -112,7 +112,7 @@ def test_export_idempotent_and_preserves_foreign_content(tmp_path):
                "runs": [{"id": "manual-1", "note": "kept as is", "p50_ms": 16.02}]}
     path.write_text(json.dumps(foreign))
     gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES[:4], reps=2)
-    recs = E.records(gs, {"created_utc": "2026-12-02T00:00:00+00:00"}, "sweep-x", "remote-drafter")
+    recs = E.records(gs, {"created_utc": "2026-12-02T00:00:00+00:00"}, "sweep-x", "remote-drafter", rid="r-1")
     assert E.upsert(path, recs) == (4, 0)
     first = json.loads(path.read_text())
     assert E.upsert(path, recs) == (0, 4)

@@ -103,7 +103,7 @@ def test_run_records_the_link_and_advises_placement(server, tmp_path):
     assert cfg["rate_mbit"] == 1000 and cfg["rung"] == "lab-1g"
     (g,), _ = D.load_groups(out)
     assert g.rung == "lab-1g" and g.rate_mbit == 1000
-    rec = E.records([g], {}, "x", "s")[0]
+    rec = E.records([g], {}, "x", "s", rid="r-1")[0]
     assert rec["rung"] == "lab-1g" and rec["rate_mbit"] == 1000
 
 
@@ -129,7 +129,7 @@ def test_golden_results_of_every_older_schema_load_and_newer_are_refused(tmp_pat
     r = hb("fit", str(_copy(GOLDEN / "sweep-v1", tmp_path / "s")))
     assert r.returncode == 0, r.stderr
     # export keeps each record's own software version
-    assert {rec["software"] for rec in E.records(groups, top, "g", "s")} == {"hopbench 0.1.0"}
+    assert {rec["software"] for rec in E.records(groups, top, "g", "s", rid="r-1")} == {"hopbench 0.1.0"}
     newer = _copy(GOLDEN / "run-v1", tmp_path / "newer")
     rep = json.loads((newer / "report.json").read_text())
     rep["schema_version"] = 99

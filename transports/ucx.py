@@ -183,6 +183,7 @@ def exception_map() -> dict[type, type]:
 
 
 _EXC_MAP: dict[type, type] | None = None
+BLOCKING_KEEPS_PYTHON = "UCX blocking progress (arm + epoll) runs in the Python loop"
 
 # UCS status codes (ucs/type/status.h) -> the hopbench error ucxx's exception for the same
 # status maps to in exception_map(): the compiled loop reports statuses, not exceptions
@@ -298,18 +299,19 @@ class UcxChannel:
     def native_unavailable(self) -> str | None:
         """Why the compiled loop cannot drive this channel (None: it can)."""
         if not self._p.busy:
-            return "UCX blocking progress (arm + epoll) runs in the Python loop"
+            return BLOCKING_KEEPS_PYTHON
         return None if _loaded_libucp() else "libucp is not loaded"
 
     def native_endpoint(self) -> NativeEndpoint | None:
         """The compiled loop's view: the ucp worker and endpoint ucxx created (their raw
         handles), the tags, the timeout; it posts the same tag sends/receives and
         busy-polls ucp_worker_progress as _Progress does (hopbench.core.native)."""
-        if self._ep is None or self.native_unavailable() is not None:
+        library = _loaded_libucp()
+        if self._ep is None or not self._p.busy or library is None:
             return None
         return NativeEndpoint("ucx", (int(self._worker.handle), int(self._ep.handle), int(self._send_tag.value),
-                                      int(self._recv_tag.value), int(self._p.timeout_s * 1e9), self._alive), self._native_error,
-                              library=_loaded_libucp())
+                                      int(self._recv_tag.value), int(self._p.timeout_s * 1e9), self._alive),
+                              self._native_error, library=library)
 
     def _alive(self) -> bool:
         """ucxx's view of the endpoint: False once UCX reported it failed or the peer closed it."""
@@ -462,7 +464,7 @@ class UcxTransport(TransportBase):
                               "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
 
     def native_note(self, poll: str) -> str | None:
-        return "UCX blocking progress (arm + epoll) runs in the Python loop" if _mode(poll) != "busy" else None
+        return BLOCKING_KEEPS_PYTHON if _mode(poll) != "busy" else None
 
     def devices(self) -> list[str]:
         """The transport/device resources UCX sees in this process's context."""

@@ -88,9 +88,11 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
     return fits
 
 
-def hop_rows(folder: Path, operating_tokens: int) -> list[tuple[str, str, Estimate]]:
-    """(rung, transport, hop estimate in ms) at the operating payload, gap 0."""
-    groups, _ = load_groups(folder)
+def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str, str, Estimate]]:
+    """(rung, transport, hop estimate in ms) at the operating payload, gap 0 (groups: the
+    folder's, when the caller has loaded them already)."""
+    if groups is None:
+        groups, _ = load_groups(folder)
     rows = [(g.rung, g.transport, g.estimate().scaled(1e-6)) for g in groups
             if g.tokens == operating_tokens and g.gap_ms == 0]
     if not rows:
@@ -101,10 +103,10 @@ def hop_rows(folder: Path, operating_tokens: int) -> list[tuple[str, str, Estima
     return rows
 
 
-def instrument_floors(folder: Path) -> dict[str, float]:
+def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
     """transport -> floor in ms: a run's own floor measurement, or in a sweep the smallest
-    payload on the loopback rung."""
-    groups, top = load_groups(folder)
+    payload on the loopback rung (loaded: the folder's (groups, top), if already read)."""
+    groups, top = loaded or load_groups(folder)
     if top.get("floor"):
         return {top["floor"]["transport"]: top["floor"]["p50_ns"] / 1e6}
     out: dict[str, float] = {}

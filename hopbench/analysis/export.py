@@ -54,9 +54,9 @@ def record_id(study: str, rid: str, g: Group) -> str:
     return "hb-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def records(groups: list[Group], top: dict, source: str, study: str, fits=(), rid: str | None = None) -> list[dict]:
-    """rid: the result's id (hopbench.analysis.data.result_id); source: the folder's name, for people."""
-    rid = rid or source
+def records(groups: list[Group], top: dict, source: str, study: str, fits=(), *, rid: str) -> list[dict]:
+    """rid: the result's id (hopbench.analysis.data.result_id), which the record ids are built
+    from; source: the folder's name, for people only."""
     fit_by = {(f.rung, f.transport): f for f in fits}
     out = []
     for g in groups:

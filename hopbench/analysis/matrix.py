@@ -25,6 +25,7 @@ import numpy as np
 
 from hopbench.analysis.data import load_groups, recorded_shape
 from hopbench.errors import HopbenchError
+from hopbench.estimate import Estimate, pct
 
 Z = 3.5
 RATIO = 1.5
@@ -60,17 +61,28 @@ def load_matrix(folder: Path) -> dict[str, Any]:
     return top
 
 
-def hops(folder: Path, transport: str = "tcp", tokens: int | None = None) -> tuple[dict[tuple[str, str], float], int]:
-    """(client, server) -> hop p50 in ms at the operating payload, and that payload in tokens."""
+def estimates(folder: Path, transport: str = "tcp", tokens: int | None = None,
+              groups: list | None = None) -> tuple[dict[tuple[str, str], Estimate], int]:
+    """(client, server) -> the hop's cell estimate in ms at the operating payload (its
+    interval over repeats at its achieved level), and that payload in tokens (groups: the
+    folder's, when already loaded)."""
     top = load_matrix(folder)
-    groups, _ = load_groups(folder)
+    if groups is None:
+        groups, _ = load_groups(folder)
     op = tokens or recorded_shape(folder, 61440, 3)[1]
     out = {}
     for g in groups:
         r = top["rungs"].get(g.rung)
         if r and g.transport == transport and g.tokens == op and g.gap_ms == 0:
-            out[(r["client"], r["server"])] = g.estimate().value / 1e6
+            out[(r["client"], r["server"])] = g.estimate().scaled(1e-6)
     return out, op
+
+
+def hops(folder: Path, transport: str = "tcp", tokens: int | None = None,
+         groups: list | None = None) -> tuple[dict[tuple[str, str], float], int]:
+    """(client, server) -> hop p50 in ms at the operating payload, and that payload in tokens."""
+    est, op = estimates(folder, transport, tokens, groups)
+    return {p: e.value for p, e in est.items()}, op
 
 
 def _iface(rep: dict) -> dict:
@@ -128,12 +140,18 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
     from hopbench.results import atomic_write
 
     top = load_matrix(folder)
-    ph, op = hops(folder, transport, tokens)
-    if not ph:
+    est, op = estimates(folder, transport, tokens)
+    if not est:
         raise HopbenchError(f"{folder}: no complete {transport} measurement at T = {op}")
+    ph = {p: e.value for p, e in est.items()}
     found = outliers(ph, top["matrix"].get("nodes", {}))
     bpt = recorded_shape(folder, 61440, 3)[0]
-    lines = [f"matrix: hop at T = {op} ({op * bpt:,} B) over {transport}, p50 (median of repeats) per pair, ms"]
+    ns = sorted({(e.n_repeats, e.n_samples) for e in est.values()})
+    levels = sorted({pct(e.level) for e in est.values() if e.level is not None})
+    lines = [f"matrix: hop at T = {op} ({op * bpt:,} B) over {transport}, p50 (median of repeat medians) per pair, ms",
+             "n per pair: " + ", ".join(f"{r} repeats / {c} cycles" for r, c in ns)
+             + f"; each pair's interval over its repeats (order statistics) is at {', '.join(levels) or 'no'} level "
+               f"(hopbench verdict or report lists them)"]
     names = sorted({n for p in ph for n in p})
     corner = "client / server"
     lines.append(f"{corner:>18} " + " ".join(f"{n:>14}" for n in names))
@@ -145,7 +163,9 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
     for n, why in (top["matrix"].get("left") or {}).items():
         lines.append(f"node {n} left the cluster ({why}); its pairs are marked failed")
     doc = {"schema": "hopbench.matrix", "schema_version": 1, "transport": transport, "operating_tokens": op,
-           "hops_ms": [{"client": a, "server": b, "hop_ms": v} for (a, b), v in sorted(ph.items())],
+           "hops_ms": [{"client": a, "server": b, "hop_ms": e.value, "hop_ci_ms": [e.lo, e.hi] if e.has_interval else None,
+                        "hop_ci_level": e.level, "repeats": e.n_repeats, "cycles": e.n_samples}
+                       for (a, b), e in sorted(est.items())],
            "outliers": [asdict(f) for f in found], "thresholds": {"robust_z": Z, "ratio": RATIO, "mad_floor": FLOOR},
            "left": top["matrix"].get("left") or {}}
     out = Path(folder) / "analysis"

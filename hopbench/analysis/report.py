@@ -16,6 +16,7 @@ import json
 import math
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -103,7 +104,7 @@ def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors
         from hopbench.analysis import matrix as AM
 
         try:
-            ph, _ = AM.hops(folder)
+            ph, _ = AM.hops(folder, groups=groups)
             for f in AM.outliers(ph, (top.get("matrix") or {}).get("nodes", {})):
                 out.append({"kind": "matrix outlier", "text": f.describe()})
         except HopbenchError:
@@ -167,20 +168,40 @@ def commands(folder: Path, top: dict, head: dict) -> list[dict]:
             {"where": "this page", "command": shlex.join(rep)}]
 
 
-def build_document(folder: Path, scfg) -> dict:
-    """The report's numbers: verdicts, fits, cells, warnings, environments, commands."""
+@dataclass
+class Analysed:
+    """A result folder read and analysed once: what the document and the figures share."""
+
+    folder: Path
+    groups: list
+    top: dict
+    bytes_per_token: int
+    operating_tokens: int
+    inputs: V.Inputs
+    fits: list[F.Fit]
+    verdicts: list[V.Verdict]
+    problems: list[dict]
+
+
+def analyse(folder: Path, scfg) -> Analysed:
     folder = Path(folder)
     groups, top = load_groups(folder)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
-    fits = F.fit_groups(groups, bpt, op)
     problems: list[dict] = []
     try:
-        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op)]
+        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op, groups)]
     except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
         verdicts = []
         problems.append({"kind": "no verdict", "text": str(exc)})
-    floors = AC.instrument_floors(folder)
+    return Analysed(folder, groups, top, bpt, op, inputs, F.fit_groups(groups, bpt, op), verdicts, problems)
+
+
+def build_document(a: Analysed) -> dict:
+    """The report's numbers: verdicts, fits, cells, warnings, environments, commands."""
+    folder, groups, top, bpt, op = a.folder, a.groups, a.top, a.bytes_per_token, a.operating_tokens
+    inputs, fits, verdicts = a.inputs, a.fits, a.verdicts
+    floors = AC.instrument_floors(folder, (groups, top))
     head = first_header(folder)
     sweep = (folder / "sweep.json").exists()
     cells = []
@@ -202,7 +223,7 @@ def build_document(folder: Path, scfg) -> dict:
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
         "wire_check": F.wire_check(groups, bpt, op), "cells": cells,
-        "warnings": problems + _warnings(folder, top, groups, verdicts, floors),
+        "warnings": a.problems + _warnings(folder, top, groups, verdicts, floors),
         "environments": {"client": head.get("client_env") or {}, "server": head.get("server_env") or {}},
         "rungs": top.get("rungs") or {(head.get("config") or {}).get("rung") or "run": {
             "rate_mbit": (head.get("config") or {}).get("rate_mbit"), "peer": head.get("peer")}},
@@ -233,18 +254,13 @@ def _esc(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-class _Num:
-    """Numbers as shown, each tied to its path in the JSON document."""
-
-    def __call__(self, doc: dict, path: str, nd: int = 1, x: float = 1.0, sign: bool = False) -> str:
-        v = _get(doc, path)
-        if v is None:
-            return "-"
-        shown = format(v * x, f"{'+' if sign else ''},.{nd}f").replace("-", "&minus;")
-        return f'<span class="n" data-k="{path}" data-x="{x:g}">{shown}</span>'
-
-
-num = _Num()
+def num(doc: dict, path: str, nd: int = 1, x: float = 1.0, sign: bool = False) -> str:
+    """A number as shown, tied to its path in the JSON document (data-k) and the factor it is shown in (data-x)."""
+    v = _get(doc, path)
+    if v is None:
+        return "-"
+    shown = format(v * x, f"{'+' if sign else ''},.{nd}f").replace("-", "&minus;")
+    return f'<span class="n" data-k="{path}" data-x="{x:g}">{shown}</span>'
 
 
 def _get(doc: Any, path: str) -> Any:
@@ -411,16 +427,13 @@ def _svg(fig, n: int) -> str:
     return re.sub(r'(url\(#|href="#)([^)"]+)', lambda m: f"{m.group(1)}f{n}-{m.group(2)}", text)
 
 
-def figures(folder: Path, doc: dict) -> list[tuple[str, str, str]]:
+def figures(a: Analysed) -> list[tuple[str, str, str]]:
     """(id, caption, inline svg) per figure."""
     from hopbench.analysis import plot as P
 
     plt = P._plt()
-    groups, _ = load_groups(folder)
-    bpt, op = doc["bytes_per_token"], doc["operating_tokens"]
-    fits = F.fit_groups(groups, bpt, op, boot=50)
-    inputs = V.Inputs(**doc["inputs"])
-    verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op)] if doc["verdicts"] else []
+    groups, fits, verdicts, inputs = a.groups, a.fits, a.verdicts, a.inputs
+    bpt, op = a.bytes_per_token, a.operating_tokens
     made: list[tuple[str, str, Callable[[], Any]]] = [
         ("fig-latency", "Round trip p50 against payload per rung, with the &alpha;&ndash;&beta; fit (dashed) and the "
                         "interval of each point.", lambda: P.latency_vs_payload(groups, fits, bpt))]
@@ -439,9 +452,9 @@ def figures(folder: Path, doc: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def render(folder: Path, doc: dict) -> str:
+def render(a: Analysed, doc: dict) -> str:
     figs = "".join(f'<figure id="{fid}">{svg}<figcaption>{cap}</figcaption></figure>'
-                   for fid, cap, svg in figures(folder, doc))
+                   for fid, cap, svg in figures(a))
     tables = (_answer(doc) + _verdict_section(doc) + _fit_section(doc)).replace("<table>", '<div class="wide"><table>') \
         .replace("</table>", "</table></div>")
     data = json.dumps(doc, sort_keys=True).replace("</", "<\\/")
@@ -458,5 +471,6 @@ def render(folder: Path, doc: dict) -> str:
 
 
 def build(folder: Path, scfg) -> tuple[dict, str]:
-    doc = build_document(Path(folder), scfg)
-    return doc, render(Path(folder), doc)
+    a = analyse(folder, scfg)
+    doc = build_document(a)
+    return doc, render(a, doc)

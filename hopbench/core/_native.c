@@ -55,7 +55,6 @@ typedef struct {
     int yield_every;      /* sched_yield every N empty polls (a peer may share this CPU); 0 = never */
     int64_t *progress;    /* completed calls, read by the TCP watchdog; may be NULL */
     PyObject *alive;      /* a callable asked every ~1 ms while waiting: False = the peer is gone (UCX) */
-    int gone;             /* set when alive() said False */
 } loopctx;
 
 /* Take the GIL back for a moment and run Python's signal handlers. -1: an exception is set. */
@@ -103,10 +102,8 @@ static inline int spin_tick(loopctx *c, uint64_t *spins, int64_t *deadline, int6
             *next_sig = t + 1000000;
             if (check_signals(c) < 0)
                 return ST_INTERRUPTED;
-            if (peer_gone(c)) {
-                c->gone = 1;
+            if (peer_gone(c))
                 return ST_CLOSED;
-            }
         }
     }
     return 0;
@@ -515,7 +512,7 @@ static PyObject *py_tcp_client(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     if (get_bufs(&b, req, rep, samples, progress) < 0) return NULL;
     tcpep e = {fd, busy};
-    loopctx c = {NULL, timeout_ns, yield_every, b.have_progress ? (int64_t *)b.progress.buf : NULL, NULL, 0};
+    loopctx c = {NULL, timeout_ns, yield_every, b.have_progress ? (int64_t *)b.progress.buf : NULL, NULL};
     PyObject *r = client_loop((send_fn)tcp_send, (recv_fn)tcp_recv, &e, &c, &b, k, idb, n, gap_ns);
     release(&b);
     return r;
@@ -532,7 +529,7 @@ static PyObject *py_tcp_echo(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     if (get_bufs(&b, req, rep, Py_None, progress) < 0) return NULL;
     tcpep e = {fd, busy};
-    loopctx c = {NULL, timeout_ns, yield_every, b.have_progress ? (int64_t *)b.progress.buf : NULL, NULL, 0};
+    loopctx c = {NULL, timeout_ns, yield_every, b.have_progress ? (int64_t *)b.progress.buf : NULL, NULL};
     PyObject *r = echo_loop((send_fn)tcp_send, (recv_fn)tcp_recv, &e, &c, &b, k, idb, total, crc);
     release(&b);
     return r;
@@ -558,7 +555,7 @@ static PyObject *py_ucx_client(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     if (need_ucp() < 0 || get_bufs(&b, req, rep, samples, Py_None) < 0) return NULL;
     ucxep e = {(void *)(uintptr_t)worker, (void *)(uintptr_t)ep, stag, rtag};
-    loopctx c = {NULL, timeout_ns, yield_every, NULL, alive == Py_None ? NULL : alive, 0};
+    loopctx c = {NULL, timeout_ns, yield_every, NULL, alive == Py_None ? NULL : alive};
     PyObject *r = client_loop((send_fn)ucx_send, (recv_fn)ucx_recv, &e, &c, &b, k, idb, n, gap_ns);
     release(&b);
     return r;
@@ -576,7 +573,7 @@ static PyObject *py_ucx_echo(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     if (need_ucp() < 0 || get_bufs(&b, req, rep, Py_None, Py_None) < 0) return NULL;
     ucxep e = {(void *)(uintptr_t)worker, (void *)(uintptr_t)ep, stag, rtag};
-    loopctx c = {NULL, timeout_ns, yield_every, NULL, alive == Py_None ? NULL : alive, 0};
+    loopctx c = {NULL, timeout_ns, yield_every, NULL, alive == Py_None ? NULL : alive};
     PyObject *r = echo_loop((send_fn)ucx_send, (recv_fn)ucx_recv, &e, &c, &b, k, idb, total, crc);
     release(&b);
     return r;
@@ -588,7 +585,6 @@ static PyObject *py_ucx_bind(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     /* the library ucxx loaded: RTLD_NOLOAD finds it, never a second copy */
     void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    void *hs = NULL;
     if (!h) {
         PyErr_Format(PyExc_OSError, "libucp is not loaded from %s: %s", path, dlerror());
         return NULL;
@@ -596,7 +592,6 @@ static PyObject *py_ucx_bind(PyObject *Py_UNUSED(self), PyObject *args) {
 #define SYM(field, name)                                                                          \
     do {                                                                                          \
         *(void **)(&ucp.field) = dlsym(h, name);                                                  \
-        if (!ucp.field && hs) *(void **)(&ucp.field) = dlsym(hs, name);                           \
         if (!ucp.field) {                                                                         \
             PyErr_Format(PyExc_OSError, "%s not found in %s", name, path);                        \
             return NULL;                                                                          \

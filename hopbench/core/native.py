@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench.core.protocol import SEQ, ReplyCodec
+from hopbench.core.protocol import ReplyCodec
 from hopbench.core.transport import NativeEndpoint
 from hopbench.errors import ConfigError
 
@@ -36,12 +36,6 @@ except ImportError as _exc:  # not built here: no compiler or headers at install
 # C status -> the name a NativeEndpoint's error() reads
 _STATUS = {1: "timeout", 2: "closed", 3: "oserror", 6: "ucs", 7: "length"}
 ST_BAD_REPLY, ST_INTERRUPTED, ST_BAD_SEQ = 4, 5, 8
-
-
-def check_loop(loop: str) -> str:
-    if loop not in LOOPS:
-        raise ConfigError(f"--loop {loop!r}: expected one of {', '.join(LOOPS)}")
-    return loop
 
 
 def describe() -> str:
@@ -199,4 +193,4 @@ def ucs_status_string(status: int) -> str:
     return _C.ucs_status_string(status) if _C is not None else f"UCS status {status}"
 
 
-__all__ = ["LOOPS", "SEQ", "UNAVAILABLE", "check_loop", "choose", "describe", "run_client", "run_echo"]
+__all__ = ["LOOPS", "UNAVAILABLE", "choose", "describe", "predict", "run_client", "run_echo"]

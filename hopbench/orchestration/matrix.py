@@ -32,6 +32,7 @@ from typing import Any, Callable, Protocol
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.orchestration.sweep.plan import Cell as SweepCell
 from hopbench.orchestration.sweep.state import cell_done
 from hopbench.records import RunConfig
 
@@ -40,6 +41,10 @@ SWEEP_SCHEMA = "hopbench.sweep"
 
 class NodeLeft(HopbenchError):
     """The node's agent is gone (it left the cluster)."""
+
+    def __init__(self, why: str, node: str | None = None):
+        super().__init__(why)
+        self.why, self.node = why, node
 
 
 class Agents(Protocol):
@@ -105,23 +110,11 @@ def pair_name(client: str, server: str) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
-    client: str
-    server: str
-    transport: str
-    payload: str
-    tokens: int | None
-    request_bytes: int
-    reply_bytes: int
-    repeat: int
+class Cell(SweepCell):
+    """A sweep cell whose rung is a pair (its key and folder are a sweep cell's)."""
 
-    @property
-    def rung(self) -> str:
-        return pair_name(self.client, self.server)
-
-    @property
-    def key(self) -> str:
-        return f"{self.rung}/{self.transport}/{self.payload}-g0/r{self.repeat}"
+    client: str = ""
+    server: str = ""
 
 
 def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
@@ -136,7 +129,8 @@ def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
             combos = [(tr, p) for tr in cfg.transports for p in loads]
             rng.shuffle(combos)
             for tr, (label, tokens, nbytes) in combos:
-                batches.append([Cell(a, b, tr, label, tokens, nbytes, cfg.k * cfg.id_bytes, rep) for a, b in rnd])
+                batches.append([Cell(pair_name(a, b), tr, label, tokens, nbytes, cfg.k * cfg.id_bytes, 0.0, rep,
+                                     client=a, server=b) for a, b in rnd])
     return batches
 
 
@@ -147,7 +141,7 @@ def _job(cell: Cell, cfg: MatrixConfig) -> dict:
     return {"config": run_cfg.to_dict(),
             "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
                         "reply_bytes": cell.reply_bytes},
-            "extra": {"sweep": {"cell": {**asdict(cell), "rung": cell.rung, "gap_ms": 0.0}, "key": cell.key,
+            "extra": {"sweep": {"cell": asdict(cell), "key": cell.key,
                                 "seed": cfg.seed},
                       "rung": cell.rung, "matrix": {"client": cell.client, "server": cell.server}}}
 
@@ -198,7 +192,7 @@ def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[s
         try:
             top["matrix"]["nodes"][n] = {"doctor": agents.doctor(n)}
         except NodeLeft as exc:
-            left[n] = f"before measuring: {exc}"
+            left[n] = f"before measuring: {exc.why}"
     for a, b in pairs(nodes, cfg.ordered):
         top["rungs"].setdefault(pair_name(a, b), {"name": pair_name(a, b), "kind": "matrix-pair", "client": a,
                                                   "server": b, "rate_mbit": None, "transports": list(cfg.transports)})
@@ -231,11 +225,11 @@ def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[s
             host, port = server_of(cell.server)
             answer = agents.run(cell.client, host, port, _job(cell, cfg))
         except NodeLeft as exc:
-            node = exc.args[1] if len(exc.args) > 1 else cell.client
+            node = exc.node or cell.client
             with lock:
-                left.setdefault(node, f"{R.utc_iso()}: {exc.args[0]}")
+                left.setdefault(node, f"{R.utc_iso()}: {exc.why}")
                 top["failed_cells"].append({"key": cell.key, "error": f"node {node} left the cluster"})
-            log(f"node {node} left the cluster ({exc.args[0]}); its pairs are marked and the rest continue")
+            log(f"node {node} left the cluster ({exc.why}); its pairs are marked and the rest continue")
             return
         if answer.get("files"):
             _write_files(cell_dir, answer["files"])
@@ -245,7 +239,7 @@ def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[s
                 agents.serve(cell.server)
             except NodeLeft as exc:
                 with lock:
-                    left.setdefault(cell.server, f"{R.utc_iso()}: {exc.args[0]}")
+                    left.setdefault(cell.server, f"{R.utc_iso()}: {exc.why}")
                 error = f"node {cell.server} left the cluster ({error})"
                 log(f"node {cell.server} left the cluster; its pairs are marked and the rest continue")
             with lock:
@@ -467,7 +461,7 @@ class RayAgents:
         try:
             answer: dict = self._call(node, "run", host, port, job)
         except NodeLeft as exc:  # the client died; or the server's node, seen by the client as an error
-            raise NodeLeft(exc.args[0], node) from None
+            raise NodeLeft(exc.why, node) from None
         return answer
 
     def close(self) -> None:

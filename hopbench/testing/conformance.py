@@ -7,11 +7,12 @@ install line. tests/test_conformance.py runs every check on every transport."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import ConnectFailed, HopbenchError, PeerClosed, ProtocolError, Timeout
@@ -250,8 +251,15 @@ CHECKS: list[Callable[[str], None]] = [
 K, ID_BYTES = 2, 4
 
 
-def _loop_pair(name: str, poll: str, timeout_s: float = 5.0) -> tuple[Any, Any]:
-    return connected(name, timeout_s, poll=poll)
+@contextlib.contextmanager
+def _loop_pair(name: str, poll: str, timeout_s: float = 5.0) -> Iterator[tuple[Any, Any]]:
+    """A connected (client, server) pair in this poll mode, both closed on the way out."""
+    client, server = connected(name, timeout_s, poll=poll)
+    try:
+        yield client, server
+    finally:
+        client.close()
+        server.close()
 
 
 def _thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -284,8 +292,7 @@ def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int
 
     from hopbench.core.timing import echo_cycles, run_cycles
 
-    client, server = _loop_pair(name, poll)
-    try:
+    with _loop_pair(name, poll) as (client, server):
         codec = _codec()
         sreq, srep = server.alloc(request_bytes), server.alloc(reply_bytes)
         creq, crep = client.alloc(request_bytes), client.alloc(reply_bytes)
@@ -302,9 +309,6 @@ def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int
         assert done == n and box["result"] == n, (done, box)
         return samples, {"client": info_c["loop"], "server": info_s["loop"]}, bytes(memoryview(creq).cast("B")), \
             bytes(memoryview(crep).cast("B"))
-    finally:
-        client.close()
-        server.close()
 
 
 def check_loop_runs_and_records(name: str, poll: str, loop: str) -> None:
@@ -325,8 +329,7 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
 
         codec = _codec()
         # the client loop against a recording Python echo
-        client, server = _loop_pair(name, poll)
-        try:
+        with _loop_pair(name, poll) as (client, server):
             seen: list[bytes] = []
 
             def echo() -> None:
@@ -343,12 +346,8 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
             run_cycles(client, req, client.alloc(K * ID_BYTES), codec, np.zeros(12, dtype=np.int64), loop=run_loop)
             th.join(30)
             assert "error" not in box, box.get("error")
-        finally:
-            client.close()
-            server.close()
         # the echo loop against a recording Python client
-        client, server = _loop_pair(name, poll)
-        try:
+        with _loop_pair(name, poll) as (client, server):
             got: list[bytes] = []
             th, box = _thread(lambda: echo_cycles(server, server.alloc(100), server.alloc(K * ID_BYTES), codec, 12,
                                                   on_bad_seq=lambda seq: None, loop=run_loop))
@@ -360,9 +359,6 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
                 got.append(bytes(memoryview(rep).cast("B")))
             th.join(30)
             assert "error" not in box and box["result"] == 12, box
-        finally:
-            client.close()
-            server.close()
         return seen, got
 
     assert record(loop) == record("python")
@@ -375,8 +371,7 @@ def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> N
     from hopbench.errors import VerifyError
 
     codec = _codec()
-    client, server = _loop_pair(name, poll)
-    try:
+    with _loop_pair(name, poll) as (client, server):
         def echo() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(4):
@@ -397,9 +392,6 @@ def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> N
         finally:
             th.join(30)
         raise AssertionError("a stale reply was accepted")
-    finally:
-        client.close()
-        server.close()
 
 
 def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
@@ -411,8 +403,7 @@ def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
     from hopbench.errors import VerifyError
 
     codec = _codec()
-    client, server = _loop_pair(name, poll)
-    try:
+    with _loop_pair(name, poll) as (client, server):
         th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 5,
                                               crc=12345, on_bad_seq=lambda seq: None, loop=loop))
         try:
@@ -422,19 +413,16 @@ def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
             assert "checksum mismatch at seq 0" in str(exc) and getattr(exc, "completed_cycles", None) == 0, exc
             return
         finally:
-            client.close()
+            client.close()  # ends the server's loop, waiting for the next request, before the join
             th.join(30)
         raise AssertionError("a request failing its CRC-32 was not reported")
-    finally:
-        server.close()
 
 
 def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> None:
     from hopbench.core.timing import echo_cycles
 
     codec = _codec()
-    client, server = _loop_pair(name, poll)
-    try:
+    with _loop_pair(name, poll) as (client, server):
         bad: list[int] = []
         th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 10,
                                               on_bad_seq=bad.append, loop=loop))
@@ -446,9 +434,6 @@ def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> 
                 client.recv_into(rep)
         th.join(30)
         assert "error" not in box and box["result"] == 2 and bad == [2], (box, bad)
-    finally:
-        client.close()
-        server.close()
 
 
 def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> None:
@@ -457,8 +442,7 @@ def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> No
     from hopbench.core.timing import run_cycles
 
     codec = _codec()
-    client, server = _loop_pair(name, poll)
-    try:
+    with _loop_pair(name, poll) as (client, server):
         def echo_then_close() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(5):
@@ -479,9 +463,6 @@ def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> No
         finally:
             th.join(30)
         raise AssertionError("a peer that closed mid-run did not raise PeerClosed")
-    finally:
-        client.close()
-        server.close()
 
 
 def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
@@ -490,8 +471,7 @@ def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
     from hopbench.core.timing import run_cycles
 
     codec = _codec()
-    client, server = _loop_pair(name, poll, timeout_s=0.5)
-    try:
+    with _loop_pair(name, poll, timeout_s=0.5) as (client, server):
         def echo_then_silence() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(3):
@@ -510,9 +490,6 @@ def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
         finally:
             th.join(30)
         raise AssertionError("a peer that stopped answering did not time out")
-    finally:
-        client.close()
-        server.close()
 
 
 LOOP_CHECKS: list[Callable[[str, str, str], None]] = [
