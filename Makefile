@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: browser system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
+.PHONY: test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -22,18 +22,29 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-test: install-dev lint browser
+test: test-tools install-dev lint wheel-check
 	$(PY) -m pytest -q
 
-# The report's browser test drives Debian's Chromium with Playwright; as root with apt,
-# install it when missing (elsewhere the test is skipped and says why).
-browser:
-	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing chromium (the report's browser test)"; \
-	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
-	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)) \
-	  || echo "warning: could not install chromium: the browser test will be skipped"; \
+# What the tests use from the system, installed as root with apt when missing (elsewhere
+# each test that needs one is skipped and says why): iproute2 (network namespaces), ethtool
+# (veth offloads on the emulated rungs), chromium (the report's browser test, driven by
+# Playwright), gcc (the compiled timed loop, built at install). Listed as package:command.
+TEST_TOOLS := iproute2:ip ethtool:ethtool chromium:chromium gcc:cc
+test-tools:
+	@missing=""; for pc in $(TEST_TOOLS); do command -v $${pc#*:} >/dev/null || missing="$$missing $${pc%%:*}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing (used by the tests)"; \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null)) \
+	    || echo "warning: could not install$$missing: the tests that need them are skipped"; \
+	  else echo "note: not root with apt, so$$missing stay missing: the tests that need them are skipped"; fi; \
 	fi
+
+# The wheel as a user installs it: built, installed (not editable) with its extras into a
+# fresh venv, and run from a directory outside the checkout (benchmarks/wheel_check.py).
+wheel-check: install
+	$(PY) benchmarks/wheel_check.py
 
 test-fast: install-dev
 	$(PY) -m pytest -q -m "not slow and not netns"

@@ -53,7 +53,7 @@ SOCKPERF_MAX = 65_507
 def ucx_perftest() -> tuple[list[str], dict[str, str], str]:
     """(command, environment, which build): the wheel's ucx_perftest with hopbench's UCX
     environment, or the system one (said)."""
-    code = ("import os, json; before = set(os.environ); import transports.ucx as U; "
+    code = ("import os, json; before = set(os.environ); import hopbench.transports.ucx as U; "
             "env = {k: v for k, v in os.environ.items() if k.startswith('UCX_') and k not in before and 'LOG' not in k}; "
             "env.update({'UCX_' + k: v for k, v in U._config_dict({'UCX_TLS': 'tcp'}).items()}); "
             "import libucx, os.path as p; root = p.dirname(libucx.__file__); print(json.dumps([env, root]))")

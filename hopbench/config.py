@@ -4,18 +4,38 @@ and sweep configs (hopbench.config_sweep) build on it."""
 
 from __future__ import annotations
 
+import tomllib
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from hopbench.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+LOCAL_CONFIGS = Path("configs")  # ./configs/ in the current directory (a checkout) wins over the installed copy
+
+
+def config_file(rel: str | Path) -> Path:
+    """A shipped config by its path under configs/ (e.g. "shape.toml", "rungs/emu-1g.toml"):
+    ./configs/<rel> when the current directory has it, else the copy installed with
+    hopbench (package data of hopbench.configs, read through importlib.resources)."""
+    local = LOCAL_CONFIGS / rel
+    if local.exists():
+        return local
+    return Path(str(files("hopbench.configs").joinpath(str(rel))))
+
+
+def resolve_config(path: str | Path) -> Path:
+    """A config path as given: itself when it exists; a relative configs/... path that does
+    not exist here is the shipped config of that name (so the defaults work outside a checkout)."""
+    path = Path(path)
+    if path.exists() or path.is_absolute() or not path.parts or path.parts[0] != "configs":
+        return path
+    shipped = config_file(Path(*path.parts[1:]))
+    return shipped if shipped.exists() else path
 
 
 def load_toml(path: str | Path, allowed: set[str] | None = None) -> dict[str, Any]:
-    path = Path(path)
+    path = resolve_config(path)
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

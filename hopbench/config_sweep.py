@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopbench.config import CONFIG_DIR, check_keys, load_toml, parse_hostport, require
+from hopbench.config import check_keys, config_file, load_toml, parse_hostport, require
 from hopbench.errors import ConfigError
 
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
@@ -36,7 +36,7 @@ class Rung:
 
 
 def load_rung(name: str) -> Rung:
-    path = Path(name) if name.endswith(".toml") else CONFIG_DIR / "rungs" / f"{name}.toml"
+    path = Path(name) if name.endswith(".toml") else config_file(f"rungs/{name}.toml")
     data = load_toml(path, allowed={"rung"})
     f = str(path)
     r = require(data, "rung", dict, f)

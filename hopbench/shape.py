@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hopbench.config import CONFIG_DIR, load_toml, require
+from hopbench.config import config_file, load_toml, require, resolve_config
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ID_BYTES = {"int32": 4, "int64": 8, "int16": 2}
@@ -50,7 +50,7 @@ class ShapeConfig:
 
 
 def load_shape(path: str | Path | None = None) -> ShapeConfig:
-    path = Path(path) if path else CONFIG_DIR / "shape.toml"
+    path = resolve_config(path) if path else config_file("shape.toml")
     data = load_toml(path, allowed={"model", "draft", "grid", "decode"})
     f = str(path)
     model = require(data, "model", dict, f, allowed={"name", "aux_layers", "hidden", "dtype"})

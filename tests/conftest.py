@@ -5,6 +5,9 @@ import pytest
 
 from hopbench.core import protocol as P
 from hopbench.core.server import Server, ServerConfig
+from hopbench.testing import register_fake
+
+register_fake()  # the in-memory test transport, never in the product registry
 
 
 class ServerThread:

@@ -13,8 +13,8 @@ from hopbench.core.client import Session
 from hopbench.errors import HopbenchError, ProtocolError, Refused
 from hopbench.orchestration.runner import run_session
 from hopbench.records import Payload, RunConfig
+from hopbench.testing import fake_transport as fake
 from tests.conftest import small_plan
-from transports import fake
 
 
 def test_secret_accepted_refused_and_missing(server_factory):

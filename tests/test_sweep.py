@@ -20,6 +20,8 @@ from hopbench.shape import load_shape
 
 TINY = Path(__file__).parent / "data" / "sweep-tiny.toml"
 ok, why = netem.available()
+if ok and not __import__("shutil").which("ethtool"):  # the emulated rungs' pre-flight needs it (veth offloads)
+    ok, why = False, "ethtool not installed (apt-get install ethtool; `make test` installs it as root)"
 
 
 def test_plan_is_interleaved_seeded_and_complete():

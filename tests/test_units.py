@@ -13,7 +13,7 @@ from hopbench.errors import ConfigError, PeerClosed, ProtocolError, VerifyError
 from hopbench.estimate import median_interval, ranks_for_level
 from hopbench.shape import load_shape, log_grid
 from hopbench.testing import FakeClock
-from transports import fake
+from hopbench.testing import fake_transport as fake
 
 
 def test_shape_from_config():

@@ -167,27 +167,52 @@ class Registered:
     # checks them against the transport's own known_settings)
     settings_prefix: str | None = None
     settings: frozenset[str] = frozenset()
+    broken: str | None = None  # why its entry point could not be read (a plugin's fault)
 
     def owns(self, key: str) -> bool:
         return key in self.settings or bool(self.settings_prefix and key.startswith(self.settings_prefix))
 
 
-REGISTRY: dict[str, Registered] = {
-    "tcp": Registered("tcp", "transports.tcp:TcpTransport", None, None),
-    "zmq": Registered("zmq", "transports.zmq:ZmqTransport", "zmq", "pyzmq",
-                      settings=frozenset({"copy_threshold", "sndhwm", "rcvhwm", "io_threads"})),
-    "ucx": Registered("ucx", "transports.ucx:UcxTransport", "ucx", "ucxx-cu12", settings_prefix="UCX_"),
-    "fake": Registered("fake", "transports.fake:FakeTransport", None, None),
-}
+ENTRY_POINT_GROUP = "hopbench.transports"
+
+
+_REGISTRY: dict[str, Registered] = {}
+_LOADED = False
+
+
+def registry() -> dict[str, Registered]:
+    """The registered transports, read once from the `hopbench.transports` entry points (each
+    names a Registered and imports no transport library), plus any `register()`ed in this
+    process (the tests' fake). The core names no transport: it knows them only from here."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        from importlib.metadata import entry_points
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                reg = ep.load()
+                ok = isinstance(reg, Registered)
+                why = "" if ok else "is not a hopbench.core.transport.Registered"
+            except Exception as exc:  # a broken third-party plugin must not take the tool down
+                ok, why = False, f"fails to load ({type(exc).__name__}: {exc})"
+            if not ok:
+                reg = Registered(ep.name, ep.value, None, None, broken=f"its entry point {ep.value} {why}")
+            _REGISTRY.setdefault(reg.name, reg)
+    return _REGISTRY
+
+
+def register(reg: Registered) -> None:
+    """Add a transport in this process only (tests: hopbench.testing.register_fake)."""
+    registry()[reg.name] = reg
 
 
 def owner_of_setting(key: str) -> str:
     """The transport a --opt key belongs to; ConfigError naming who owns what otherwise."""
-    for reg in REGISTRY.values():
+    for reg in registry().values():
         if reg.owns(key):
             return reg.name
     owned = "; ".join(f"{r.name}: {r.settings_prefix + '*' if r.settings_prefix else ', '.join(sorted(r.settings))}"
-                      for r in REGISTRY.values() if r.settings or r.settings_prefix)
+                      for r in registry().values() if r.settings or r.settings_prefix)
     raise ConfigError(f"--opt {key}: no transport has this setting ({owned})")
 
 
@@ -198,9 +223,11 @@ def install_line(extra: str) -> str:
 def get_transport(name: str) -> Transport:
     """Resolve a transport by name, importing its module only now."""
     try:
-        reg = REGISTRY[name]
+        reg = registry()[name]
     except KeyError:
-        raise ConfigError(f"unknown transport {name!r} (known: {', '.join(REGISTRY)})") from None
+        raise ConfigError(f"unknown transport {name!r} (known: {', '.join(registry())})") from None
+    if reg.broken:
+        raise TransportUnavailable(f"transport {name!r} is not available: {reg.broken}")
     module_name, attr = reg.target.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -214,7 +241,7 @@ def get_transport(name: str) -> Transport:
 def describe_transports() -> list[dict[str, Any]]:
     """One row per registered transport: importable here?, library version, install line."""
     rows = []
-    for reg in REGISTRY.values():
+    for reg in registry().values():
         row: dict[str, Any] = {"name": reg.name, "extra": reg.extra}
         try:
             t = get_transport(reg.name)

@@ -9,4 +9,12 @@ clock. `hopbench.testing.conformance.CHECKS` runs against any registered transpo
 
 from hopbench.testing.fakes import FakeClock, fake_pair
 
-__all__ = ["FakeClock", "fake_pair"]
+__all__ = ["FakeClock", "fake_pair", "register_fake"]
+
+
+def register_fake() -> str:
+    """Register the in-memory test transport `fake` in this process (it is never in the
+    product registry: `hopbench serve` and `hopbench transports` do not know it)."""
+    from hopbench.core.transport import Registered, register
+    register(Registered("fake", "hopbench.testing.fake_transport:FakeTransport", None, None))
+    return "fake"

@@ -1,9 +1,9 @@
-"""Fakes: an in-memory channel pair (transports.fake) and a clock that advances by a fixed
+"""Fakes: an in-memory channel pair (hopbench.testing.fake_transport) and a clock that advances by a fixed
 step per read, so a loop's clock reads can be counted and its samples predicted."""
 
 from __future__ import annotations
 
-from transports.fake import FakeChannel, pair
+from hopbench.testing.fake_transport import FakeChannel, pair
 
 
 def fake_pair(timeout_s: float = 5.0) -> tuple[FakeChannel, FakeChannel]:

@@ -36,7 +36,7 @@ from hopbench.shape import Shape
 def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> tuple[list[str], set[str]]:
     """What this sweep needs and this machine lacks: one line each with the exact install
     command, and the transports that are missing. Checked before anything is measured."""
-    from hopbench.core.transport import REGISTRY, install_line
+    from hopbench.core.transport import install_line, registry
 
     lines: list[str] = []
     missing_tr: set[str] = set()
@@ -46,7 +46,7 @@ def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> 
             get_transport(t)
         except TransportUnavailable:
             missing_tr.add(t)
-            extra = REGISTRY[t].extra
+            extra = registry()[t].extra
             lines.append(f"transport {t} is not installed: {install_line(extra) if extra else 'see docs/TRANSPORTS.md'}")
         except HopbenchError as exc:
             missing_tr.add(t)
