@@ -568,6 +568,7 @@ def verdict(
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
     t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
+    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = 0.05,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -579,11 +580,7 @@ def verdict(
     td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (s.t_draft_ms, 0.0)
     cy = parse_quantity(cycle, "--cycle") if cycle is not None else (s.cycle_ms, 0.0)
     ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (s.tok_s, 0.0)
-    if not 0 <= tolerance < 1:
-        raise ConfigError(f"--tolerance {tolerance}: expected a fraction in [0, 1)")
-    if t_draft_remote < 0:
-        raise ConfigError("--t-draft-remote must be >= 0")
-    inputs = Inputs(td[0], cy[0], ts[0], tolerance, t_draft_remote, td[1], cy[1], ts[1])
+    inputs = Inputs(td[0], cy[0], ts[0], tolerance, t_draft_remote, td[1], cy[1], ts[1], min_gain)
     hops = None
     if hop_ms:
         hops = {}
@@ -629,13 +626,15 @@ def plot(results: ResultsArg, shape: ShapeOpt = None):
 def report(
     results: ResultsArg,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
+    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = 0.05,
+    spec: Annotated[Optional[list[Path]], typer.Option(help="A hopbench spec result folder (repeatable): its rung's Answer uses the measured tok/s.")] = None,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
     """One self-contained HTML page: question and verdict first, fit, figures, warnings, both environments, commands."""
     from hopbench.analysis import commands as analysis
 
-    path = analysis.write_report(results, _shape(shape), output)
+    path = analysis.write_report(results, _shape(shape), output, min_gain, spec or [])
     if json_out:
         print((Path(results) / "analysis" / "report.json").read_text(), end="")
     else:

@@ -101,11 +101,17 @@ def test_bad_config_key_one_line(tmp_path):
     assert "colour" in line and str(bad) in line
 
 
-def test_transports_lists_all():
-    res = runner.invoke(app, ["transports"])
-    assert res.exit_code == 0
-    for name in ("tcp", "zmq", "ucx", "fake"):
-        assert name in res.output
+def test_transports_lists_the_registry_and_not_the_test_transport():
+    """A fresh process: the product registry (entry points) has tcp, zmq and ucx; the tests'
+    in-memory `fake` is registered only inside the test process."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "hopbench", "transports"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for name in ("tcp", "zmq", "ucx"):
+        assert name in out.stdout
+    assert "fake" not in out.stdout
 
 
 def test_verdict_from_given_hops():

@@ -158,7 +158,8 @@ def report_all(folder: Path, scfg, show=print) -> None:
     run_plot(folder, bpt, inputs, op, show)
 
 
-def write_report(folder: Path, scfg, output: Path | None = None) -> Path:
+def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float = 0.05,
+                 spec: list[Path] | None = None) -> Path:
     """The HTML report (hopbench.analysis.report) and its JSON document in analysis/report.json.
     The default page, <folder>/report.html, is derived and rewritten; any other path must not exist."""
     from hopbench.analysis import report as RP
@@ -166,7 +167,7 @@ def write_report(folder: Path, scfg, output: Path | None = None) -> Path:
     folder = Path(folder)
     if output is not None and output.exists() and output.resolve() != (folder / "report.html").resolve():
         raise ConfigError(f"{output} exists; refusing to overwrite it (choose another -o)")
-    doc, page = RP.build(folder, scfg)
+    doc, page = RP.build(folder, scfg, min_gain, spec)
     atomic_write(_out(folder) / "report.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     path = output or folder / "report.html"
     atomic_write(path, page)

@@ -181,20 +181,45 @@ class Analysed:
     fits: list[F.Fit]
     verdicts: list[V.Verdict]
     problems: list[dict]
+    spec: list[dict]  # hopbench spec results given with --spec: measured tok/s per rung
 
 
-def analyse(folder: Path, scfg) -> Analysed:
+def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
+    """What `hopbench spec` measured end to end, per rung: the best remote mode's tok/s
+    against the local mode's, the gain with its interval and the call at the same min gain."""
+    from hopbench.analysis import spec as S
+
+    out = []
+    for sf in spec_folders:
+        report, modes = S.analyse(sf)
+        by = {m.mode: m for m in modes}
+        remote = max((by[m] for m in ("sync", "overlap") if m in by), key=lambda m: m.tok_s.value, default=None)
+        if "local" not in by or remote is None:
+            raise HopbenchError(f"{sf}: a spec result needs the local mode and sync or overlap to answer (has {sorted(by)})")
+        local = by["local"]
+        gain = remote.tok_s.value / local.tok_s.value - 1
+        call = ("move the drafter" if gain >= inputs.min_gain and gain > 0 else
+                f"not worth it ({gain:+.1%} < {inputs.min_gain:.0%})" if gain > 0 else "keep the drafter local")
+        out.append({"folder": str(sf), "rung": (report.get("config") or {}).get("rung") or "run",
+                    "transport": (report.get("config") or {}).get("transport"), "mode": remote.mode,
+                    "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
+                    "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call})
+    return out
+
+
+def analyse(folder: Path, scfg, min_gain: float = 0.05, spec: list[Path] | None = None) -> Analysed:
     folder = Path(folder)
     groups, top = load_groups(folder)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
-    inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
+    inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
     problems: list[dict] = []
     try:
         verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op, groups)]
     except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
         verdicts = []
         problems.append({"kind": "no verdict", "text": str(exc)})
-    return Analysed(folder, groups, top, bpt, op, inputs, F.fit_groups(groups, bpt, op), verdicts, problems)
+    return Analysed(folder, groups, top, bpt, op, inputs, F.fit_groups(groups, bpt, op), verdicts, problems,
+                    spec_measured(spec or [], inputs))
 
 
 def build_document(a: Analysed) -> dict:
@@ -221,6 +246,7 @@ def build_document(a: Analysed) -> dict:
                      f"to another box worth it?"),
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
+        "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
         "wire_check": F.wire_check(groups, bpt, op), "cells": cells,
         "warnings": a.problems + _warnings(folder, top, groups, verdicts, floors),
@@ -277,7 +303,8 @@ def _level(level: float | None, scope: str | None) -> str:
 
 
 def _call_class(call: str) -> str:
-    return "pays" if call.startswith("move") or "pays" in call else "even" if "dead" in call or "undecided" in call else "costs"
+    return ("pays" if call.startswith("move") or "pays" in call else
+            "even" if "dead" in call or "undecided" in call or call.startswith("not worth") else "costs")
 
 
 def _verdict_section(doc: dict) -> str:
@@ -322,15 +349,33 @@ def _answer(doc: dict) -> str:
         if v["rung"] not in best or v["hop_ms"] < doc["verdicts"][best[v["rung"]]["i"]]["hop_ms"]:
             best[v["rung"]] = {"i": i}
     items = []
+    measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or [])}
     for rung, b in best.items():
         i = b["i"]
         v = doc["verdicts"][i]
+        if rung in measured:
+            j, s = measured[rung]
+            items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
+                         f'&mdash; measured end to end by hopbench spec ({_esc(s["folder"])}), not projected: '
+                         f'{_esc(s["mode"])} over {_esc(s["transport"])} {num(doc, f"spec_measured.{j}.tok_s", 2)} tok/s '
+                         f'against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} local '
+                         f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%)</li>')
+            continue
         items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["call"])}">{_esc(v["call"])}</span> '
                      f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
                      f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)</li>')
-    return f'<section id="answer"><h2>Answer</h2><ul class="answer">{"".join(items)}</ul></section>' if items else ""
+    if not items:
+        return ""
+    inp = doc["inputs"]
+    return (f'<section id="answer"><h2>Answer</h2><ul class="answer">{"".join(items)}</ul>'
+            f'<p class="note">"move the drafter" needs a projected gain of at least '
+            f'{num(doc, "inputs.min_gain", 0, 100)}% (the least worth a second box; <code>--min-gain</code>). '
+            f'The projection assumes the whole t_draft ({num(doc, "inputs.t_draft_ms", 2)} ms) is freed and the '
+            f'remote drafter\'s own time per cycle is {num(doc, "inputs.t_draft_remote_ms", 2)} ms'
+            f'{"" if inp.get("t_draft_remote_ms") else " (zero)"}; a <code>hopbench spec</code> result given with '
+            '<code>--spec</code> replaces it with the measured tok/s.</p></section>')
 
 
 def _fit_section(doc: dict) -> str:
@@ -470,7 +515,7 @@ def render(a: Analysed, doc: dict) -> str:
             + f'<script type="application/json" id="hopbench-data">{data}</script></body></html>\n')
 
 
-def build(folder: Path, scfg) -> tuple[dict, str]:
-    a = analyse(folder, scfg)
+def build(folder: Path, scfg, min_gain: float = 0.05, spec: list[Path] | None = None) -> tuple[dict, str]:
+    a = analyse(folder, scfg, min_gain, spec)
     doc = build_document(a)
     return doc, render(a, doc)

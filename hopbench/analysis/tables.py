@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import sys
 
-CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "faster": "green",
+CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "not worth": "yellow", "faster": "green",
                "slower": "red"}
 
 

@@ -16,7 +16,14 @@ Calls, in this order:
   its 16.02 ms hop against 15.88 ms break-even, +0.88%, "to within 1%");
 - "undecided" when the projected gain's 95% interval straddles zero (the data cannot
   tell a gain from a loss);
-- otherwise "move the drafter" (gain > 0) or "keep the drafter local".
+- "move the drafter" only when the projected gain clears the minimum worth a second box
+  (`--min-gain`, default 5%); a smaller gain is "not worth it (+0.2% < 5%)";
+- otherwise "keep the drafter local".
+
+The projection assumes the whole t_draft is freed and the remote drafter's own time is
+t_draft_remote (0 by default); `hopbench spec` measures the real loop instead.
+Inputs that cannot describe a decode loop are refused (ConfigError, one line): t_draft must
+be shorter than the cycle, and the remote drafter faster than the local one.
 
 Uncertainty: the hop's interval (from hopbench.estimate, at its achieved level) and the
 inputs' intervals are propagated to the projected tok/s and gain by Monte Carlo (seeded),
@@ -49,6 +56,23 @@ class Inputs:
     t_draft_pm: float = 0.0  # 95% half-widths of the inputs (0: taken as exact)
     cycle_pm: float = 0.0
     tok_s_pm: float = 0.0
+    min_gain: float = 0.05  # the least projected gain worth a second box
+
+    def __post_init__(self) -> None:
+        for name in ("t_draft_ms", "cycle_ms", "tok_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} = {v!r}: expected a positive number")
+        if self.t_draft_ms >= self.cycle_ms:
+            raise ConfigError(f"t_draft {self.t_draft_ms:g} ms >= decode cycle {self.cycle_ms:g} ms: the drafter's time "
+                              "is part of the cycle, so it must be shorter than the cycle")
+        if not (math.isfinite(self.t_draft_remote_ms) and 0 <= self.t_draft_remote_ms < self.t_draft_ms):
+            raise ConfigError(f"t_draft_remote {self.t_draft_remote_ms:g} ms: must be >= 0 and below t_draft "
+                              f"{self.t_draft_ms:g} ms (a remote drafter no faster than the local one leaves no hop to spend)")
+        if not 0 <= self.tolerance < 1:
+            raise ConfigError(f"tolerance {self.tolerance}: expected a fraction in [0, 1)")
+        if not (math.isfinite(self.min_gain) and 0 <= self.min_gain < 10):
+            raise ConfigError(f"min_gain {self.min_gain}: expected a fraction >= 0 (0.05 = 5%)")
 
     def describe(self) -> str:
         def q(v: float, pm: float, unit: str) -> str:
@@ -58,7 +82,9 @@ class Inputs:
         return (f"t_draft = {q(self.t_draft_ms, self.t_draft_pm, ' ms')}{remote} (break-even hop = t_draft - remote), "
                 f"decode cycle = "
                 f"{q(self.cycle_ms, self.cycle_pm, ' ms')}, co-located = {q(self.tok_s, self.tok_s_pm, ' tok/s')}, "
-                f"dead heat = hop within {self.tolerance:.0%} of break-even")
+                f"dead heat = hop within {self.tolerance:.0%} of break-even, worth moving = projected gain >= "
+                f"{self.min_gain:.0%}; assumes the whole t_draft is freed and the remote drafter's own time is "
+                f"{self.t_draft_remote_ms:g} ms")
 
 
 _QTY = re.compile(r"^\s*([0-9.eE+-]+?)\s*(?:(?:\+-|±|\+/-)\s*([0-9.eE+]+))?\s*$")
@@ -97,6 +123,7 @@ class Verdict:
     gain: float
     gain_ci: tuple[float, float] | None
     call: str
+    min_gain: float = 0.05
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -135,18 +162,20 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
         tok_ci = (float(np.percentile(tok_d, 2.5)), float(np.percentile(tok_d, 97.5)))
         gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
     break_even = inp.t_draft_ms - inp.t_draft_remote_ms
-    rel = hop.value / break_even - 1 if break_even > 0 else float("inf")
+    rel = hop.value / break_even - 1
     if abs(rel) <= inp.tolerance:
         call = "dead heat"
     elif gain_ci is not None and gain_ci[0] <= 0 <= gain_ci[1]:
         call = "undecided (the 95% interval straddles break-even)"
-    elif gain > 0:
+    elif gain >= inp.min_gain and gain > 0:
         call = "move the drafter"
+    elif gain > 0:
+        call = f"not worth it ({gain:+.1%} < {inp.min_gain:.0%})"
     else:
         call = "keep the drafter local"
     return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
-                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call)
+                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain)
 
 
 def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:
