@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 import sys
 
-CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "not worth": "yellow", "faster": "green",
-               "slower": "red"}
+CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "not worth": "yellow",
+               "faster": "green", "slower": "red"}
 
 
 def render(columns: list[str], rows: list[list[str]], right: set[int] | None = None, call_column: int | None = None,
