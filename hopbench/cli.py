@@ -553,7 +553,7 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
 
     s = _shape(shape)
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print)
+    analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print, require=True)
     if json_out:  # the document fit also writes to <folder>/analysis/fit.json
         print((Path(results) / "analysis" / "fit.json").read_text(), end="")
 

@@ -114,3 +114,113 @@ def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
     except FileExistsError:
         raise HopbenchError(f"result folder {path} already exists; refusing to overwrite it (choose another --out)") from None
     return path
+
+
+# ---------------------------------------------------------------- files checked when read
+# Every report.json carries `files`: for each CSV next to it, its data rows and the SHA-256
+# of its bytes, computed from the text written (report.json is written last, so a CSV
+# rewritten or cut after it no longer matches). Readers verify them (verify_files) and check
+# each record's types (check_record) before using a field: a bad file gets one line naming
+# the file and what is wrong, never a traceback.
+
+
+def manifest_entry(text: str) -> dict[str, Any]:
+    import hashlib
+
+    return {"rows": max(text.count("\n") - 1, 0), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def verify_files(report_path: Path, doc: dict[str, Any]) -> None:
+    """HopbenchError naming the first CSV that does not match report.json's `files` (absent
+    in results written before the manifest: nothing to verify then)."""
+    import hashlib
+
+    files = doc.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict):
+        raise HopbenchError(f"{report_path}: `files` is a {type(files).__name__}, expected an object")
+    for name, want in files.items():
+        if not isinstance(want, dict) or not isinstance(want.get("sha256"), str) or type(want.get("rows")) is not int \
+                or "/" in str(name) or name.startswith("."):
+            raise HopbenchError(f"{report_path}: files.{name} is not a {{rows, sha256}} entry")
+        path = report_path.parent / name
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise HopbenchError(f"{path}: missing (report.json lists it)") from None
+        if hashlib.sha256(data).hexdigest() != want["sha256"]:
+            rows = max(data.count(b"\n") - 1, 0)
+            raise HopbenchError(f"{path}: does not match report.json (checksum differs; {rows} rows, "
+                                f"{want['rows']} written): truncated or edited after it was written")
+
+
+class Field:
+    """What a record's key must hold: its types, whether it is required, and (for objects and
+    lists) what is inside."""
+
+    def __init__(self, *types: type, required: bool = False, fields: dict[str, "Field"] | None = None,
+                 items: "Field | None" = None, finite: bool = False):
+        self.types, self.required, self.fields, self.items, self.finite = types, required, fields, items, finite
+
+
+def _type_ok(v: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(v, bool):
+        return bool in types
+    return isinstance(v, types)
+
+
+def check_record(doc: Any, spec: dict[str, Field], where: str, path: str = "") -> None:
+    """HopbenchError naming the file and the key when doc does not fit spec (unknown keys
+    are allowed: newer additive fields)."""
+    import math
+
+    if not isinstance(doc, dict):
+        raise HopbenchError(f"{where}: {path or 'the record'} is a {type(doc).__name__}, expected an object")
+    for key, f in spec.items():
+        name = f"{path}{key}"
+        if key not in doc:
+            if f.required:
+                raise HopbenchError(f"{where}: missing key {name}")
+            continue
+        v = doc[key]
+        if v is None and not f.required:
+            continue
+        if not _type_ok(v, f.types):
+            want = " or ".join("number" if t is float else t.__name__ for t in f.types)
+            raise HopbenchError(f"{where}: {name} is {type(v).__name__} {str(v)[:40]!r}, expected {want}")
+        if f.finite and isinstance(v, (int, float)) and not math.isfinite(v):
+            raise HopbenchError(f"{where}: {name} is {v}, expected a finite number")
+        if f.fields is not None:
+            check_record(v, f.fields, where, name + ".")
+        if f.items is not None:
+            for i, item in enumerate(v):
+                if f.items.fields is not None:
+                    check_record(item, f.items.fields, where, f"{name}[{i}].")
+                elif not _type_ok(item, f.items.types):
+                    raise HopbenchError(f"{where}: {name}[{i}] is {type(item).__name__}, expected "
+                                        + " or ".join(t.__name__ for t in f.items.types))
+
+
+NUM = (int, float)
+_SUMMARY = {"complete": Field(bool), "n": Field(int), "p50_ns": Field(*NUM, finite=True),
+            "p50_ci_lo_ns": Field(*NUM), "p50_ci_hi_ns": Field(*NUM), "p50_ci_level": Field(*NUM)}
+_PLAN = {"transport": Field(str, required=True), "request_bytes": Field(int, required=True),
+         "reply_bytes": Field(int, required=True), "gap_ms": Field(*NUM, finite=True), "transport_settings": Field(dict)}
+_PAYLOAD = {"payload": Field(str, required=True), "tokens": Field(int), "started_unix": Field(*NUM),
+            "plan": Field(dict, required=True, fields=_PLAN), "summary": Field(dict, required=True, fields=_SUMMARY),
+            "data_channel": Field(dict), "server_channel": Field(dict)}
+_COMMON = {"schema": Field(str, required=True), "schema_version": Field(int, required=True), "software": Field(str),
+           "created_utc": Field(str), "result_id": Field(str), "status": Field(str), "config": Field(dict),
+           "client_env": Field(dict), "server_env": Field(dict), "seed": Field(int), "fingerprint": Field(str)}
+#: a run's (or a sweep cell's) report.json, as far as the readers use it
+RUN_RECORD = {**_COMMON, "peer": Field(str, list, dict), "rung": Field(str), "doctor": Field(dict),
+              "sweep": Field(dict, fields={"cell": Field(dict, fields={"repeat": Field(int)}), "key": Field(str)}),
+              "files": Field(dict), "payloads": Field(list, required=True, items=Field(dict, fields=_PAYLOAD)),
+              "config": Field(dict, fields={"rung": Field(str), "rate_mbit": Field(*NUM), "bytes_per_token": Field(int),
+                                            "operating_tokens": Field(int)})}
+#: sweep.json (and a matrix's)
+SWEEP_RECORD = {**_COMMON, "kind": Field(str), "fallback": Field(str),
+                "shape": Field(dict, fields={"bytes_per_token": Field(int)}),
+                "config": Field(dict, fields={"operating_tokens": Field(int), "path": Field(str)}),
+                "rungs": Field(dict), "failed_cells": Field(list), "preflight": Field(dict)}

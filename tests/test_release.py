@@ -74,3 +74,40 @@ def test_verdict_refuses_inputs_that_cannot_describe_a_decode_loop(args, says):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and says in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_fit_with_too_few_payloads_says_why_and_exits_non_zero():
+    out = subprocess.run([sys.executable, "-m", "hopbench", "fit", "tests/golden/run-v1"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "at least 3 payload sizes" in out.stderr and "run/tcp 2" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_sweep_that_plans_nothing_is_refused_before_creating_a_folder(tmp_path):
+    from hopbench.config_sweep import load_sweep
+    from hopbench.orchestration.sweep import run_sweep
+
+    import dataclasses
+
+    cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=["nosuch"])
+    with pytest.raises(HopbenchError, match="nothing to measure"):
+        run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path, only_rungs=["loopback"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_csv_edited_after_its_report_is_refused_in_one_line(tmp_path):
+    import shutil
+
+    from hopbench.analysis.data import load_groups
+    from hopbench.results import manifest_entry
+
+    run = tmp_path / "run"
+    shutil.copytree("tests/golden/run-v1", run)
+    doc = json.loads((run / "report.json").read_text())
+    doc["files"] = {n: manifest_entry((run / n).read_text()) for n in ("samples.csv", "summary.csv")}
+    (run / "report.json").write_text(json.dumps(doc))
+    load_groups(run)
+    text = (run / "samples.csv").read_text()
+    (run / "samples.csv").write_text(text[: len(text) // 2])  # cut at a line boundary or not: either is caught
+    with pytest.raises(HopbenchError, match="samples.csv: does not match report.json"):
+        load_groups(run)

@@ -11,7 +11,7 @@ from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import load_groups, recorded_shape
-from hopbench.errors import ConfigError
+from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import Estimate, pct
 from hopbench.results import atomic_write
 
@@ -42,9 +42,16 @@ def trend_warning(groups) -> str | None:
             f"are exchangeable")
 
 
-def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=print) -> list[F.Fit]:
+def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=print, require: bool = False) -> list[F.Fit]:
+    """require: a folder with nothing to fit is an error (the fit command); elsewhere (a
+    sweep's closing analysis) the table says why and the rest goes on."""
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
+    if not fits:
+        if require:
+            raise HopbenchError(f"{folder}: {F.why_no_fit(groups)}")
+        show(F.why_no_fit(groups))
+        return fits
     show(f"alpha-beta fit (latency = alpha + bytes/beta) per rung x transport; operating payload T = {operating_tokens} "
          f"({operating_tokens * bytes_per_token:,} B); points = payload sizes, r = repeats")
     methods = sorted({f"{f.ci_method} ({'within one run' if f.ci_scope == 'within-run' else 'repeats as the unit'})"

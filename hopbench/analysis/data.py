@@ -54,22 +54,39 @@ class Group:
         return self.estimate().value
 
 
-def _timed_samples(samples_csv: Path) -> dict[str, np.ndarray]:
-    """payload -> its timed (non-warm-up) round trips, in cycle order (pandas reads the CSV)."""
+def _timed_samples(samples_csv: Path, want: dict[str, int]) -> dict[str, np.ndarray]:
+    """payload -> its timed (non-warm-up) round trips, in cycle order (pandas reads the CSV);
+    want: payload -> the timed count its report.json records (a cut or padded file is refused)."""
     from hopbench.analysis.deps import pandas
 
-    df = pandas().read_csv(samples_csv, usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
-    df = df[df["warmup"] == 0]
-    return {str(k): v.to_numpy(dtype=np.int64) for k, v in df.groupby("payload", sort=False)["rtt_ns"]}
+    pd = pandas()
+    try:
+        df = pd.read_csv(samples_csv, usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
+        df = df[df["warmup"].astype("int64") == 0]
+        rtt = df["rtt_ns"].astype("int64")
+    except (ValueError, TypeError, KeyError, pd.errors.ParserError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HopbenchError(f"{samples_csv}: not a hopbench samples file ({first[:120]})") from None
+    out = {str(k): v.to_numpy(dtype=np.int64) for k, v in rtt.groupby(df["payload"], sort=False)}
+    for payload, n in want.items():
+        got = out.get(payload, np.zeros(0)).size
+        if payload in out and got != n:
+            raise HopbenchError(f"{samples_csv}: payload {payload} has {got} timed rows, report.json says n = {n}")
+    return out
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise HopbenchError(f"{path} not found: not a hopbench result folder") from None
-    except json.JSONDecodeError as exc:
-        raise HopbenchError(f"{path}: not valid JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HopbenchError(f"{path}: cannot be read ({exc})") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise HopbenchError(f"{path}: not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(doc, dict):
+        raise HopbenchError(f"{path}: a JSON {type(doc).__name__}, expected an object")
+    return doc
 
 
 def check_schema(doc: dict, path: Path, expected: str) -> None:
@@ -78,49 +95,114 @@ def check_schema(doc: dict, path: Path, expected: str) -> None:
     from hopbench.results import SCHEMA_VERSION
 
     if doc.get("schema") != expected:
-        raise HopbenchError(f"{path}: not a {expected} file (schema {doc.get('schema')!r})")
+        raise HopbenchError(f"{path}: not a {expected} file (schema {str(doc.get('schema'))[:60]!r})")
     v = doc.get("schema_version")
-    if not isinstance(v, int) or v < 1:
-        raise HopbenchError(f"{path}: schema_version {v!r} is not a version")
+    if type(v) is not int or v < 1:
+        raise HopbenchError(f"{path}: schema_version {str(v)[:40]!r} is not a version")
     if v > SCHEMA_VERSION:
         raise HopbenchError(f"{path} was written by a newer hopbench ({doc.get('software') or 'schema ' + str(v)}: "
                             f"schema {v}); this hopbench {__version__} reads up to schema {SCHEMA_VERSION}: upgrade it")
 
 
-def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
-    """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
-    Reads every schema version up to the current one (tests/golden)."""
+def _warn(msg: str) -> None:
+    import sys
+
+    if msg not in _WARNED:  # a folder read by several steps of one command says it once
+        _WARNED.add(msg)
+        print(f"hopbench: warning: {msg}", file=sys.stderr)
+
+
+_WARNED: set[str] = set()
+
+
+@dataclass
+class Folder:
+    """A result folder read and checked once: its kind, its top record, and its cells (a
+    run is its own one cell), each cell's report checked against its type spec and its
+    CSVs against the report's manifest. A sweep's bad cell is left out with a warning (the
+    rest is still an answer); a run's is an error."""
+
+    path: Path
+    kind: str  # "sweep" or "run"
+    top: dict
+    cells: list[tuple[Path, dict]]
+    left_out: list[str]
+
+
+def read_folder(folder: str | Path, warn=_warn) -> Folder:
+    from hopbench.results import RUN_RECORD, SWEEP_RECORD, check_record, verify_files
+
     folder = Path(folder)
     if (folder / "sweep.json").exists():
         top = _read_json(folder / "sweep.json")
         check_schema(top, folder / "sweep.json", "hopbench.sweep")
-        rates = {k: v.get("rate_mbit") for k, v in top.get("rungs", {}).items()}
+        check_record(top, SWEEP_RECORD, str(folder / "sweep.json"))
         # a cell's attempts that did not complete were set aside as r<N>.failed-<stamp>-<i>:
         # their payloads may be whole, but the repeat is the one that completed
-        reports = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
+        paths = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
+        kind = "sweep"
     elif (folder / "report.json").exists():
         top = _read_json(folder / "report.json")
         check_schema(top, folder / "report.json", "hopbench.run")
-        cfg = top.get("config") or {}
-        rates = {cfg.get("rung") or "run": cfg.get("rate_mbit")}
-        reports = [folder / "report.json"]
+        paths, kind = [folder / "report.json"], "run"
     else:
         raise HopbenchError(f"{folder}: neither a sweep (sweep.json) nor a run (report.json) folder")
+    cells: list[tuple[Path, dict]] = []
+    left_out: list[str] = []
+    seen: dict[tuple, Path] = {}
+    for rp in paths:
+        try:
+            run = top if rp == folder / "report.json" else _read_json(rp)
+            check_schema(run, rp, "hopbench.run")
+            check_record(run, RUN_RECORD, str(rp))
+            verify_files(rp, run)
+            cell = (run.get("sweep") or {}).get("cell") or {}
+            ident = (run.get("rung"), cell.get("repeat"), tuple(sorted(
+                (p["plan"]["transport"], p["payload"], float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
+            if kind == "sweep" and ident in seen:
+                raise HopbenchError(f"{rp}: the same cell and repeat as {seen[ident]} (a duplicated cell)")
+            seen[ident] = rp
+        except HopbenchError as exc:
+            if kind == "run":
+                raise
+            left_out.append(str(rp.parent))
+            warn(f"{exc}; left out: {rp.parent.relative_to(folder)}")
+            continue
+        cells.append((rp, run))
+    return Folder(folder, kind, top, cells, left_out)
+
+
+def load_groups(folder: str | Path, loaded: Folder | None = None) -> tuple[list[Group], dict]:
+    """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
+    Reads every schema version up to the current one (tests/golden)."""
+    f = loaded or read_folder(folder)
+    folder, top = f.path, f.top
+    if f.kind == "sweep":
+        rates = {k: (v.get("rate_mbit") if isinstance(v, dict) else None) for k, v in (top.get("rungs") or {}).items()}
+    else:
+        cfg = top.get("config") or {}
+        rates = {cfg.get("rung") or "run": cfg.get("rate_mbit")}
     groups: dict[tuple, Group] = {}
-    for rp in reports:
-        run = _read_json(rp)
+    for rp, run in f.cells:
         rung = run.get("rung") or (run.get("config") or {}).get("rung") or "run"
-        samples = _timed_samples(rp.parent / "samples.csv") if (rp.parent / "samples.csv").exists() else {}
-        for p in run.get("payloads", []):
+        want = {p["payload"]: int(p["summary"].get("n") or 0) for p in run["payloads"] if p["summary"].get("complete")}
+        try:
+            samples = _timed_samples(rp.parent / "samples.csv", want) if (rp.parent / "samples.csv").exists() else {}
+        except HopbenchError as exc:
+            if f.kind == "run":
+                raise
+            _warn(f"{exc}; left out: {rp.parent.relative_to(folder)}")
+            continue
+        for p in run["payloads"]:
             s = p["summary"]
-            if not s.get("complete") or not s.get("n"):
+            if not s.get("complete") or not s.get("n") or s.get("p50_ns") is None:
                 continue
             plan = p["plan"]
-            key = (rung, plan["transport"], p["payload"], float(plan.get("gap_ms", 0.0)))
+            key = (rung, plan["transport"], p["payload"], float(plan.get("gap_ms") or 0.0))
             g = groups.get(key)
             if g is None:
                 g = groups[key] = Group(rung, plan["transport"], p["payload"], p.get("tokens"), plan["request_bytes"],
-                                        plan["reply_bytes"], float(plan.get("gap_ms", 0.0)), rates.get(rung))
+                                        plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
             g.repeat_ids.append(int(((run.get("sweep") or {}).get("cell") or {}).get("repeat", len(g.repeat_ids))))
             g.started_unix.append(p.get("started_unix"))
@@ -129,7 +211,8 @@ def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             if p["payload"] in samples:
                 g.samples.append(samples[p["payload"]])
     if not groups:
-        raise HopbenchError(f"{folder}: no complete measurements found")
+        raise HopbenchError(f"{folder}: no complete measurements found"
+                            + (f" ({len(f.left_out)} cell(s) left out: see the warnings)" if f.left_out else ""))
     return sorted(groups.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
 
 
@@ -162,14 +245,10 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
 def first_header(folder: str | Path) -> dict:
     """The recorded environment of a result folder, as compare's baseline check reads it:
     a run's report header, or a sweep's first cell's (with the sweep's creation time)."""
-    folder = Path(folder)
-    if (folder / "sweep.json").exists():
-        top = _read_json(folder / "sweep.json")
-        cells = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
-        head = _read_json(cells[0]) if cells else {}
-        head["created_utc"] = top.get("created_utc", head.get("created_utc"))
-    else:
-        head = _read_json(folder / "report.json")
+    f = read_folder(folder)
+    head = dict(f.cells[0][1]) if f.cells else {}
+    if f.kind == "sweep":
+        head["created_utc"] = f.top.get("created_utc", head.get("created_utc"))
     plans = [p.get("plan", {}) for p in head.get("payloads", [])]
     head["transport_settings"] = {p.get("transport"): p.get("transport_settings") for p in plans}
     head.pop("payloads", None)
@@ -180,8 +259,7 @@ def result_id(folder: str | Path) -> str:
     """A result's identity, kept when its folder is moved or renamed: the id written when it
     was created (`result_id`), or, for results older than that field, a hash of what was
     recorded at creation (schema, creation time, config, seed, peer) - never the folder name."""
-    folder = Path(folder)
-    top = _read_json(folder / ("sweep.json" if (folder / "sweep.json").exists() else "report.json"))
+    top = read_folder(folder, warn=lambda m: None).top
     if top.get("result_id"):
         return str(top["result_id"])
     key = json.dumps([top.get(k) for k in ("schema", "created_utc", "fingerprint", "seed", "peer", "config")],
@@ -193,13 +271,12 @@ def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_ope
     """(bytes per token, operating tokens) as recorded with the result (a sweep's shape and
     config, a run's config); today's config files only where the result predates them."""
     folder = Path(folder)
-    if (folder / "sweep.json").exists():
-        top = _read_json(folder / "sweep.json")
-        bpt = (top.get("shape") or {}).get("bytes_per_token")
-        op = (top.get("config") or {}).get("operating_tokens")
-    elif (folder / "report.json").exists():
-        cfg = _read_json(folder / "report.json").get("config") or {}
-        bpt, op = cfg.get("bytes_per_token"), None
+    if not ((folder / "sweep.json").exists() or (folder / "report.json").exists()):
+        return default_bytes_per_token, default_operating_tokens
+    f = read_folder(folder, warn=lambda m: None)
+    if f.kind == "sweep":
+        bpt = (f.top.get("shape") or {}).get("bytes_per_token")
+        op = (f.top.get("config") or {}).get("operating_tokens")
     else:
-        bpt = op = None
+        bpt, op = (f.top.get("config") or {}).get("bytes_per_token"), None
     return int(bpt or default_bytes_per_token), int(op or default_operating_tokens)

@@ -143,7 +143,9 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
     normal case on a shared machine) moves all its points together. Resampling each
     payload's repeats independently averages that away (the audit: beta "95%" CIs covered
     the truth about half of the time). Here each repeat is fitted on its own and the spread
-    of those fits, centred on the fit through the cell estimates, gives a Student-t
+    of those fits, centred on their own mean (log scale for beta: the centre and the spread
+    come from one estimator; centring on the fit through the cell medians, as before,
+    under-covered under independent noise), gives a Student-t
     interval (the random-groups variance estimator): coverage 90-96% of nominal 95% on
     synthetic sweeps with a 3% per-repeat factor at 2, 3 and 5 repeats
     (tests/test_coverage.py). beta is handled on the log scale of the slope 1/beta.
@@ -165,10 +167,10 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
                 alphas.append(f.alpha_s)
                 slopes.append(1.0 / f.beta_Bps if np.isfinite(f.beta_Bps) and f.beta_Bps > 0 else 0.0)
         if len(alphas) >= 2:
-            a_ci = _t_interval(seg.alpha_s, np.array(alphas), level)
+            a_ci = _t_interval(float(np.mean(alphas)), np.array(alphas), level)
             sl = np.array(slopes)
             if slope > 0 and np.all(sl > 0):
-                lo, hi = _t_interval(np.log(slope), np.log(sl), level)
+                lo, hi = _t_interval(float(np.mean(np.log(sl))), np.log(sl), level)
                 b_ci = (float(np.exp(-hi)), float(np.exp(-lo)))
             else:
                 lo, hi = _t_interval(slope, sl, level)
@@ -186,6 +188,17 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
     b_lo, b_hi = np.percentile(betas_b, q)
     return SegmentCI((float(a_lo), float(a_hi)), (float(b_lo), float(b_hi)), level, "within-run", WITHIN_RUN_BOOT,
                      len(reps))
+
+
+def why_no_fit(groups: list[Group]) -> str:
+    """Why fit_groups found nothing to fit: the payload sizes each rung x transport has."""
+    sizes: dict[tuple[str, str], set[int]] = {}
+    for g in groups:
+        if g.gap_ms == 0:
+            sizes.setdefault((g.rung, g.transport), set()).add(g.request_bytes)
+    has = ", ".join(f"{r}/{t} {len(s)}" for (r, t), s in sorted(sizes.items())) or "no gap-0 cells"
+    return (f"no fit: a line needs at least 3 payload sizes (at gap 0) per rung x transport; this folder has {has} "
+            "(measure more: run --bytes grid, or a sweep)")
 
 
 def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int, boot: int = 300,

@@ -50,17 +50,9 @@ def _clean(x: Any) -> Any:
 
 
 def _cell_reports(folder: Path) -> list[tuple[Path, dict]]:
-    if (folder / "sweep.json").exists():
-        paths = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
-    else:
-        paths = [folder / "report.json"]
-    out = []
-    for p in paths:
-        try:
-            out.append((p, json.loads(p.read_text())))
-        except (OSError, json.JSONDecodeError):
-            continue  # load_groups already refused what it could not read
-    return out
+    from hopbench.analysis.data import read_folder
+
+    return read_folder(folder).cells  # checked: a bad cell was left out (with a warning) there
 
 
 def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:

@@ -69,8 +69,11 @@ class RunWriter:
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
         gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
-        R.atomic_write(self.folder / "samples.csv", R.csv_text(R.sample_columns(gpu), self.samples))
-        R.atomic_write(self.folder / "summary.csv", R.csv_text(R.summary_columns(gpu), self.summaries))
+        texts = {"samples.csv": R.csv_text(R.sample_columns(gpu), self.samples),
+                 "summary.csv": R.csv_text(R.summary_columns(gpu), self.summaries)}
+        for name, text in texts.items():
+            R.atomic_write(self.folder / name, text)
+        report["files"] = {name: R.manifest_entry(text) for name, text in texts.items()}  # written last: checks them
         R.atomic_write(self.folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
 
 

@@ -74,6 +74,10 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     report_progress = on_progress or progress
     rung_names = only_rungs or list(cfg.rungs)
     rungs = [load_rung(n) for n in rung_names]
+    if not any(t in r.transports for r in rungs for t in cfg.transports):
+        raise ConfigError(f"nothing to measure: the sweep's transports ({', '.join(cfg.transports)}) and the rungs' "
+                          + "; ".join(f"{r.name}: {', '.join(r.transports) or 'none'}" for r in rungs)
+                          + " share none (nothing was created)")
     problems, missing_tr = missing_requirements(cfg, rungs, analyse)
     if problems and not (skip_missing and all(p.startswith("transport ") for p in problems)):
         raise ConfigError("pre-flight found what this sweep needs and this machine lacks (nothing was measured):\n  "
