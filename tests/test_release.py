@@ -84,10 +84,10 @@ def test_fit_with_too_few_payloads_says_why_and_exits_non_zero():
 
 
 def test_a_sweep_that_plans_nothing_is_refused_before_creating_a_folder(tmp_path):
+    import dataclasses
+
     from hopbench.config_sweep import load_sweep
     from hopbench.orchestration.sweep import run_sweep
-
-    import dataclasses
 
     cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=["nosuch"])
     with pytest.raises(HopbenchError, match="nothing to measure"):
