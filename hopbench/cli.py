@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hopbench.config import (
+    DEFAULT_PORT,
     parse_bytes_grid,
     parse_hostport,
     parse_int_list,
@@ -76,7 +77,7 @@ def _pin(cpu: str | None) -> None:
 
 @app.command()
 def serve(
-    bind: Annotated[str, typer.Option(help="HOST:PORT to listen on; 0.0.0.0 only when asked. Port 0 picks a free port and reports it.")] = "127.0.0.1:5201",
+    bind: Annotated[str, typer.Option(help="HOST:PORT to listen on; 0.0.0.0 only when asked. Port 0 picks a free port and reports it.")] = f"127.0.0.1:{DEFAULT_PORT}",
     once: Annotated[bool, typer.Option(help="Exit after one session.")] = False,
     max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = MAX_MESSAGE_BYTES,
     max_cycles: Annotated[int, typer.Option(help="Most round trips per plan (untimed and warm-up included).")] = MAX_CYCLES,
@@ -114,7 +115,7 @@ def serve(
 
 @app.command()
 def run(
-    peer: Annotated[str, typer.Option(help="HOST:PORT of a `hopbench serve`.")],
+    peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).")],
     transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
     tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,2,3 (61,440 B each).")] = None,
     bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.")] = None,
@@ -171,7 +172,7 @@ def run(
         gpu.check_choice(mem, gpu_path.value, transport)
         if mem[0] == "cuda":
             gpu.load()  # a missing CuPy or device fails here, with the install line
-    host, port = parse_hostport(peer)
+    host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
     if port == 0:
         raise ConfigError(f"--peer {peer!r}: give the server's port")
     token_list = parse_int_list(tokens, "--tokens") if tokens else []
@@ -257,7 +258,7 @@ def run(
 
 @app.command()
 def spec(
-    peer: Annotated[Optional[str], typer.Option(help="HOST:PORT of a `hopbench serve`: the drafter (not needed for --modes local).")] = None,
+    peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): the drafter (not needed for --modes local).")] = None,
     modes: Annotated[str, typer.Option(help="Modes measured side by side: local, sync, overlap.")] = "local,sync,overlap",
     transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
@@ -295,7 +296,7 @@ def spec(
         raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
     host = port = None
     if peer:
-        host, port = parse_hostport(peer)
+        host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     from hopbench.core.transport import get_transport
@@ -717,7 +718,7 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
 
 @app.command()
 def doctor(
-    peer: Annotated[Optional[str], typer.Option(help="HOST:PORT of a `hopbench serve`: route, server report, path MTU, goodput probe.")] = None,
+    peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): route, server report, path MTU, goodput probe.")] = None,
     interface: Annotated[Optional[str], typer.Option(help="The interface the route should leave by (as a rung config names it).")] = None,
     rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate in Mbit/s (as a rung config names it).")] = None,
     rung: Annotated[Optional[str], typer.Option(help="Take --interface and --rate from this rung config.")] = None,
@@ -737,7 +738,7 @@ def doctor(
         interface = interface or rc.interface
         rate = rate or rc.rate_mbit
     if peer:
-        host, port = parse_hostport(peer)
+        host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
         report = D.peer_report(host, port, interface, rate, secret=secret)
     else:
         report = D.local_report()

@@ -67,10 +67,14 @@ def require(table: dict, key: str, types, file: str, prefix: str = "", allowed: 
     return value
 
 
-def parse_hostport(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+DEFAULT_PORT = 5201  # `hopbench serve`'s port unless --bind says otherwise (iperf3's)
+
+
+def parse_hostport(text: str, default_host: str = "127.0.0.1", default_port: int = 0) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, or HOST alone (default_port: a peer's is DEFAULT_PORT)."""
     host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, "0"
+    if not sep or (text.count(":") > 1 and not text.startswith("[")):  # HOST, or a bare IPv6 address
+        host, port = text, str(default_port)
     host = host.strip("[]") or default_host
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"bad address {text!r}: expected HOST:PORT")

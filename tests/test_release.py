@@ -111,3 +111,11 @@ def test_a_csv_edited_after_its_report_is_refused_in_one_line(tmp_path):
     (run / "samples.csv").write_text(text[: len(text) // 2])  # cut at a line boundary or not: either is caught
     with pytest.raises(HopbenchError, match="samples.csv: does not match report.json"):
         load_groups(run)
+
+
+@pytest.mark.parametrize("text, want", [("10.0.0.1", ("10.0.0.1", 5201)), ("10.0.0.1:7000", ("10.0.0.1", 7000)),
+                                        ("[::1]:7000", ("::1", 7000)), ("::1", ("::1", 5201)), ("host", ("host", 5201))])
+def test_a_peer_without_a_port_is_the_servers_default_port(text, want):
+    from hopbench.config import DEFAULT_PORT, parse_hostport
+
+    assert parse_hostport(text, default_port=DEFAULT_PORT) == want
