@@ -35,8 +35,8 @@ test-tools:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (used by the tests)"; \
-	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1 || \
-	     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null)) \
+	    (DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq $$missing >/dev/null 2>&1 || \
+	     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq $$missing >/dev/null)) \
 	    || echo "warning: could not install$$missing: the tests that need them are skipped"; \
 	  else echo "note: not root with apt, so$$missing stay missing: the tests that need them are skipped"; fi; \
 	fi
@@ -55,7 +55,7 @@ system-tools:
 	  missing=""; command -v ip >/dev/null || missing="$$missing iproute2"; \
 	  command -v ethtool >/dev/null || missing="$$missing ethtool"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing (emulated rungs)"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || echo "warning: could not install$$missing"; fi; \
+	    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq $$missing >/dev/null || echo "warning: could not install$$missing"; fi; \
 	fi
 
 sweep: install system-tools
