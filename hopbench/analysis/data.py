@@ -204,7 +204,8 @@ def load_groups(folder: str | Path, loaded: Folder | None = None) -> tuple[list[
                 g = groups[key] = Group(rung, plan["transport"], p["payload"], p.get("tokens"), plan["request_bytes"],
                                         plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
-            g.repeat_ids.append(int(((run.get("sweep") or {}).get("cell") or {}).get("repeat", len(g.repeat_ids))))
+            repeat = ((run.get("sweep") or {}).get("cell") or {}).get("repeat")  # checked: an int or absent/null
+            g.repeat_ids.append(int(repeat) if repeat is not None else len(g.repeat_ids))
             g.started_unix.append(p.get("started_unix"))
             g.n_cycles.append(int(s.get("n") or 0))
             g.software = g.software or run.get("software")
