@@ -260,7 +260,8 @@ def result_id(folder: str | Path) -> str:
     """A result's identity, kept when its folder is moved or renamed: the id written when it
     was created (`result_id`), or, for results older than that field, a hash of what was
     recorded at creation (schema, creation time, config, seed, peer) - never the folder name."""
-    top = read_folder(folder, warn=lambda m: None).top
+    folder = Path(folder)  # any hopbench result (run, sweep, matrix, spec): its top record only
+    top = _read_json(folder / ("sweep.json" if (folder / "sweep.json").exists() else "report.json"))
     if top.get("result_id"):
         return str(top["result_id"])
     key = json.dumps([top.get(k) for k in ("schema", "created_utc", "fingerprint", "seed", "peer", "config")],
