@@ -19,7 +19,7 @@ from hopbench.config import (
     split_options,
 )
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S
+from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, MIN_GAIN, TIMEOUT_S
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -569,7 +569,7 @@ def verdict(
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
     t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
-    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = 0.05,
+    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = MIN_GAIN,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -627,7 +627,7 @@ def plot(results: ResultsArg, shape: ShapeOpt = None):
 def report(
     results: ResultsArg,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
-    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = 0.05,
+    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = MIN_GAIN,
     spec: Annotated[Optional[list[Path]], typer.Option(help="A hopbench spec result folder (repeatable): its rung's Answer uses the measured tok/s.")] = None,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,

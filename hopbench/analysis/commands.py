@@ -13,6 +13,7 @@ from hopbench.analysis import verdict as V
 from hopbench.analysis.data import load_groups, recorded_shape
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import Estimate, pct
+from hopbench.records import MIN_GAIN
 from hopbench.results import atomic_write
 
 
@@ -165,7 +166,7 @@ def report_all(folder: Path, scfg, show=print) -> None:
     run_plot(folder, bpt, inputs, op, show)
 
 
-def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float = 0.05,
+def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float = MIN_GAIN,
                  spec: list[Path] | None = None) -> Path:
     """The HTML report (hopbench.analysis.report) and its JSON document in analysis/report.json.
     The default page, <folder>/report.html, is derived and rewritten; any other path must not exist."""

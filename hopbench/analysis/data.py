@@ -172,10 +172,10 @@ def read_folder(folder: str | Path, warn=_warn) -> Folder:
     return Folder(folder, kind, top, cells, left_out)
 
 
-def load_groups(folder: str | Path, loaded: Folder | None = None) -> tuple[list[Group], dict]:
+def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
     """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
     Reads every schema version up to the current one (tests/golden)."""
-    f = loaded or read_folder(folder)
+    f = read_folder(folder)
     folder, top = f.path, f.top
     if f.kind == "sweep":
         rates = {k: (v.get("rate_mbit") if isinstance(v, dict) else None) for k, v in (top.get("rungs") or {}).items()}

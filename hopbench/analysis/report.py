@@ -26,6 +26,7 @@ from hopbench.analysis import verdict as V
 from hopbench.analysis.data import first_header, load_groups, recorded_shape, result_id
 from hopbench.errors import HopbenchError
 from hopbench.estimate import pct
+from hopbench.records import MIN_GAIN
 
 REPORT_SCHEMA = "hopbench.report"
 REPORT_SCHEMA_VERSION = 1
@@ -190,8 +191,7 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
             raise HopbenchError(f"{sf}: a spec result needs the local mode and sync or overlap to answer (has {sorted(by)})")
         local = by["local"]
         gain = remote.tok_s.value / local.tok_s.value - 1
-        call = ("move the drafter" if gain >= inputs.min_gain and gain > 0 else
-                f"not worth it ({gain:+.1%} < {inputs.min_gain:.0%})" if gain > 0 else "keep the drafter local")
+        call = V.call_for_gain(gain, inputs.min_gain)
         out.append({"folder": str(sf), "rung": (report.get("config") or {}).get("rung") or "run",
                     "transport": (report.get("config") or {}).get("transport"), "mode": remote.mode,
                     "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
@@ -199,7 +199,7 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
     return out
 
 
-def analyse(folder: Path, scfg, min_gain: float = 0.05, spec: list[Path] | None = None) -> Analysed:
+def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
     folder = Path(folder)
     groups, top = load_groups(folder)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
@@ -507,7 +507,7 @@ def render(a: Analysed, doc: dict) -> str:
             + f'<script type="application/json" id="hopbench-data">{data}</script></body></html>\n')
 
 
-def build(folder: Path, scfg, min_gain: float = 0.05, spec: list[Path] | None = None) -> tuple[dict, str]:
+def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> tuple[dict, str]:
     a = analyse(folder, scfg, min_gain, spec)
     doc = build_document(a)
     return doc, render(a, doc)

@@ -42,6 +42,7 @@ import numpy as np
 from hopbench.analysis.deps import scipy_stats
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate, pct
+from hopbench.records import MIN_GAIN
 
 DRAWS = 20000
 
@@ -56,7 +57,7 @@ class Inputs:
     t_draft_pm: float = 0.0  # 95% half-widths of the inputs (0: taken as exact)
     cycle_pm: float = 0.0
     tok_s_pm: float = 0.0
-    min_gain: float = 0.05  # the least projected gain worth a second box
+    min_gain: float = MIN_GAIN
 
     def __post_init__(self) -> None:
         for name in ("t_draft_ms", "cycle_ms", "tok_s"):
@@ -123,7 +124,7 @@ class Verdict:
     gain: float
     gain_ci: tuple[float, float] | None
     call: str
-    min_gain: float = 0.05
+    min_gain: float = MIN_GAIN
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -142,6 +143,15 @@ def _draw_hop(rng: np.random.Generator, hop: Estimate) -> np.ndarray:
     sd_hi = max(hop.hi - hop.value, 0.0) / z  # type: ignore[operator]
     e = rng.standard_normal(DRAWS)
     return hop.value + np.where(e < 0, e * sd_lo, e * sd_hi)
+
+
+def call_for_gain(gain: float, min_gain: float) -> str:
+    """The call for a decided gain (projected, or measured by hopbench spec)."""
+    if gain > 0 and gain >= min_gain:
+        return "move the drafter"
+    if gain > 0:
+        return f"not worth it ({gain:+.1%} < {min_gain:.0%})"
+    return "keep the drafter local"
 
 
 def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed: int = 3) -> Verdict:
@@ -167,12 +177,8 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
         call = "dead heat"
     elif gain_ci is not None and gain_ci[0] <= 0 <= gain_ci[1]:
         call = "undecided (the 95% interval straddles break-even)"
-    elif gain >= inp.min_gain and gain > 0:
-        call = "move the drafter"
-    elif gain > 0:
-        call = f"not worth it ({gain:+.1%} < {inp.min_gain:.0%})"
     else:
-        call = "keep the drafter local"
+        call = call_for_gain(gain, inp.min_gain)
     return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
                    break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain)
