@@ -56,9 +56,16 @@ def ranks_for_level(n: int, level: float = LEVEL) -> tuple[int, int, float]:
         z = float(norm_ppf(0.5 + level / 2))
         c = max(0, int(math.floor(n / 2 - z * math.sqrt(n) / 2)) - 1)
         return c, n - 1 - c, 1 - 2 * _norm_cdf((c + 0.5 - n / 2) / (math.sqrt(n) / 2))
+    # walk the rank offset c up while 1 - 2 P(B <= c) still reaches the level: P(B <= c) is
+    # accumulated exactly in integers, comb(n, c) from comb(n, c - 1) (O(n), not O(n^2) sums)
+    total = 2**n
+    term = cum = 1  # comb(n, 0), P(B <= 0) * 2^n
     best = 0
-    for c in range((n - 1) // 2 + 1):  # the widest rank offset whose coverage still reaches the level
-        if 1 - 2 * binom_half_cdf(c, n) >= level:
+    for c in range((n - 1) // 2 + 1):
+        if c:
+            term = term * (n - c + 1) // c
+            cum += term
+        if total - 2 * cum >= level * total:
             best = c
         else:
             break

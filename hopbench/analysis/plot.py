@@ -114,8 +114,21 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     return fig
 
 
-def cdfs(groups: list[Group], tokens=(1, 3, 8)):
+CDF_POINTS = 400  # points drawn per CDF line: its quantiles (a sweep pools thousands of cycles per cell)
+
+
+def cdf_tokens(groups: list[Group], most: int = 4) -> list[int]:
+    """The token counts a CDF figure shows: every measured T, or `most` of them spread from the
+    smallest to the largest (never a fixed list: a T = 2 run is shown)."""
+    ts = sorted({g.tokens for g in groups if g.tokens and g.samples and g.gap_ms == 0})
+    if len(ts) <= most:
+        return ts
+    return sorted({ts[round(i * (len(ts) - 1) / (most - 1))] for i in range(most)})
+
+
+def cdfs(groups: list[Group], tokens: list[int] | None = None):
     plt = _plt()
+    tokens = tokens if tokens is not None else cdf_tokens(groups)
     rungs = sorted({g.rung for g in groups})
     styles = {"tcp": "-", "zmq": "--", "ucx": ":"}
     fig, axes = plt.subplots(1, len(rungs), figsize=(5 * len(rungs), 4), squeeze=False)
@@ -124,7 +137,8 @@ def cdfs(groups: list[Group], tokens=(1, 3, 8)):
             for g in groups:
                 if g.rung == rung and g.tokens == t and g.gap_ms == 0 and g.samples:
                     x = np.sort(g.pooled) / 1e3
-                    ax.plot(x, np.arange(1, len(x) + 1) / len(x), styles.get(g.transport, "-"),
+                    idx = np.unique(np.linspace(0, len(x) - 1, min(len(x), CDF_POINTS)).round().astype(int))
+                    ax.plot(x[idx], (idx + 1) / len(x), styles.get(g.transport, "-"),
                             color=plt.cm.tab10(k), label=f"{g.transport} T={t}")
         ax.set_xscale("log")
         # a narrow range (one decade or less, e.g. the 100 Mbit panel) gets minor tick labels

@@ -456,8 +456,11 @@ def _commands_section(doc: dict) -> str:
 
 def _svg(fig, n: int) -> str:
     """A matplotlib figure as inline SVG, its ids made unique within the page."""
+    import matplotlib
+
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not a path per glyph: 3x faster, smaller
+        fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
     text = text[text.index("<svg"):]
     text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="f{n}-{m.group(1)}"', text)
