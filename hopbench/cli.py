@@ -669,7 +669,7 @@ def export(
         return
     groups, top = load_groups(results)
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    fits = F.fit_groups(groups, bpt, op, boot=50)
+    fits = F.fit_groups(groups, bpt, op)
     from hopbench.analysis.data import result_id
 
     recs = E.records(groups, top, Path(results).name, study, fits, rid=result_id(results))

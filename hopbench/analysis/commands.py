@@ -13,7 +13,7 @@ from hopbench.analysis import verdict as V
 from hopbench.analysis.data import load_groups, recorded_shape
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import Estimate, pct
-from hopbench.records import MIN_GAIN
+from hopbench.records import MIN_GAIN, gap_label
 from hopbench.results import atomic_write
 
 
@@ -97,12 +97,13 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
 
 
 def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str, str, Estimate]]:
-    """(rung, transport, hop estimate in ms) at the operating payload, gap 0 (groups: the
+    """(rung, transport, hop estimate in ms) at the operating payload, one row per think time
+    measured (the rung labelled with its gap when it has one: records.gap_label; groups: the
     folder's, when the caller has loaded them already)."""
     if groups is None:
         groups, _ = load_groups(folder)
-    rows = [(g.rung, g.transport, g.estimate().scaled(1e-6)) for g in groups
-            if g.tokens == operating_tokens and g.gap_ms == 0]
+    rows = [(gap_label(g.rung, g.gap_ms), g.transport, g.estimate().scaled(1e-6))
+            for g in sorted(groups, key=lambda g: (g.rung, g.gap_ms)) if g.tokens == operating_tokens]
     if not rows:
         have = sorted({g.tokens for g in groups if g.tokens})
         raise ConfigError(f"{folder}: no measurement at the operating payload T = {operating_tokens} "
@@ -151,8 +152,12 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
     from hopbench.analysis import plot as P
 
     groups, _ = load_groups(folder)
-    fits = F.fit_groups(groups, bytes_per_token, operating_tokens, boot=50)
-    vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens)]
+    fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
+    try:
+        vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens, groups)]
+    except ConfigError as exc:  # no operating payload (e.g. run --bytes grid): every other figure still draws
+        vs = []
+        show(f"no hop-cost figure: {exc}")
     paths = P.write_all(Path(folder) / "plots", groups, fits, vs, bytes_per_token, inputs.t_draft_ms, operating_tokens)
     show("plots: " + ", ".join(str(p) for p in paths))
     return paths

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hopbench.analysis.data import Group
+from hopbench.records import gap_label
 
 RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
 HUBER_K = 1.345
@@ -205,22 +206,23 @@ def why_no_fit(groups: list[Group]) -> str:
     """Why fit_groups found nothing to fit: the payload sizes each rung x transport has."""
     sizes: dict[tuple[str, str], set[int]] = {}
     for g in groups:
-        if g.gap_ms == 0:
-            sizes.setdefault((g.rung, g.transport), set()).add(g.request_bytes)
-    has = ", ".join(f"{r}/{t} {len(s)}" for (r, t), s in sorted(sizes.items())) or "no gap-0 cells"
-    return (f"no fit: a line needs at least 3 payload sizes (at gap 0) per rung x transport; this folder has {has} "
+        sizes.setdefault((gap_label(g.rung, g.gap_ms), g.transport), set()).add(g.request_bytes)
+    has = ", ".join(f"{r}/{t} {len(s)}" for (r, t), s in sorted(sizes.items())) or "no cells"
+    return (f"no fit: a line needs at least 3 payload sizes per rung x transport x gap; this folder has {has} "
             "(measure more: run --bytes grid, or a sweep)")
 
 
 def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int, boot: int = 300,
                seed: int = 7) -> list[Fit]:
-    """One Fit per (rung, transport) from the gap-0 groups."""
+    """One Fit per (rung, transport, think time) with at least 3 payload sizes; a rung with a
+    gap is named with it (records.gap_label: the gap is part of the cell)."""
     rng = np.random.default_rng(seed)
     out = []
-    keys = sorted({(g.rung, g.transport) for g in groups if g.gap_ms == 0})
+    keys = sorted({(g.rung, g.transport, g.gap_ms) for g in groups})
     op_bytes = operating_tokens * bytes_per_token
-    for rung, tr in keys:
-        gs = sorted((g for g in groups if g.rung == rung and g.transport == tr and g.gap_ms == 0),
+    for base_rung, tr, gap in keys:
+        rung = gap_label(base_rung, gap)
+        gs = sorted((g for g in groups if g.rung == base_rung and g.transport == tr and g.gap_ms == gap),
                     key=lambda g: g.request_bytes)
         by_size: dict[int, list[Group]] = {}
         for g in gs:

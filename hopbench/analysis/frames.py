@@ -55,7 +55,7 @@ def load(path: str | Path, bytes_per_token: int = 61440, operating_tokens: int =
                       "p50_ms": e.value / 1e6, "ci_lo_ms": None if e.lo is None else e.lo / 1e6,
                       "ci_hi_ms": None if e.hi is None else e.hi / 1e6, "ci_level": e.level, "ci_scope": e.scope})
     fits = []
-    for f in F.fit_groups(groups, bpt, op, boot=50):
+    for f in F.fit_groups(groups, bpt, op):
         fits.append({"rung": f.rung, "transport": f.transport, "alpha_us": f.alpha_s * 1e6,
                      "alpha_ci_lo_us": f.alpha_ci[0] * 1e6, "alpha_ci_hi_us": f.alpha_ci[1] * 1e6,
                      "beta_mbit_s": f.beta_Bps * 8 / 1e6, "beta_ci_lo_mbit_s": f.beta_ci[0] * 8 / 1e6,

@@ -162,9 +162,13 @@ def write_all(out: Path, groups, fits, verdicts, bytes_per_token: int, t_draft_m
     plt = _plt()
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for stem, fig in (("latency_vs_payload", latency_vs_payload(groups, fits, bytes_per_token)),
-                      ("hop_cost", hop_cost(verdicts, t_draft_ms, operating_tokens)),
-                      ("latency_cdf", cdfs(groups))):
+    makers = [("latency_vs_payload", lambda: latency_vs_payload(groups, fits, bytes_per_token)),
+              ("hop_cost", lambda: hop_cost(verdicts, t_draft_ms, operating_tokens) if verdicts else None),
+              ("latency_cdf", lambda: cdfs(groups) if cdf_tokens(groups) else None)]
+    for stem, make in makers:
+        fig = make()
+        if fig is None:  # nothing of that kind was measured (no operating payload, no token payloads)
+            continue
         paths += _save(fig, out, stem)
         plt.close(fig)
     return paths

@@ -480,7 +480,7 @@ def figures(a: Analysed) -> list[tuple[str, str, str]]:
     if verdicts:
         made.append(("fig-hop", "Hop cost at the operating payload against the break-even hop (t_draft): below the "
                                 "line, moving the drafter pays.", lambda: P.hop_cost(verdicts, inputs.t_draft_ms, op)))
-    if any(g.samples and g.tokens for g in groups):
+    if P.cdf_tokens(groups):
         made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).", lambda: P.cdfs(groups)))
     out = []
     for i, (fid, cap, make) in enumerate(made):
