@@ -645,8 +645,8 @@ def report(
 @app.command()
 def export(
     results: ResultsArg,
-    into: Annotated[Path, typer.Option(help="Case-study data file to upsert runs[] into.")] = Path("data/case-studies.json"),
-    study: Annotated[str, typer.Option(help="Study name recorded in every record.")] = "remote-drafter",
+    into: Annotated[Optional[Path], typer.Option(help="Case-study data file to upsert runs[] into (default RESULTS/analysis/case-studies.json).")] = None,
+    study: Annotated[Optional[str], typer.Option(help="Study name recorded in every record (default: the result folder's name).")] = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write the records as CSV here (must not exist).")] = None,
     shape: ShapeOpt = None,
 ):
@@ -657,10 +657,14 @@ def export(
     from hopbench.results import atomic_write
 
     s = _shape(shape)
+    into = into or Path(results) / "analysis" / "case-studies.json"
+    study = study or Path(results).resolve().name
     spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
     if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records
-        added, updated = E.upsert(into, spec_recs)
-        print(f"{into}: {added} spec records added, {updated} updated (study {study!r})")
+        added, updated, kept = E.upsert(into, spec_recs)
+        print(f"{into}: {added} spec records added, {updated} updated, {len(kept)} kept (study {study!r})")
+        for line in kept:
+            print(f"  kept the file's record {line}")
         if csv_out:
             if csv_out.exists():
                 raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
@@ -673,8 +677,10 @@ def export(
     from hopbench.analysis.data import result_id
 
     recs = E.records(groups, top, Path(results).name, study, fits, rid=result_id(results))
-    added, updated = E.upsert(into, recs)
-    print(f"{into}: {added} records added, {updated} updated (study {study!r})")
+    added, updated, kept = E.upsert(into, recs)
+    print(f"{into}: {added} records added, {updated} updated, {len(kept)} kept (study {study!r})")
+    for line in kept:
+        print(f"  kept the file's record {line}")
     if csv_out:
         if csv_out.exists():
             raise ConfigError(f"{csv_out} exists; refusing to overwrite it")

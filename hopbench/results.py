@@ -224,3 +224,41 @@ SWEEP_RECORD = {**_COMMON, "kind": Field(str), "fallback": Field(str),
                 "shape": Field(dict, fields={"bytes_per_token": Field(int)}),
                 "config": Field(dict, fields={"operating_tokens": Field(int), "path": Field(str)}),
                 "rungs": Field(dict), "failed_cells": Field(list), "preflight": Field(dict)}
+
+
+class FolderLock:
+    """One writer per result folder (a sweep or matrix folder while it is measured): an
+    exclusive flock on <folder>/.lock holding the writer's pid. The kernel drops it when the
+    writer exits, however it exits, so a crashed sweep never leaves a stale lock. A second
+    writer is refused at once, naming the first's pid."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> "FolderLock":
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise HopbenchError(f"{self.path.parent} is being written by another hopbench (pid {holder}); a second "
+                                "writer is refused: wait for it to finish, or start a separate one with --new") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -113,9 +113,9 @@ def test_export_idempotent_and_preserves_foreign_content(tmp_path):
     path.write_text(json.dumps(foreign))
     gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES[:4], reps=2)
     recs = E.records(gs, {"created_utc": "2026-12-02T00:00:00+00:00"}, "sweep-x", "remote-drafter", rid="r-1")
-    assert E.upsert(path, recs) == (4, 0)
+    assert E.upsert(path, recs) == (4, 0, [])
     first = json.loads(path.read_text())
-    assert E.upsert(path, recs) == (0, 4)
+    assert E.upsert(path, recs) == (0, 4, [])
     second = json.loads(path.read_text())
     assert first == second and len(second["runs"]) == 5
     assert second["figures"] == foreign["figures"] and second["title"] == "studies"

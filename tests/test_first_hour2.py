@@ -84,3 +84,72 @@ def test_every_command_gives_the_same_fit_interval(server, tmp_path):
     assert row["beta_ci_lo_mbit_s"] == f["beta_ci"][0] * 8 / 1e6 and row["beta_ci_hi_mbit_s"] == f["beta_ci"][1] * 8 / 1e6
     doc = json.loads(_hb("report", folder, "--json").stdout)
     assert doc["fits"][0]["beta_ci"] == f["beta_ci"]
+
+
+def test_a_second_writer_of_a_sweep_folder_is_refused_with_the_first_writers_pid(tmp_path):
+    """Item 3: a second `make sweep` resumed the folder the first was writing (96 .failed-
+    folders, a crash, sweep.json 'complete'). The first writer here is another process
+    holding the folder's lock; the second is refused before it measures anything."""
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+
+    import pytest
+
+    from hopbench.config_sweep import load_sweep
+    from hopbench.errors import HopbenchError
+    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.shape import load_shape
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"seed": 1, "status": "running"}))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from hopbench.results import FolderLock; "
+                               f"lock = FolderLock({str(folder)!r}).acquire(); print('locked', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
+        before = sorted(p.name for p in folder.rglob("*"))
+        with pytest.raises(HopbenchError, match=f"being written by another hopbench \\(pid {holder.pid}\\)"):
+            run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path, out=folder, only_rungs=["loopback"],
+                      log=lambda m: None)
+        assert sorted(p.name for p in folder.rglob("*")) == before  # nothing written by the refused writer
+    finally:
+        holder.communicate("", timeout=30)
+    from hopbench.results import FolderLock
+
+    with FolderLock(folder):  # the first writer gone, the kernel dropped its lock
+        pass
+
+
+def test_export_never_replaces_a_complete_record_with_a_worse_one(tmp_path):
+    """Item 4: exporting a copy taken while a run was still writing replaced the complete
+    run's records ('0 added, 3 updated') and one lost its fit."""
+    import json
+
+    from hopbench.analysis import export as E
+    from tests.test_analysis import SIZES, synth_groups
+
+    gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES[:4], reps=3)
+    path = tmp_path / "cs.json"
+    done = E.records(gs, {"status": "complete"}, "s", "study", rid="r-1")
+    assert E.upsert(path, done)[:2] == (4, 0)
+    partial = E.records([g for g in gs], {"status": "incomplete"}, "s", "study", rid="r-1")
+    added, updated, kept = E.upsert(path, partial)
+    assert (added, updated, len(kept)) == (0, 0, 4) and all("complete result" in k for k in kept)
+    assert json.loads(path.read_text())["runs"] == done
+    fewer = [dict(r, n=r["n"] - 1) for r in done]
+    assert E.upsert(path, fewer)[1:] == (0, [f"{r['rung']}/{r['transport']}/{r['payload']}: fewer cycles "
+                                              f"({r['n'] - 1} < {r['n']})" for r in done])
+
+
+def test_export_writes_next_to_the_results_by_default(tmp_path):
+    """Item 4: the default target was the repository's tracked data/case-studies.json."""
+    import shutil
+
+    folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "sweep-v1")
+    out = _hb("export", folder)
+    assert out.returncode == 0, out.stderr
+    assert (folder / "analysis" / "case-studies.json").exists() and "study 'sweep-v1'" in out.stdout

@@ -117,5 +117,5 @@ def test_spec_results_export_as_measured_end_to_end_records(server, tmp_path):
     assert {r["mode"] for r in recs} == {"local", "sync", "overlap"}
     assert all(r["kind"].startswith("spec") and r["tok_s"] > 0 and r["repeats"] == 2 for r in recs)
     path = tmp_path / "case.json"
-    assert E.upsert(path, recs) == (3, 0) and E.upsert(path, recs) == (0, 3)  # stable ids
+    assert E.upsert(path, recs) == (3, 0, []) and E.upsert(path, recs) == (0, 3, [])  # stable ids
     assert E.to_csv_fields(recs, E.SPEC_FIELDS).splitlines()[0].startswith("id,schema_version,study,kind,result_id")

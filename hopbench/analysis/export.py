@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hopbench.analysis.data import Group
 from hopbench.errors import HopbenchError
+from hopbench.records import gap_label
 from hopbench.results import atomic_write
 
 #: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
@@ -23,7 +24,7 @@ RECORD_FIELDS = ["id", "schema_version", "study", "result_id", "source", "create
                  "reply_bytes", "gap_ms", "rate_mbit", "repeats", "n", "p50_ms", "p50_ci_lo_ms", "p50_ci_hi_ms",
                  "p50_ci_level", "p50_ci_scope", "alpha_us", "alpha_ci_lo_us", "alpha_ci_hi_us", "beta_mbit_s",
                  "beta_ci_lo_mbit_s", "beta_ci_hi_mbit_s", "fit_ci_level", "fit_ci_scope", "segment_lo_bytes",
-                 "segment_hi_bytes", "segment_intercept_us", "breakpoint_bytes", "regime", "software"]
+                 "segment_hi_bytes", "segment_intercept_us", "breakpoint_bytes", "regime", "software", "result_status"]
 
 
 def _r(v: float | None, nd: int) -> float | None:
@@ -61,7 +62,7 @@ def records(groups: list[Group], top: dict, source: str, study: str, fits=(), *,
     out = []
     for g in groups:
         e = g.estimate()
-        f = fit_by.get((g.rung, g.transport))
+        f = fit_by.get((gap_label(g.rung, g.gap_ms), g.transport))  # the fit of this cell's own gap
         out.append({
             "id": record_id(study, rid, g), "schema_version": RECORD_SCHEMA_VERSION, "study": study, "result_id": rid,
             "source": source,
@@ -75,12 +76,28 @@ def records(groups: list[Group], top: dict, source: str, study: str, fits=(), *,
             **fit_fields(f),
             "regime": f.regime if f else None,
             "software": g.software or top.get("software") or "unknown",
+            "result_status": top.get("status") or "unknown",
         })
     return out
 
 
-def upsert(path: Path, new: list[dict]) -> tuple[int, int]:
-    """Insert or replace records by id in path's runs[]; returns (added, updated)."""
+def why_keep(old: dict, new: dict) -> str | None:
+    """Why `new` must not replace `old` (same id), or None. A record from a complete result
+    is never replaced by one from an incomplete result (a copy taken mid-run), nor by one
+    with fewer cycles or repeats, nor by one that lost its fit."""
+    if old.get("result_status", "complete") == "complete" and new.get("result_status", "complete") != "complete":
+        return f"the file's is from a complete result, this one's is {new.get('result_status')}"
+    for key, what in (("n", "cycles"), ("repeats", "repeats")):
+        if isinstance(old.get(key), int) and isinstance(new.get(key), int) and new[key] < old[key]:
+            return f"fewer {what} ({new[key]} < {old[key]})"
+    if old.get("beta_mbit_s") is not None and new.get("beta_mbit_s") is None and "beta_mbit_s" in new:
+        return "it has no fit, the file's has"
+    return None
+
+
+def upsert(path: Path, new: list[dict]) -> tuple[int, int, list[str]]:
+    """Insert or replace records by id in path's runs[]; returns (added, updated, what was kept
+    and why: a record is never replaced by a worse one, why_keep)."""
     path = Path(path)
     if path.exists():
         try:
@@ -95,8 +112,14 @@ def upsert(path: Path, new: list[dict]) -> tuple[int, int]:
     runs = doc.setdefault("runs", [])
     index = {r.get("id"): i for i, r in enumerate(runs) if isinstance(r, dict)}
     added = updated = 0
+    kept: list[str] = []
     for rec in new:
         if rec["id"] in index:
+            old = runs[index[rec["id"]]]
+            why = why_keep(old, rec)
+            if why:
+                kept.append(f"{rec.get('rung')}/{rec.get('transport')}/{rec.get('payload') or rec.get('mode')}: {why}")
+                continue
             runs[index[rec["id"]]] = rec
             updated += 1
         else:
@@ -104,7 +127,7 @@ def upsert(path: Path, new: list[dict]) -> tuple[int, int]:
             runs.append(rec)
             added += 1
     atomic_write(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    return added, updated
+    return added, updated, kept
 
 
 def to_csv(recs: list[dict]) -> str:

@@ -155,8 +155,16 @@ def _write_files(cell_dir: Path, files: dict[str, str]) -> None:
 
 def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[str], None] = print,
                on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
-    """Measure every planned cell not yet complete in `folder` (created or resumed)."""
+    """Measure every planned cell not yet complete in `folder` (created or resumed), holding
+    the folder's lock throughout (a second writer is refused with the first's pid)."""
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with R.FolderLock(folder):
+        return _run_matrix(agents, cfg, folder, log, on_progress)
+
+
+def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[str], None],
+                on_progress: Callable[[int, int, float, float, str], None] | None) -> Path:
     nodes = sorted(agents.nodes())
     if len(nodes) < 2:
         raise ConfigError(f"a matrix needs at least 2 nodes; the cluster has {len(nodes)}")
@@ -167,8 +175,7 @@ def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[s
             raise ConfigError(f"{folder} holds a matrix of another configuration; choose another --out")
         log(f"resuming the matrix in {folder}")
     else:
-        folder.mkdir(parents=True, exist_ok=True)
-        if any(folder.iterdir()):
+        if any(p.name != ".lock" for p in folder.iterdir()):
             raise ConfigError(f"{folder} is not empty and holds no matrix; refusing to write into it")
         top = {"schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "kind": "matrix", "status": "running",
                "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "seed": cfg.seed,

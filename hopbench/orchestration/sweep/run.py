@@ -120,6 +120,17 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
     else:
         folder = R.new_folder(results_root, f"sweep-{cfg.name}-{cfg.profile}", out)
         seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
+    lock = R.FolderLock(folder).acquire()  # held until the sweep ends: a second writer is refused
+    try:
+        return _measure(folder, seed, cfg, rungs, shape, id_bytes, fallback, preflight, log, report_progress)
+    finally:
+        lock.release()
+
+
+def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, id_bytes: int,
+             fallback: str | None, preflight: dict[str, Any], log: Callable[[str], None],
+             report_progress: Callable[[int, int, float, float, str], None]) -> Path:
+    """Measure the planned cells into a locked sweep folder (new or resumed)."""
     (folder / "logs").mkdir(exist_ok=True)
     (folder / "configs").mkdir(exist_ok=True)
     for r in rungs:
