@@ -164,7 +164,9 @@ def run(
 
     # a missing extra fails here, before anything is measured, with its install line; so does
     # a setting the transport does not know
-    get_transport(transport).check_settings(split_options(opt).get(transport, {}))
+    tr_settings = split_options(opt).get(transport, {})
+    get_transport(transport).check_settings(tr_settings)
+    get_transport(transport).check_here(tr_settings)  # e.g. UCX_TLS=rc on a host without RDMA: one line, nothing created
     mem = (memory.value, (server_memory or memory).value)
     if "cuda" in mem:
         from hopbench.core import gpu

@@ -153,3 +153,21 @@ def test_export_writes_next_to_the_results_by_default(tmp_path):
     out = _hb("export", folder)
     assert out.returncode == 0, out.stderr
     assert (folder / "analysis" / "case-studies.json").exists() and "study 'sweep-v1'" in out.stdout
+
+
+def test_ucx_without_the_device_asked_for_is_one_line_and_leaves_nothing(server, tmp_path):
+    """Item 6: `run --transport ucx --opt UCX_TLS=rc` on a host without RDMA: a
+    UCXXNoDeviceError traceback, the server held 10 s, an error folder left behind."""
+    import pytest
+
+    pytest.importorskip("ucxx")
+    import glob
+
+    if any(glob.glob("/sys/class/infiniband/*")):
+        pytest.skip("this host has RDMA devices: UCX_TLS=rc would work")
+    out = _hb("run", "--peer", f"{server.host}:{server.port}", "--transport", "ucx", "--opt", "UCX_TLS=rc",
+              "--tokens", "3", "--cycles", "5", "--results-dir", tmp_path / "results")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "UCX_TLS=rc" in line and "tcp" in line and "lanes it has here" in line
+    assert not (tmp_path / "results").exists()

@@ -103,12 +103,28 @@ def _context(settings: dict) -> "ucx_api.UCXContext":
     wanted = _config_dict(settings)
     with _ctx_lock:
         if _ctx is None:
-            _ctx = ucx_api.UCXContext(wanted, feature_flags=(ucx_api.Feature.TAG, ucx_api.Feature.WAKEUP))
+            try:
+                _ctx = ucx_api.UCXContext(wanted, feature_flags=(ucx_api.Feature.TAG, ucx_api.Feature.WAKEUP))
+            except Exception as exc:  # ucxx raises UCXXNoDeviceError etc., outside its UCXError tree
+                tls = settings.get("UCX_TLS", "(default)")
+                raise ConfigError(f"UCX cannot start with UCX_TLS={tls} on this host ({exc}); the lanes it has here: "
+                                  f"{', '.join(_lanes()) or 'none'} (hopbench doctor lists the devices); e.g. "
+                                  "--opt UCX_TLS=tcp") from None
             _ctx_settings = wanted
         elif wanted != _ctx_settings:
             raise ConfigError(f"UCX is already initialised in this process with {_ctx_settings}; "
                               f"cannot switch to {wanted} (run another process)")
         return _ctx
+
+
+def _lanes() -> list[str]:
+    """The UCX transports this host offers (a throwaway default context's resources)."""
+    try:
+        probe = ucx_api.UCXContext({}, feature_flags=(ucx_api.Feature.TAG,))
+    except Exception:
+        return []
+    names = [line.split("flags --")[-1].strip() for line in probe.info.splitlines() if "resource" in line]
+    return sorted({n.split("/")[0] for n in names if n})
 
 
 class _LogTail:
@@ -456,6 +472,9 @@ class UcxTransport(TransportBase):
 
     def check_settings(self, settings: dict) -> None:
         _config_dict(settings)
+
+    def check_here(self, settings: dict) -> None:
+        _context(settings)  # the context this process will use: a missing device fails here
 
     def check_device_path(self, settings: dict) -> None:
         tls = str(settings.get("UCX_TLS", ""))

@@ -106,6 +106,10 @@ class Transport(Protocol):
     def check_device_path(self, settings: dict[str, Any]) -> None:
         """ConfigError when these settings cannot move device memory (direct GPU path)."""
 
+    def check_here(self, settings: dict[str, Any]) -> None:
+        """ConfigError when this host cannot use these settings at all (UCX: no device for
+        UCX_TLS), named in one line with what it has; called before anything is created."""
+
     def devices(self) -> list[str] | None:
         """The transport/device resources it sees here (for doctor); None if not applicable."""
 
@@ -134,6 +138,9 @@ class TransportBase:
         if not self.device_memory:
             raise ConfigError(f"--gpu-path direct needs a transport that moves GPU memory itself (ucx), not "
                               f"{self.name!r}; use --gpu-path staged")
+
+    def check_here(self, settings: dict[str, Any]) -> None:
+        return None
 
     def devices(self) -> list[str] | None:
         return None
