@@ -171,3 +171,31 @@ def test_ucx_without_the_device_asked_for_is_one_line_and_leaves_nothing(server,
     (line,) = out.stderr.strip().splitlines()
     assert "UCX_TLS=rc" in line and "tcp" in line and "lanes it has here" in line
     assert not (tmp_path / "results").exists()
+
+
+def test_a_real_rung_whose_server_does_not_answer_is_refused_in_the_preflight(tmp_path):
+    """Item 7: a real-rung sweep against an unreachable peer printed 72 'cell failed' lines
+    and left a folder of failed cells."""
+    import dataclasses
+
+    import pytest
+
+    from hopbench.config_sweep import load_sweep
+    from hopbench.errors import ConfigError
+    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.shape import load_shape
+    from tests.conftest import dead_port
+
+    rung = tmp_path / "lab.toml"
+    rung.write_text(f'[rung]\nname = "lab"\nkind = "real"\npeer = "127.0.0.1:{dead_port()}"\ntransports = ["tcp"]\n')
+    cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
+    with pytest.raises(ConfigError, match="no hopbench server answers at 127.0.0.1:"):
+        run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path / "results", only_rungs=[str(rung)],
+                  log=lambda m: None)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_real_rung_whose_server_answers_passes_the_preflight(server):
+    from hopbench.orchestration.sweep.run import _server_answers
+
+    assert _server_answers(server.host, server.port) is None

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from hopbench import results as R
 from hopbench.analysis.summary import AGG_COLUMNS, aggregate
+from hopbench.config import parse_hostport
 from hopbench.config_sweep import Rung, SweepConfig, load_rung
 from hopbench.core.transport import get_transport
 from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
@@ -65,6 +66,24 @@ def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> 
     return lines, missing_tr
 
 
+def _server_answers(host: str, port: int) -> str | None:
+    """None when a hopbench server answers at host:port (one short session: HELLO, BYE);
+    else why not, in a few words. A real rung's cells would all fail otherwise."""
+    from hopbench.core.client import Session
+
+    try:
+        s = Session(host, port, timeout_s=5.0, connect_timeout_s=5.0)
+    except HopbenchError as exc:
+        return str(exc)
+    try:
+        s.bye()
+    except HopbenchError:
+        pass  # it answered; how it ends the session is the cells' business
+    finally:
+        s.close()
+    return None
+
+
 def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
               resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
               log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
@@ -93,12 +112,20 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
 
     preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
     warnings = [f"local: {f['message']}" for f in preflight["local"]["findings"] if f["level"] == "warn"]
+    unanswered = []
     for r in rungs:
         if r.kind == "real" and r.peer:
-            host = r.peer.rsplit(":", 1)[0]
+            host, port = parse_hostport(r.peer)
             rep = doctor.preflight(host, r.interface, r.rate_mbit)
             preflight["rungs"][r.name] = rep.to_dict()
             warnings += [f"{r.name}: {w.message}" for w in rep.warnings]
+            why = _server_answers(host, port)
+            if why:
+                unanswered.append(f"{r.name}: no hopbench server answers at {r.peer} ({why}); start `hopbench serve "
+                                  f"--bind {r.peer}` there, or fix rung.peer in {r.path}")
+    if unanswered:
+        raise ConfigError("pre-flight: a real rung's server does not answer (nothing was measured):\n  "
+                          + "\n  ".join(unanswered))
     for w in warnings:
         log(f"warning: {w}")
     if strict and warnings:
