@@ -606,7 +606,10 @@ def verdict(
             show(("\n" if i else "") + f"== {folder}")
         op = tokens or recorded_shape(folder, s.shape.bytes_per_token, s.operating_tokens)[1]
         vs = analysis.run_verdict(folder, inputs, op, show=show)
+        from hopbench.analysis.data import read_folder
+
         docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
+                     "placement": analysis.placement_note(read_folder(folder).top),
                      "verdicts": [v.to_dict() for v in vs]})
     if json_out:
         import json as _json

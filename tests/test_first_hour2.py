@@ -199,3 +199,20 @@ def test_a_real_rung_whose_server_answers_passes_the_preflight(server):
     from hopbench.orchestration.sweep.run import _server_answers
 
     assert _server_answers(server.host, server.port) is None
+
+
+def test_the_placement_is_stated_with_every_verdict_and_compare_names_a_difference(tmp_path):
+    """Item 12: 'auto' placement moved zmq/ucx small-payload latency 2-4x between the full
+    and the quick sweep, and nothing said which placement a verdict stood on."""
+    import json
+    import shutil
+
+    sweep = shutil.copytree("tests/golden/sweep-v1", tmp_path / "s")
+    out = _hb("verdict", sweep, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"][0]["placement"] == "placement: same-block"
+    assert "placement: same-block" in _hb("verdict", sweep).stdout
+    assert _hb("report", sweep).returncode == 0
+    assert "placement: same-block" in (sweep / "report.html").read_text()
+    cmp = _hb("compare", "tests/golden/run-v1", sweep)
+    assert "placement differs" in cmp.stdout + cmp.stderr

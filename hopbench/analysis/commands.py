@@ -125,6 +125,19 @@ def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
     return out
 
 
+def placement_note(top: dict) -> str:
+    """Where the two ends ran and how they received, as recorded: it moves small-payload
+    latency 2-4x, so every verdict states it (a sweep's 'auto' says what it chose)."""
+    resolved = top.get("placements_resolved")
+    if isinstance(resolved, list) and resolved:
+        auto = "auto" in ((top.get("config") or {}).get("placements") or [])
+        return f"placement: {', '.join(map(str, resolved))}" + (" (chosen by 'auto' on this machine)" if auto else "")
+    cfg = top.get("config") or {}
+    if "poll" in cfg or "cpu" in cfg:
+        return f"placement: client cpu {cfg.get('cpu') or 'unpinned'}, poll {cfg.get('poll') or 'auto'} (the server's: its own flags)"
+    return "placement: not recorded"
+
+
 def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
                 show=print) -> list[V.Verdict]:
     if hops:
@@ -136,6 +149,8 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     floors = instrument_floors(folder) if folder is not None else {}
     show(f"verdict at the operating payload T = {operating_tokens}"
          + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
+    if folder is not None:
+        show(placement_note(load_groups(folder)[1]))
     show(V.format_table(vs, inputs, floors))
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,

@@ -238,6 +238,7 @@ def build_document(a: Analysed) -> dict:
                      f"to another box worth it?"),
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
+        "placement": AC.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
         "wire_check": F.wire_check(groups, bpt, op), "cells": cells,
@@ -362,7 +363,7 @@ def _answer(doc: dict) -> str:
         return ""
     inp = doc["inputs"]
     return (f'<section id="answer"><h2>Answer</h2><ul class="answer">{"".join(items)}</ul>'
-            f'<p class="note">"move the drafter" needs a projected gain of at least '
+            f'<p class="note">{_esc(doc.get("placement") or "")}. "move the drafter" needs a projected gain of at least '
             f'{num(doc, "inputs.min_gain", 0, 100)}% (the least worth a second box; <code>--min-gain</code>). '
             f'The projection assumes the whole t_draft ({num(doc, "inputs.t_draft_ms", 2)} ms) is freed and the '
             f'remote drafter\'s own time per cycle is {num(doc, "inputs.t_draft_remote_ms", 2)} ms'
