@@ -134,7 +134,8 @@ def placement_note(top: dict) -> str:
         return f"placement: {', '.join(map(str, resolved))}" + (" (chosen by 'auto' on this machine)" if auto else "")
     cfg = top.get("config") or {}
     if "poll" in cfg or "cpu" in cfg:
-        return f"placement: client cpu {cfg.get('cpu') or 'unpinned'}, poll {cfg.get('poll') or 'auto'} (the server's: its own flags)"
+        return (f"placement: client cpu {cfg.get('cpu') or 'unpinned'}, poll {cfg.get('poll') or 'auto'} "
+                "(the server's: its own flags)")
     return "placement: not recorded"
 
 
