@@ -40,6 +40,16 @@ def _root(version: Annotated[bool, typer.Option("--version", "-V", callback=_pri
     """What does one speculative-decoding network hop cost on this link?"""
 
 
+PortOpt = Annotated[Optional[int], typer.Option("--port", "-p", min=1, max=65535,
+                                                help="The server's port; overrides the one in --peer/--bind (iperf3's -p).")]
+
+
+def _address(text: str, port: int | None, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """HOST[:PORT] with --port over it; a peer without either is the server's default port."""
+    host, p = parse_hostport(text, default_port=default_port)
+    return host, p if port is None else port
+
+
 class Poll(str, Enum):
     auto = "auto"
     block = "block"
@@ -78,6 +88,7 @@ def _pin(cpu: str | None) -> None:
 @app.command()
 def serve(
     bind: Annotated[str, typer.Option(help="HOST:PORT to listen on; 0.0.0.0 only when asked. Port 0 picks a free port and reports it.")] = f"127.0.0.1:{DEFAULT_PORT}",
+    port: PortOpt = None,
     once: Annotated[bool, typer.Option(help="Exit after one session.")] = False,
     max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = MAX_MESSAGE_BYTES,
     max_cycles: Annotated[int, typer.Option(help="Most round trips per plan (untimed and warm-up included).")] = MAX_CYCLES,
@@ -99,7 +110,7 @@ def serve(
         from hopbench.core import gpu as gpumod
 
         gpu_info = gpumod.device_info()
-    host, port = parse_hostport(bind)
+    host, port = _address(bind, port, 0)
     settings = split_options(opt)
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
                        handshake_timeout_s=handshake_timeout,
@@ -116,12 +127,14 @@ def serve(
 @app.command()
 def run(
     peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).")],
+    port: PortOpt = None,
     transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
     tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,2,3 (61,440 B each).")] = None,
     bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.")] = None,
     k: Annotated[Optional[int], typer.Option(help="Draft depth K (ids in the reply); default from configs/shape.toml.")] = None,
     reply_bytes: Annotated[Optional[str], typer.Option(help="Reply size: default K x id bytes; 'same' for symmetric (echo-sized) replies, or a number.")] = None,
     cycles: Annotated[int, typer.Option(help="Timed cycles per payload.")] = 1000,
+    time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="Measure about this many seconds per payload instead of --cycles (iperf3's -t; a 20-cycle probe per payload sets the count).")] = None,
     warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).")] = 100,
     verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body.")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).")] = 0.0,
@@ -174,7 +187,7 @@ def run(
         gpu.check_choice(mem, gpu_path.value, transport)
         if mem[0] == "cuda":
             gpu.load()  # a missing CuPy or device fails here, with the install line
-    host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
+    host, port = _address(peer, port)
     if port == 0:
         raise ConfigError(f"--peer {peer!r}: give the server's port")
     token_list = parse_int_list(tokens, "--tokens") if tokens else []
@@ -201,7 +214,7 @@ def run(
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     cfg = RunConfig(transport=transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup, verify=verify,
-                    gap_ms=gap_ms, poll=poll.value, timeout_s=timeout, loop=loop.value, client_memory=mem[0], server_memory=mem[1],
+                    gap_ms=gap_ms, duration_s=time_s, poll=poll.value, timeout_s=timeout, loop=loop.value, client_memory=mem[0], server_memory=mem[1],
                     gpu_path=gpu_path.value, transport_settings=split_options(opt), rate_mbit=rate, rung=rung_name,
                     bytes_per_token=sh.bytes_per_token, tokens=tuple(token_list), bytes=tuple(byte_list),
                     reply_bytes=reply_bytes, cpu=cpu, shape_file=str(scfg.path) if scfg.path else None)
@@ -213,7 +226,7 @@ def run(
         note = None if cpu else placement_note(host)
         if note:  # once connected (a run that cannot start says only why), on stdout: advice, not an error
             say(f"note: {note}")
-        say(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {cycles} cycles)")
+        say(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {f'about {time_s:g} s' if time_s else f'{cycles} cycles'})")
         say(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
               f"{'level':>6} {'p99 us':>9}  note")
         return folder
@@ -261,6 +274,7 @@ def run(
 @app.command()
 def spec(
     peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): the drafter (not needed for --modes local).")] = None,
+    port: PortOpt = None,
     modes: Annotated[str, typer.Option(help="Modes measured side by side: local, sync, overlap.")] = "local,sync,overlap",
     transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
@@ -298,7 +312,7 @@ def spec(
         raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
     host = port = None
     if peer:
-        host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
+        host, port = _address(peer, port)
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     from hopbench.core.transport import get_transport
@@ -730,6 +744,7 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
 @app.command()
 def doctor(
     peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): route, server report, path MTU, goodput probe.")] = None,
+    port: PortOpt = None,
     interface: Annotated[Optional[str], typer.Option(help="The interface the route should leave by (as a rung config names it).")] = None,
     rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate in Mbit/s (as a rung config names it).")] = None,
     rung: Annotated[Optional[str], typer.Option(help="Take --interface and --rate from this rung config.")] = None,
@@ -749,7 +764,7 @@ def doctor(
         interface = interface or rc.interface
         rate = rate or rc.rate_mbit
     if peer:
-        host, port = parse_hostport(peer, default_port=DEFAULT_PORT)
+        host, port = _address(peer, port)
         report = D.peer_report(host, port, interface, rate, secret=secret)
     else:
         report = D.local_report()

@@ -50,6 +50,7 @@ class RunConfig:
     warmup: int
     verify: bool = False
     gap_ms: float = 0.0
+    duration_s: float | None = None  # timed seconds per payload (iperf3's -t) instead of `cycles`
     poll: str = "auto"
     timeout_s: float = TIMEOUT_S
     connect_timeout_s: float = CONNECT_TIMEOUT_S

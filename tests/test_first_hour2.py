@@ -216,3 +216,45 @@ def test_the_placement_is_stated_with_every_verdict_and_compare_names_a_differen
     assert "placement: same-block" in (sweep / "report.html").read_text()
     cmp = _hb("compare", "tests/golden/run-v1", sweep)
     assert "placement differs" in cmp.stdout + cmp.stderr
+
+
+def test_a_second_client_is_told_at_once_that_the_server_is_busy(server):
+    """Item 11: a second client waited unanswered in the accept queue until its timeout."""
+    import time
+
+    import pytest
+
+    from hopbench.core.client import Session
+    from hopbench.errors import Refused
+    from tests.conftest import small_plan
+
+    first = Session(server.host, server.port)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Refused, match="busy: serving another client"):
+            Session(server.host, server.port, timeout_s=30.0)
+        assert time.monotonic() - t0 < 10  # told at once, not after its 30 s timeout
+        assert first.measure(small_plan(cycles=10)).completed == 16  # the first session is undisturbed (10 + 5 warm-up + 1 untimed)
+        first.bye()
+    finally:
+        first.close()
+    s = Session(server.host, server.port)  # and once it ends, the next client is served
+    try:
+        assert s.measure(small_plan(cycles=10)).completed == 16
+    finally:
+        s.close()
+
+
+def test_iperf3_habits_port_and_a_duration(server, tmp_path):
+    """Item 11: --port beside a bare --peer HOST, -t SECONDS instead of --cycles, -h, --version."""
+    import json
+
+    out = _hb("run", "--peer", server.host, "--port", server.port, "--tokens", "1", "-t", "0.3",
+              "--no-floor", "--results-dir", tmp_path)
+    assert out.returncode == 0, out.stderr
+    (rep,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/report.json")]
+    (p,) = rep["payloads"]
+    n, p50_s = p["summary"]["n"], p["summary"]["p50_ns"] / 1e9
+    assert rep["config"]["duration_s"] == 0.3 and n == p["plan"]["cycles"] != 1000
+    assert 0.1 < n * p50_s < 1.0  # about 0.3 s of round trips, sized by the probe (not the 1,000 default)
+    assert _hb("-h").returncode == 0 and _hb("--version").stdout.startswith("hopbench ")

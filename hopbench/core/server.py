@@ -25,7 +25,7 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import TransportOptions, get_transport
-from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError
+from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError, Timeout
 from hopbench.records import TIMEOUT_S
 
 
@@ -54,6 +54,69 @@ class _Ended(HopbenchError):
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _BusyAnswer(threading.Thread):
+    """While one session runs, any other client is told that the server is busy (its HELLO
+    answered with REFUSE, docs/PROTOCOL.md "States") instead of waiting unanswered in the
+    accept queue until its timeout (iperf3's "the server is busy running a test"). A client
+    that arrives as the session ends (within GRACE_S) is handed back to be served, unread.
+    At most MAX_WAITING clients are held at a time; beyond that they are closed."""
+
+    MAX_WAITING = 16
+    GRACE_S = 2.0  # longer than a session takes to wind down after its client has its last reply
+
+    def __init__(self, listener, serving: str, log: Callable[[str], None]):
+        super().__init__(name="hopbench-busy", daemon=True)
+        self.listener, self.log = listener, log
+        self.reason = (f"busy: serving another client ({serving}) since {time.strftime('%H:%M:%S UTC', time.gmtime())}; "
+                       "this server runs one session at a time: try again when it ends")
+        self.done = threading.Event()
+        self.slots = threading.BoundedSemaphore(self.MAX_WAITING)
+        self.handed_back: list = []
+        self.answering: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                chan = self.listener.accept(0.2)
+            except Timeout:
+                continue
+            except HopbenchError:  # the listener was shut down (stopping) or failed: the queue takes over
+                return
+            if not self.slots.acquire(blocking=False):
+                chan.close()
+                continue
+            t = threading.Thread(target=self._answer, args=(chan,), daemon=True)
+            self.answering.append(t)
+            t.start()
+
+    def _answer(self, chan) -> None:
+        try:
+            if self.done.wait(self.GRACE_S):  # the session ended meanwhile: this client is next
+                with self._lock:
+                    self.handed_back.append(chan)
+                return
+            peer = chan.info.get("peer", "?")
+            try:
+                P.recv_msg(chan, P.HELLO)
+                P.send_msg(chan, P.REFUSE, {"reason": self.reason})
+                self.log(f"client {peer}: refused, busy with another session")
+            except HopbenchError:
+                pass
+            chan.close()
+        finally:
+            self.slots.release()
+
+    def stop(self) -> list:
+        """End busy answering; returns the clients that arrived as the session ended."""
+        self.done.set()
+        self.join(5)
+        for t in self.answering:
+            t.join(self.GRACE_S + 5)  # those still in their grace wait return at once: done is set
+        with self._lock:
+            return list(self.handed_back)
 
 
 class Server:
@@ -87,7 +150,19 @@ class Server:
                 if self._stopping:
                     chan.close()
                     break
-                self.serve_session(chan)
+                queue = [chan]
+                while queue and not self._stopping:  # clients that arrived as a session ended come next
+                    chan = queue.pop(0)
+                    busy = _BusyAnswer(self.listener, chan.info.get("peer", "?"), self.log)
+                    busy.start()
+                    try:
+                        self.serve_session(chan)
+                    finally:
+                        queue += busy.stop()
+                    if self.config.once:
+                        break
+                for waiting in queue:  # stopping (or --once): not served
+                    waiting.close()
                 if self.config.once:
                     break
         except (_Stop, KeyboardInterrupt):

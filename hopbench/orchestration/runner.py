@@ -3,9 +3,12 @@ after every payload so an interrupted run keeps what it measured."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from hopbench import __version__
 from hopbench import results as R
@@ -114,6 +117,21 @@ def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
         raise Refused(f"the server's caps refuse {len(bad)} of {len(plans)} payloads, so nothing was measured: {lines}")
 
 
+PROBE_CYCLES = 20  # a duration run's probe per payload: its median sets the timed cycle count
+
+
+def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig) -> int:
+    """Timed cycles that take about cfg.duration_s at this payload (iperf3's -t): a probe of
+    PROBE_CYCLES (not recorded: more warm-up) gives the cycle time, gap included; clamped to
+    at least 10 and to the server's max_cycles cap."""
+    import math
+
+    probe = session.measure(dataclasses.replace(plan, cycles=PROBE_CYCLES), gap_s=cfg.gap_ms / 1000.0)
+    per_cycle_s = float(np.median(probe.timed)) / 1e9 + cfg.gap_ms / 1000.0
+    cap = int((session.server_hello.get("caps") or {}).get("max_cycles") or 10**9) - plan.warmup - 1
+    return max(10, min(cap, math.ceil((cfg.duration_s or 0) / per_cycle_s)))
+
+
 def run_session(
     host: str, port: int, payloads: list[Payload], cfg: RunConfig, *, folder: Path | Callable[[], Path],
     extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
@@ -129,9 +147,9 @@ def run_session(
     session = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
                       transport_settings=cfg.transport_settings, client_env=client_env, secret=secret, loop=cfg.loop)
 
-    def plan_for(p: Payload) -> P.Plan:
+    def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
         return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,
-                      id_bytes=cfg.id_bytes, cycles=cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
+                      id_bytes=cfg.id_bytes, cycles=cycles or cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
                       gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
                       server_memory=cfg.server_memory, gpu_path=cfg.gpu_path)
 
@@ -152,7 +170,7 @@ def run_session(
     status, error = "complete", None
     try:
         for p in payloads:
-            plan = plan_for(p)
+            plan = plan_for(p, duration_cycles(session, plan_for(p), cfg) if cfg.duration_s else None)
             try:
                 m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0)
             except BaseException as exc:
