@@ -234,7 +234,7 @@ def test_a_second_client_is_told_at_once_that_the_server_is_busy(server):
         with pytest.raises(Refused, match="busy: serving another client"):
             Session(server.host, server.port, timeout_s=30.0)
         assert time.monotonic() - t0 < 10  # told at once, not after its 30 s timeout
-        assert first.measure(small_plan(cycles=10)).completed == 16  # the first session is undisturbed (10 + 5 warm-up + 1 untimed)
+        assert first.measure(small_plan(cycles=10)).completed == 16  # undisturbed (10 + 5 warm-up + 1 untimed)
         first.bye()
     finally:
         first.close()
