@@ -665,7 +665,7 @@ def report(
 def export(
     results: ResultsArg,
     into: Annotated[Optional[Path], typer.Option(help="Case-study data file to upsert runs[] into (default RESULTS/analysis/case-studies.json).")] = None,
-    study: Annotated[Optional[str], typer.Option(help="Study name recorded in every record (default: the result folder's name).")] = None,
+    study: Annotated[Optional[str], typer.Option(help="Study name recorded in every record and part of its id (default 'unnamed').")] = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write the records as CSV here (must not exist).")] = None,
     shape: ShapeOpt = None,
 ):
@@ -677,7 +677,7 @@ def export(
 
     s = _shape(shape)
     into = into or Path(results) / "analysis" / "case-studies.json"
-    study = study or Path(results).resolve().name
+    study = study or "unnamed"  # not the folder's name: record ids must survive a move or rename
     spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
     if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records
         added, updated, kept = E.upsert(into, spec_recs)

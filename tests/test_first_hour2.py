@@ -152,7 +152,7 @@ def test_export_writes_next_to_the_results_by_default(tmp_path):
     folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "sweep-v1")
     out = _hb("export", folder)
     assert out.returncode == 0, out.stderr
-    assert (folder / "analysis" / "case-studies.json").exists() and "study 'sweep-v1'" in out.stdout
+    assert (folder / "analysis" / "case-studies.json").exists() and "study 'unnamed'" in out.stdout
 
 
 def test_ucx_without_the_device_asked_for_is_one_line_and_leaves_nothing(server, tmp_path):
@@ -258,3 +258,34 @@ def test_iperf3_habits_port_and_a_duration(server, tmp_path):
     assert rep["config"]["duration_s"] == 0.3 and n == p["plan"]["cycles"] != 1000
     assert 0.1 < n * p50_s < 1.0  # about 0.3 s of round trips, sized by the probe (not the 1,000 default)
     assert _hb("-h").returncode == 0 and _hb("--version").stdout.startswith("hopbench ")
+
+
+def test_a_single_runs_hop_bar_is_inside_its_log_axis():
+    """Item 10: a single run's hop-cost bar was invisible on its log axis."""
+    from hopbench.analysis import verdict as V
+    from hopbench.analysis.plot import _plt, hop_cost
+
+    inp = V.Inputs(15.88, 89.34, 24.05)
+    fig = hop_cost([V.verdict("run", "tcp", 0.0999, inp)], inp.t_draft_ms, 3)
+    try:
+        (ax,) = fig.axes
+        bottom, top = ax.get_ylim()
+        assert bottom < 0.0999 < top and bottom > 0
+    finally:
+        _plt().close(fig)
+
+
+def test_the_answer_does_not_offer_loopback_as_a_link_and_says_emulated_rungs_are_emulated(tmp_path):
+    """Item 10: loopback was offered in the Answer as a link one could move to, and the page
+    never said that emu-* rungs are emulated on one machine."""
+    import json
+    import shutil
+
+    from hopbench.analysis.report import _answer
+
+    folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "s")
+    doc = json.loads(_hb("report", folder, "--json").stdout)
+    text = _answer(doc)
+    assert "loopback</b>: the instrument's own floor" in text and "move the drafter</span>" not in text
+    doc["rungs"]["loopback"]["kind"] = "emulated"
+    assert "emulated on this one machine" in _answer(doc)

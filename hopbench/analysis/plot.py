@@ -105,7 +105,11 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     ax.set_yscale("log")
     levels = sorted({pct(v.hop_ci_level) for v in verdicts if v.hop_ci_level})
     ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})")
-    ax.set_ylim(top=max([v.hop_ms for v in verdicts] + [t_draft_ms]) * 40)  # room for the vertical labels (log axis)
+    # an explicit bottom below every bar and interval: left to autoscale, a log axis can put
+    # it above a lone bar (a single run's bar was invisible); the top leaves room for the labels
+    lows = [(v.hop_ci_ms or (v.hop_ms, v.hop_ms))[0] for v in verdicts] + [v.hop_ms for v in verdicts]
+    ax.set_ylim(bottom=max(min(x for x in lows + [t_draft_ms] if x > 0) / 5, 1e-6),
+                top=max([v.hop_ms for v in verdicts] + [t_draft_ms]) * 40)
     ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n"
                  "label: hop and projected tok/s gain)", fontsize=10)
     if ax.get_legend_handles_labels()[0]:

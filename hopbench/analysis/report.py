@@ -254,7 +254,7 @@ def build_document(a: Analysed) -> dict:
 # ---------------------------------------------------------------- the page
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1360px;
 padding:1em 2em;color:#1d2330}
 h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;border-bottom:1px solid #d0d5de;padding-bottom:.2em;margin-top:1.6em}
 .q{font-size:1.1em;background:#f3f6fb;border-left:4px solid #3a6ea5;padding:.6em 1em}
@@ -265,7 +265,11 @@ th{background:#eef1f6}td.t,th.t{text-align:left}
 .call{font-weight:600}.pays{color:#1a7f37}.costs{color:#b42318}.even{color:#8a6d00}
 .note{color:#555;font-size:.92em}figure{margin:1em 0}figure svg{max-width:100%;height:auto}
 figcaption{color:#444;font-size:.92em}ul.w li{margin:.2em 0}.w .k{font-weight:600}
-pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto}.diff{background:#fff4d6}.wide{overflow-x:auto}
+pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+.diff{background:#fff4d6}.wide{overflow-x:auto}th{white-space:normal}#fit td,#cells td{white-space:normal}
+#environment table{table-layout:fixed;width:100%}#environment td{white-space:normal;overflow-wrap:anywhere;text-align:left}
+@media (max-width:1000px){body{padding:.5em .8em;font-size:12.5px}th,td{padding:.15em .3em}td{white-space:normal}
+#fit table{font-size:10.5px}}
 """
 
 
@@ -343,9 +347,20 @@ def _answer(doc: dict) -> str:
             best[v["rung"]] = {"i": i}
     items = []
     measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or [])}
+    rungs = doc.get("rungs") or {}
     for rung, b in best.items():
         i = b["i"]
         v = doc["verdicts"][i]
+        base = rung.split(" +")[0]
+        info = rungs.get(base) or rungs.get(base.split("@")[0]) or {}
+        kind = info.get("kind") if isinstance(info, dict) else None
+        if kind == "loopback":  # both ends on this machine: the instrument's floor, not a link to move to
+            items.append(f'<li><b>{_esc(rung)}</b>: the instrument\'s own floor (both ends on this machine over '
+                         f'127.0.0.1), not a link the drafter could move over &mdash; best transport '
+                         f'{_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms</li>')
+            continue
+        emulated = (" <span class=\"note\">(emulated on this one machine: two network namespaces joined by a veth "
+                    "pair, shaped with tc tbf)</span>") if kind == "emulated" else ""
         if rung in measured:
             j, s = measured[rung]
             items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
@@ -358,7 +373,7 @@ def _answer(doc: dict) -> str:
                      f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
                      f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
-                     f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)</li>')
+                     f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
     if not items:
         return ""
     inp = doc["inputs"]
