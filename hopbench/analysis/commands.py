@@ -180,6 +180,13 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
 
 
 def report_all(folder: Path, scfg, show=print) -> None:
+    from hopbench.analysis.data import one_reading
+
+    with one_reading():  # fit, verdict and plots share one reading of the folder
+        _report_all(folder, scfg, show)
+
+
+def _report_all(folder: Path, scfg, show=print) -> None:
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
     run_fit(folder, bpt, op, show)

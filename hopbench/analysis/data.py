@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -129,10 +130,42 @@ class Folder:
     left_out: list[str]
 
 
+_MEMO: dict[tuple[str, str], object] | None = None
+
+
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Inside it, each folder is read (and its samples parsed) once: the steps of one
+    analysis command - fit, verdict, figures, the document - share that reading. Outside
+    it every call reads the files afresh (a sweep reads what it just wrote)."""
+    global _MEMO
+    outer = _MEMO is None
+    if outer:
+        _MEMO = {}
+    try:
+        yield
+    finally:
+        if outer:
+            _MEMO = None
+
+
+def _memo(kind: str, folder: str | Path, make):  # noqa: ANN001, ANN202
+    if _MEMO is None:
+        return make()
+    key = (kind, str(Path(folder).resolve()))
+    if key not in _MEMO:
+        _MEMO[key] = make()
+    return _MEMO[key]
+
+
 def read_folder(folder: str | Path, warn=_warn) -> Folder:
+    """The folder read and checked (once per folder inside one_reading)."""
+    return _memo("folder", folder, lambda: _read_folder(Path(folder), warn))
+
+
+def _read_folder(folder: Path, warn) -> Folder:
     from hopbench.results import RUN_RECORD, SWEEP_RECORD, check_record, verify_files
 
-    folder = Path(folder)
     if (folder / "sweep.json").exists():
         top = _read_json(folder / "sweep.json")
         check_schema(top, folder / "sweep.json", "hopbench.sweep")
@@ -174,7 +207,13 @@ def read_folder(folder: str | Path, warn=_warn) -> Folder:
 
 def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
     """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
-    Reads every schema version up to the current one (tests/golden)."""
+    Reads every schema version up to the current one (tests/golden). Callers get their own
+    list (inside one_reading the Groups themselves are shared: treat them as read-only)."""
+    groups, top = _memo("groups", folder, lambda: _load_groups(folder))
+    return list(groups), top
+
+
+def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
     f = read_folder(folder)
     folder, top = f.path, f.top
     if f.kind == "sweep":
@@ -229,8 +268,9 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
             raise HopbenchError(f"{f}: a sweep folder; give sweeps one at a time (their repeats are inside)")
         groups, t = load_groups(f)
         top = top or t
-        for g in groups:
-            g.repeat_ids = [i] * len(g.repeat_ids)
+        for g in groups:  # copies: the loaded Groups may be shared (one_reading)
+            g = replace(g, repeat_ids=[i] * len(g.repeat_ids), repeat_p50_ns=list(g.repeat_p50_ns),
+                        samples=list(g.samples), started_unix=list(g.started_unix), n_cycles=list(g.n_cycles))
             m = merged.get(g.key)
             if m is None:
                 merged[g.key] = g

@@ -527,6 +527,9 @@ def render(a: Analysed, doc: dict) -> str:
 
 
 def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> tuple[dict, str]:
-    a = analyse(folder, scfg, min_gain, spec)
-    doc = build_document(a)
-    return doc, render(a, doc)
+    from hopbench.analysis.data import one_reading
+
+    with one_reading():  # the folder is read once for the document, the figures and the warnings
+        a = analyse(folder, scfg, min_gain, spec)
+        doc = build_document(a)
+        return doc, render(a, doc)
