@@ -194,7 +194,7 @@ def main() -> None:
           f"clients on CPU {CLIENT_CPU}")
     print(f"ucx_perftest: {PERFTEST[2]}; UCX environment for both: "
           + " ".join(f"{k}={v}" for k, v in sorted(PERFTEST[1].items()) if k != "LD_LIBRARY_PATH"))
-    print(f"hopbench's compiled loop here: {native.describe()}")
+    print("hopbench's compiled loop here: " + ("native" if native.UNAVAILABLE is None else f"python ({native.UNAVAILABLE})"))
     rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
     for name in a.places.split(","):
         link = netem.Link.create(rate_mbit=rates[name]) if name != "loopback" else None

@@ -95,7 +95,7 @@ def serve(
     idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
     handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = 10.0,
     poll: Annotated[Poll, typer.Option(help="Receive path during a session: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
-    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: UCX_* keys go to ucx (e.g. UCX_TLS=tcp), others to zmq (copy_threshold=65536).")] = None,
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: each key goes to the transport that declares it (UCX_* to ucx, e.g. UCX_TLS=tcp; copy_threshold, sndhwm, rcvhwm, io_threads to zmq); an unknown key is refused.")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
     gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,

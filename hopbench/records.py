@@ -26,9 +26,7 @@ def gap_label(rung: str, gap_ms: float) -> str:
 
 MIN_GAIN = 0.05  # the least projected tok/s gain worth a second box: below it a verdict is 'not worth it'
 MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up + timed)
-POLLS = ("auto", "block", "busy")
-MEMORIES = ("host", "cuda")
-GPU_PATHS = ("staged", "direct")
+MEMORIES = ("host", "cuda")  # where a payload may live (hopbench.core.gpu checks it)
 
 
 @dataclass(frozen=True)

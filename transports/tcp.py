@@ -13,9 +13,9 @@ Why each knob:
   shut down and raises Timeout. The hot path pays two attribute writes per call.
 - recv_into with MSG_WAITALL, looped: the kernel returns the whole message in one call
   unless a timeout or signal cuts it short; the loop covers that case (a single
-  recv_into per message on a stream socket is the classic bug, see STYLE.md).
+  recv_into per message on a stream socket is the classic bug).
 - poll="busy": non-blocking socket spun on recv_into, for receivers that must not pay
-  the cross-CPU wake-up (../shared/MEASURED.md); the deadline is checked every 256
+  the cross-CPU wake-up (about 100 us on the development VM; docs/NATIVE.md); the deadline is checked every 256
   empty polls so the spin stays cheap.
 """
 

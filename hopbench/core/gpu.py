@@ -24,8 +24,8 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.records import MEMORIES
 
-MEMORIES = ("host", "cuda")
 PATHS = ("staged", "direct")
 INSTALL = "pip install 'hopbench[gpu]'"
 # cudaMemcpyKind

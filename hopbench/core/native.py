@@ -22,8 +22,6 @@ from hopbench.core.protocol import ReplyCodec
 from hopbench.core.transport import NativeEndpoint
 from hopbench.errors import ConfigError
 
-LOOPS = ("auto", "native", "python")
-
 try:
     import hopbench._native as _C
 
@@ -36,11 +34,6 @@ except ImportError as _exc:  # not built here: no compiler or headers at install
 # C status -> the name a NativeEndpoint's error() reads
 _STATUS = {1: "timeout", 2: "closed", 3: "oserror", 6: "ucs", 7: "length"}
 ST_BAD_REPLY, ST_INTERRUPTED, ST_BAD_SEQ = 4, 5, 8
-
-
-def describe() -> str:
-    """'native' or 'python (why)' for this installation, as `hopbench transports` prints it."""
-    return "native" if UNAVAILABLE is None else f"python ({UNAVAILABLE})"
 
 
 def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[NativeEndpoint | None, str]:
@@ -193,4 +186,4 @@ def ucs_status_string(status: int) -> str:
     return _C.ucs_status_string(status) if _C is not None else f"UCS status {status}"
 
 
-__all__ = ["LOOPS", "UNAVAILABLE", "choose", "describe", "predict", "run_client", "run_echo"]
+__all__ = ["UNAVAILABLE", "choose", "predict", "run_client", "run_echo"]

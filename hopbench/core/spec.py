@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -347,6 +347,3 @@ def spec_info_from_wire(obj: dict[str, Any], k: int, id_bytes: int, cycles: int,
         raise ConfigError(f"spec fanout must be 0..{k + 1}")
     return SpecPlanInfo(mode, k, id_bytes, bpt, cycles, warmup, int(obj.get("seed", 0)), fanout)
 
-
-def info_dict(info: SpecPlanInfo) -> dict[str, Any]:
-    return asdict(info)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol
 
 from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
 
 
-@runtime_checkable
 class Channel(Protocol):
     """A connected, bidirectional, message-oriented byte mover."""
 

@@ -6,7 +6,7 @@ optionally shaped with tc tbf (netem does not exist in this kernel; see docs/MEA
 
 Teardown removes both namespaces (which removes the veth pair and its qdiscs) on exit,
 on error and on Ctrl-C. Every object's name carries a per-process prefix, so a leftover
-can be found (`ip netns list | grep hb`) and `cleanup_stale()` removes those of dead pids.
+can be found (`ip netns list | grep hb`; `leftovers()` lists them for the tests).
 """
 
 from __future__ import annotations
@@ -145,18 +145,8 @@ class Link:
 
 
 def leftovers() -> list[str]:
-    """hopbench namespaces that exist now (for tests and `cleanup_stale`)."""
+    """hopbench namespaces that exist now (the tests check none is left behind)."""
     out = _run(["ip", "netns", "list"], check=False).stdout
     return [line.split()[0] for line in out.splitlines()
             if line.startswith(PREFIX) and line.split()[0][len(PREFIX):].split("x")[0].isdigit()]
 
-
-def cleanup_stale() -> list[str]:
-    """Remove namespaces left by hopbench processes that no longer exist."""
-    removed = []
-    for ns in leftovers():
-        pid = int(ns[len(PREFIX):].split("x")[0])
-        if not os.path.exists(f"/proc/{pid}"):
-            _run(["ip", "netns", "delete", ns], check=False)
-            removed.append(ns)
-    return removed
