@@ -89,7 +89,7 @@ class _BusyAnswer(threading.Thread):
                 chan.close()
                 continue
             t = threading.Thread(target=self._answer, args=(chan,), daemon=True)
-            self.answering.append(t)
+            self.answering = [a for a in self.answering if a.is_alive()] + [t]  # bounded under a flood
             t.start()
 
     def _answer(self, chan) -> None:
