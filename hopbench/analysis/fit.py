@@ -189,17 +189,19 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
                 b_ci = (1.0 / hi if hi > 0 else float("inf"), 1.0 / lo if lo > 0 else float("inf"))
             return SegmentCI((float(a_ci[0]), float(a_ci[1])), b_ci, level, "repeats", RANDOM_GROUPS, len(alphas))
     pooled = [np.concatenate([g.pooled for g in grp]) / 1e9 for grp in groups_by_size]
-    alphas_b, betas_b = [], []
+    alphas_b, slopes_b = [], []
     for _ in range(boot):
         yb = np.array([np.median(rng.choice(u, size=min(len(u), 4000))) for u in pooled])
         f = fit_line(x, yb, iters=8)
         alphas_b.append(f.alpha_s)
-        betas_b.append(f.beta_Bps)
+        # the slope 1/beta, always finite (a flat resample has slope 0, beta infinite: percentiles
+        # of betas would subtract inf from inf); the interval is inverted after
+        slopes_b.append(1.0 / f.beta_Bps if np.isfinite(f.beta_Bps) and f.beta_Bps > 0 else 0.0)
     q = [50 - level * 50, 50 + level * 50]
     a_lo, a_hi = np.percentile(alphas_b, q)
-    b_lo, b_hi = np.percentile(betas_b, q)
-    return SegmentCI((float(a_lo), float(a_hi)), (float(b_lo), float(b_hi)), level, "within-run", WITHIN_RUN_BOOT,
-                     len(reps))
+    s_lo, s_hi = (float(v) for v in np.percentile(slopes_b, q))
+    b_ci = (1.0 / s_hi if s_hi > 0 else float("inf"), 1.0 / s_lo if s_lo > 0 else float("inf"))
+    return SegmentCI((float(a_lo), float(a_hi)), b_ci, level, "within-run", WITHIN_RUN_BOOT, len(reps))
 
 
 def why_no_fit(groups: list[Group]) -> str:
