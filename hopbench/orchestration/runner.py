@@ -55,14 +55,15 @@ class RunWriter:
         self.summaries: list[dict] = []
         self.payloads: list[dict] = []
 
-    def add(self, m: Measurement, payload: Payload) -> dict:
+    def add(self, m: Measurement, payload: Payload, probe: dict | None = None) -> dict:
         rows, summary = payload_rows(m, payload)
         self.samples.extend(rows)
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
                               "completed_cycles": m.completed, "error": m.error, "started_unix": m.started_unix,
                               "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary,
-                              **({"gpu": m.gpu_info} if m.gpu_info else {})})
+                              **({"gpu": m.gpu_info} if m.gpu_info else {}),
+                              **({"duration_probe": probe} if probe else {})})
         return summary
 
     def write(self, status: str, error: str | None = None) -> None:
@@ -120,16 +121,19 @@ def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
 PROBE_CYCLES = 20  # a duration run's probe per payload: its median sets the timed cycle count
 
 
-def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig) -> int:
+def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig) -> tuple[int, dict]:
     """Timed cycles that take about cfg.duration_s at this payload (iperf3's -t): a probe of
-    PROBE_CYCLES (not recorded: more warm-up) gives the cycle time, gap included; clamped to
-    at least 10 and to the server's max_cycles cap."""
+    PROBE_CYCLES (its samples not kept: more warm-up) gives the cycle time, gap included;
+    clamped to at least 10 and to the server's max_cycles cap. Returns the count and what
+    sized it (recorded as the payload's `duration_probe`)."""
     import math
 
     probe = session.measure(dataclasses.replace(plan, cycles=PROBE_CYCLES), gap_s=cfg.gap_ms / 1000.0)
-    per_cycle_s = float(np.median(probe.timed)) / 1e9 + cfg.gap_ms / 1000.0
+    p50_ns = float(np.median(probe.timed))
+    per_cycle_s = p50_ns / 1e9 + cfg.gap_ms / 1000.0
     cap = int((session.server_hello.get("caps") or {}).get("max_cycles") or 10**9) - plan.warmup - 1
-    return max(10, min(cap, math.ceil((cfg.duration_s or 0) / per_cycle_s)))
+    cycles = max(10, min(cap, math.ceil((cfg.duration_s or 0) / per_cycle_s)))
+    return cycles, {"cycles": PROBE_CYCLES, "p50_ns": p50_ns, "per_cycle_s": per_cycle_s, "cap": cap}
 
 
 def run_session(
@@ -170,15 +174,16 @@ def run_session(
     status, error = "complete", None
     try:
         for p in payloads:
-            plan = plan_for(p, duration_cycles(session, plan_for(p), cfg) if cfg.duration_s else None)
+            cycles, probe = duration_cycles(session, plan_for(p), cfg) if cfg.duration_s else (None, None)
+            plan = plan_for(p, cycles)
             try:
                 m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0)
             except BaseException as exc:
                 mm = getattr(exc, "measurement", None)
                 if mm is not None:
-                    writer.add(mm, p)
+                    writer.add(mm, p, probe)
                 raise
-            summary = writer.add(m, p)
+            summary = writer.add(m, p, probe)
             writer.write("running")
             for note in m.data_info.get("warnings") or []:
                 if on_warning:
