@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hopbench import results as R
 from hopbench.config import (
     DEFAULT_PORT,
     parse_bytes_grid,
@@ -161,7 +162,6 @@ def run(
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
     say = functools.partial(print, file=sys.stderr) if json_out else print
-    from hopbench import results as R
     from hopbench.estimate import pct
     from hopbench.orchestration.calibrate import placement_note
     from hopbench.orchestration.runner import run_session
@@ -268,7 +268,7 @@ def run(
         import json as _json
 
         print(_json.dumps({"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder),
-                           "report": _json.loads((folder / "report.json").read_text())}, indent=1))
+                           "report": R.ResultFolder(folder).read_top()}, indent=1))
 
 
 @app.command()
@@ -299,7 +299,6 @@ def spec(
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
     _pin(cpu)
-    from hopbench import results as R
     from hopbench.analysis import spec as A
     from hopbench.core.spec import MODES
     from hopbench.orchestration.spec import SpecConfig, run_spec
@@ -359,7 +358,7 @@ def spec_rungs(config: Annotated[Path, typer.Argument(help="Spec config (configs
     from hopbench.orchestration.spec import run_spec_rungs
 
     parent = run_spec_rungs(config, results_dir)
-    folders = sorted(p for p in parent.iterdir() if (p / "report.json").exists())
+    folders = R.result_folders(parent)
     for f in folders:
         print(f"== {f.name}")
         report, res = A.analyse(f)
@@ -477,10 +476,8 @@ def matrix(
         raise ConfigError(f"--tokens must include the operating payload T = {s.operating_tokens} (the hop is read there)")
     folder = out or (None if new else M.find_resumable(results_dir, cfg))
     if folder is None:
-        from hopbench import results as R
-
         folder = R.new_folder(results_dir, "matrix")
-    elif folder.exists() and not (folder / "sweep.json").exists():
+    elif folder.exists() and not R.ResultFolder(folder).is_sweep:
         raise ConfigError(f"{folder} exists and is not a matrix folder; refusing to write into it")
     say = functools.partial(print, file=sys.stderr) if json_out else print
     agents = M.RayAgents(ray_address, ifaces, settings, poll.value, loop.value, wait_nodes=wait_nodes)
@@ -572,7 +569,7 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
     analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print, require=True)
     if json_out:  # the document fit also writes to <folder>/analysis/fit.json
-        print((Path(results) / "analysis" / "fit.json").read_text(), end="")
+        print((R.ResultFolder(results).path / R.ANALYSIS / "fit.json").read_text(), end="")
 
 
 @app.command()
@@ -656,7 +653,7 @@ def report(
 
     path = analysis.write_report(results, _shape(shape), output, min_gain, spec or [])
     if json_out:
-        print((Path(results) / "analysis" / "report.json").read_text(), end="")
+        print((R.ResultFolder(results).path / R.ANALYSIS / R.RUN_FILE).read_text(), end="")
     else:
         print(f"report: {path}")
 
@@ -676,7 +673,7 @@ def export(
     from hopbench.results import atomic_write
 
     s = _shape(shape)
-    into = into or Path(results) / "analysis" / "case-studies.json"
+    into = into or R.ResultFolder(results).path / R.ANALYSIS / "case-studies.json"
     study = study or "unnamed"  # not the folder's name: record ids must survive a move or rename
     spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
     if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records

@@ -262,3 +262,124 @@ class FolderLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# ---------------------------------------------------------------- the result folder's layout
+# The one place that knows how a result folder is laid out (pyperf's BenchmarkSuite owns its
+# file the same way): which file is its top record, where a sweep's cells live, how a cell's
+# failed attempt is set aside, the order a cell's files are written in. Writers and readers
+# go through ResultFolder; no other module spells a file name of the layout.
+
+SWEEP_SCHEMA = "hopbench.sweep"
+RUN_FILE, SWEEP_FILE = "report.json", "sweep.json"  # a run's (or a cell's) top record; a sweep's or matrix's
+SAMPLES_FILE, SUMMARY_FILE = "samples.csv", "summary.csv"
+CYCLES_FILE = "cycles.csv"  # a spec run's per-cycle rows
+CELLS = "cells"
+_CELL_GLOB = "*/*/*/*/" + RUN_FILE  # cells/<rung>/<transport>/<payload-gap>/r<N>/report.json
+_FAILED = ".failed-"  # r<N>.failed-<stamp>[-<i>]: an attempt that did not complete, kept aside
+ANALYSIS = "analysis"  # derived files (fit, verdict, figures, the report's JSON)
+
+
+class ResultFolder:
+    """A hopbench result folder: a run (report.json + its CSVs), a sweep or matrix
+    (sweep.json + cells/...), or a spec run (report.json + cycles.csv + summary.csv)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"ResultFolder({str(self.path)!r})"
+
+    # -- what it is
+    @property
+    def kind(self) -> str | None:
+        """"sweep" (sweep.json: a sweep or a matrix), "run" (report.json), None (neither)."""
+        if (self.path / SWEEP_FILE).exists():
+            return "sweep"
+        if (self.path / RUN_FILE).exists():
+            return "run"
+        return None
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.kind == "sweep"
+
+    @property
+    def top_path(self) -> Path:
+        """The top record: sweep.json where there is one, else report.json."""
+        return self.path / (SWEEP_FILE if self.is_sweep else RUN_FILE)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def read_top(self) -> dict[str, Any]:
+        """The top record, parsed (not checked: analysis.data.read_folder checks it)."""
+        import json
+
+        return json.loads(self.top_path.read_text())
+
+    def analysis_dir(self) -> Path:
+        out = self.path / ANALYSIS
+        out.mkdir(exist_ok=True)
+        return out
+
+    # -- a sweep's cells
+    def cell_dir(self, key: str) -> Path:
+        return self.path / CELLS / key
+
+    def cell_reports(self) -> list[Path]:
+        """Every cell's report.json, sorted; a cell's attempts that did not complete were set
+        aside (r<N>.failed-...): their payloads may be whole, but the repeat is the one that
+        completed, so they are not cells."""
+        return sorted(p for p in (self.path / CELLS).glob(_CELL_GLOB) if _FAILED not in p.parent.name)
+
+    def cell_done(self, key: str) -> bool:
+        return run_complete(self.cell_dir(key))
+
+    def set_aside(self, key: str, tag: str = "") -> Path | None:
+        """Move an earlier attempt of a cell out of the way (kept, never deleted)."""
+        d = self.cell_dir(key)
+        if not d.exists():
+            return None
+        aside = d.with_name(f"{d.name}{_FAILED}{utc_stamp()}{'-' + tag if tag else ''}")
+        d.rename(aside)
+        return aside
+
+    # -- writing
+    def write_top(self, doc: dict[str, Any], sweep: bool) -> None:
+        import json
+
+        atomic_write(self.path / (SWEEP_FILE if sweep else RUN_FILE), json.dumps(doc, indent=1, default=str) + "\n")
+
+    def write_run(self, doc: dict[str, Any], csvs: dict[str, str]) -> None:
+        """A run's (or cell's) files: the CSVs first, then report.json carrying their manifest
+        (`files`), written last, so a report.json means its CSVs are whole."""
+        import json
+
+        for name, text in csvs.items():
+            atomic_write(self.path / name, text)
+        doc["files"] = {name: manifest_entry(text) for name, text in csvs.items()}
+        atomic_write(self.path / RUN_FILE, json.dumps(doc, indent=1, default=str) + "\n")
+
+    def write_files(self, files: dict[str, str]) -> None:
+        """Files received whole from elsewhere (a matrix agent): report.json last, it marks
+        the cell done."""
+        self.path.mkdir(parents=True)
+        for name in sorted(files, key=lambda n: n == RUN_FILE):
+            if name in (SAMPLES_FILE, SUMMARY_FILE, RUN_FILE):
+                atomic_write(self.path / name, files[name])
+
+
+def run_complete(folder: Path) -> bool:
+    """A run (or cell) folder whose report.json says complete."""
+    import json
+
+    try:
+        return json.loads((Path(folder) / RUN_FILE).read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
+
+
+def result_folders(parent: Path) -> list[Path]:
+    """The run folders directly inside parent (e.g. spec-rungs' per-rung folders)."""
+    return sorted(p for p in Path(parent).iterdir() if (p / RUN_FILE).exists())

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hopbench import results as R
 from hopbench.analysis import matrix as AM
 from hopbench.orchestration import matrix as M
 
@@ -85,7 +86,7 @@ def test_a_node_that_leaves_is_reported_and_the_rest_continue_then_resume(tmp_pa
     assert "127.0.0.1#0" in top["matrix"]["left"] and top["status"] == "incomplete"
     failed = {c["key"].split("/")[0] for c in top["failed_cells"]}
     assert failed and all("127.0.0.1#0" in k for k in failed)
-    done = [p for p in folder.glob("cells/*/*/*/*/report.json") if M.cell_done(p.parent)]
+    done = [p for p in R.ResultFolder(folder).cell_reports() if R.run_complete(p.parent)]
     untouched = [k for k in top["rungs"] if "#0" not in k]
     assert {p.parts[-5] for p in done} >= set(untouched)  # every pair without the node that left
     # the node comes back: the same command measures only what is missing

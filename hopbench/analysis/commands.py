@@ -14,13 +14,13 @@ from hopbench.analysis.data import load_groups, recorded_shape
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import Estimate, pct
 from hopbench.records import MIN_GAIN, gap_label
-from hopbench.results import atomic_write
+from hopbench.results import RUN_FILE, atomic_write
 
 
 def _out(folder: Path) -> Path:
-    out = Path(folder) / "analysis"
-    out.mkdir(exist_ok=True)
-    return out
+    from hopbench.results import ResultFolder
+
+    return ResultFolder(folder).analysis_dir()
 
 
 def _fmt_alpha(f: F.Fit) -> tuple[str, str]:
@@ -204,7 +204,7 @@ def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float
     if output is not None and output.exists() and output.resolve() != (folder / "report.html").resolve():
         raise ConfigError(f"{output} exists; refusing to overwrite it (choose another -o)")
     doc, page = RP.build(folder, scfg, min_gain, spec)
-    atomic_write(_out(folder) / "report.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write(_out(folder) / RUN_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     path = output or folder / "report.html"
     atomic_write(path, page)
     return path

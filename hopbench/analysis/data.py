@@ -16,6 +16,7 @@ import numpy as np
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.records import CellKey
+from hopbench.results import SAMPLES_FILE, ResultFolder
 
 
 @dataclass
@@ -164,28 +165,26 @@ def read_folder(folder: str | Path, warn=_warn) -> Folder:
 
 
 def _read_folder(folder: Path, warn) -> Folder:
-    from hopbench.results import RUN_RECORD, SWEEP_RECORD, check_record, verify_files
+    from hopbench.results import RUN_RECORD, SWEEP_RECORD, SWEEP_SCHEMA, ResultFolder, check_record, verify_files
 
-    if (folder / "sweep.json").exists():
-        top = _read_json(folder / "sweep.json")
-        check_schema(top, folder / "sweep.json", "hopbench.sweep")
-        check_record(top, SWEEP_RECORD, str(folder / "sweep.json"))
-        # a cell's attempts that did not complete were set aside as r<N>.failed-<stamp>-<i>:
-        # their payloads may be whole, but the repeat is the one that completed
-        paths = sorted(p for p in (folder / "cells").glob("*/*/*/*/report.json") if ".failed-" not in p.parent.name)
-        kind = "sweep"
-    elif (folder / "report.json").exists():
-        top = _read_json(folder / "report.json")
-        check_schema(top, folder / "report.json", "hopbench.run")
-        paths, kind = [folder / "report.json"], "run"
-    else:
+    rf = ResultFolder(folder)
+    kind = rf.kind
+    if kind is None:
         raise HopbenchError(f"{folder}: neither a sweep (sweep.json) nor a run (report.json) folder")
+    top = _read_json(rf.top_path)
+    if kind == "sweep":
+        check_schema(top, rf.top_path, SWEEP_SCHEMA)
+        check_record(top, SWEEP_RECORD, str(rf.top_path))
+        paths = rf.cell_reports()
+    else:
+        check_schema(top, rf.top_path, "hopbench.run")
+        paths = [rf.top_path]
     cells: list[tuple[Path, dict]] = []
     left_out: list[str] = []
     seen: dict[tuple, Path] = {}
     for rp in paths:
         try:
-            run = top if rp == folder / "report.json" else _read_json(rp)
+            run = top if kind == "run" else _read_json(rp)
             check_schema(run, rp, "hopbench.run")
             check_record(run, RUN_RECORD, str(rp))
             verify_files(rp, run)
@@ -226,7 +225,8 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
         rung = run.get("rung") or (run.get("config") or {}).get("rung") or "run"
         want = {p["payload"]: int(p["summary"].get("n") or 0) for p in run["payloads"] if p["summary"].get("complete")}
         try:
-            samples = _timed_samples(rp.parent / "samples.csv", want) if (rp.parent / "samples.csv").exists() else {}
+            csv = rp.parent / SAMPLES_FILE
+            samples = _timed_samples(csv, want) if csv.exists() else {}
         except HopbenchError as exc:
             if f.kind == "run":
                 raise
@@ -264,7 +264,7 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
     merged: dict[tuple, Group] = {}
     top: dict = {}
     for i, f in enumerate(folders):
-        if (Path(f) / "sweep.json").exists():
+        if ResultFolder(f).is_sweep:
             raise HopbenchError(f"{f}: a sweep folder; give sweeps one at a time (their repeats are inside)")
         groups, t = load_groups(f)
         top = top or t
@@ -301,7 +301,7 @@ def result_id(folder: str | Path) -> str:
     was created (`result_id`), or, for results older than that field, a hash of what was
     recorded at creation (schema, creation time, config, seed, peer) - never the folder name."""
     folder = Path(folder)  # any hopbench result (run, sweep, matrix, spec): its top record only
-    top = _read_json(folder / ("sweep.json" if (folder / "sweep.json").exists() else "report.json"))
+    top = _read_json(ResultFolder(folder).top_path)
     if top.get("result_id"):
         return str(top["result_id"])
     key = json.dumps([top.get(k) for k in ("schema", "created_utc", "fingerprint", "seed", "peer", "config")],
@@ -313,7 +313,7 @@ def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_ope
     """(bytes per token, operating tokens) as recorded with the result (a sweep's shape and
     config, a run's config); today's config files only where the result predates them."""
     folder = Path(folder)
-    if not ((folder / "sweep.json").exists() or (folder / "report.json").exists()):
+    if ResultFolder(folder).kind is None:
         return default_bytes_per_token, default_operating_tokens
     f = read_folder(folder, warn=lambda m: None)
     if f.kind == "sweep":

@@ -13,7 +13,7 @@ from pathlib import Path
 from hopbench.analysis.data import Group
 from hopbench.errors import HopbenchError
 from hopbench.records import gap_label
-from hopbench.results import atomic_write
+from hopbench.results import CYCLES_FILE, atomic_write
 
 #: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
 #: with schema_version, result_id and intervals; records without schema_version are v1.
@@ -144,9 +144,9 @@ SPEC_FIELDS = ["id", "schema_version", "study", "kind", "result_id", "source", "
 def spec_folders(folder: Path) -> list[Path]:
     """A `hopbench spec` folder, or a spec-rungs parent holding one per rung."""
     folder = Path(folder)
-    if (folder / "cycles.csv").exists():
+    if (folder / CYCLES_FILE).exists():
         return [folder]
-    return sorted(p.parent for p in folder.glob("*/cycles.csv"))
+    return sorted(p.parent for p in folder.glob(f"*/{CYCLES_FILE}"))
 
 
 def spec_records(folder: Path, study: str) -> list[dict]:

@@ -55,8 +55,11 @@ def _robust(values: list[float]) -> tuple[float, float]:
 
 
 def load_matrix(folder: Path) -> dict[str, Any]:
-    top = json.loads((Path(folder) / "sweep.json").read_text())
-    if top.get("kind") != "matrix":
+    from hopbench.analysis.data import read_folder
+
+    f = read_folder(folder)  # checked when read, once per command (one_reading)
+    top = f.top
+    if f.kind != "sweep" or top.get("kind") != "matrix":
         raise HopbenchError(f"{folder}: not a hopbench matrix folder")
     return top
 
@@ -168,9 +171,9 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
                        for (a, b), e in sorted(est.items())],
            "outliers": [asdict(f) for f in found], "thresholds": {"robust_z": Z, "ratio": RATIO, "mad_floor": FLOOR},
            "left": top["matrix"].get("left") or {}}
-    out = Path(folder) / "analysis"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "matrix.json", json.dumps(doc, indent=1) + "\n")
+    from hopbench.results import ResultFolder
+
+    atomic_write(ResultFolder(folder).analysis_dir() / "matrix.json", json.dumps(doc, indent=1) + "\n")
     return lines, doc
 
 

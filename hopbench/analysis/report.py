@@ -27,6 +27,7 @@ from hopbench.analysis.data import first_header, load_groups, recorded_shape, re
 from hopbench.errors import HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN
+from hopbench.results import ResultFolder
 
 REPORT_SCHEMA = "hopbench.report"
 REPORT_SCHEMA_VERSION = 1
@@ -59,7 +60,7 @@ def _cell_reports(folder: Path) -> list[tuple[Path, dict]]:
 def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
     """Everything a reader should weigh before trusting the figures: kind, text."""
     out: list[dict] = []
-    sweep = (folder / "sweep.json").exists()
+    sweep = ResultFolder(folder).is_sweep
     status = top.get("status")
     if status and status != "complete":
         out.append({"kind": "status", "text": f"the {'sweep' if sweep else 'run'} is {status}: "
@@ -144,7 +145,7 @@ def commands(folder: Path, top: dict, head: dict) -> list[dict]:
     if top.get("kind") == "matrix":
         return [{"where": "a node of the Ray cluster", "command": (top.get("config") or {}).get("command")
                  or "hopbench matrix --ray auto"}, {"where": "this page", "command": shlex.join(rep)}]
-    if (folder / "sweep.json").exists():
+    if ResultFolder(folder).is_sweep:
         cfg = top.get("config") or {}
         args = ["hopbench", "sweep", cfg.get("path") or "configs/sweep.toml"]
         if cfg.get("profile") == "quick":
@@ -220,7 +221,7 @@ def build_document(a: Analysed) -> dict:
     inputs, fits, verdicts = a.inputs, a.fits, a.verdicts
     floors = AC.instrument_floors(folder, (groups, top))
     head = first_header(folder)
-    sweep = (folder / "sweep.json").exists()
+    sweep = ResultFolder(folder).is_sweep
     cells = []
     for g in groups:
         e = g.estimate()

@@ -11,7 +11,6 @@ against, and the projection the verdict would make from this session's measured 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,17 +38,20 @@ def _nominal_ms(work: dict[str, Any]) -> float | None:
 
 def load(folder: str | Path) -> tuple[dict[str, Any], Any, Any]:
     """report.json, and cycles.csv and summary.csv as pandas DataFrames."""
+    from hopbench import results as R
     from hopbench.analysis.deps import pandas
 
-    folder = Path(folder)
+    rf = R.ResultFolder(folder)
     try:
-        report = json.loads((folder / "report.json").read_text())
+        report = rf.read_top()
     except (OSError, ValueError) as exc:
         raise HopbenchError(f"{folder}: not a hopbench spec folder ({exc})") from None
-    if report.get("schema") != "hopbench.spec":
-        raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {report.get('schema')!r})")
+    schema = report.get("schema") if isinstance(report, dict) else type(report).__name__
+    if schema != "hopbench.spec":
+        raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {schema!r})")
+    R.verify_files(rf.file(R.RUN_FILE), report)  # the CSVs as written (spec results before the manifest: unchecked)
     pd = pandas()
-    return report, pd.read_csv(folder / "cycles.csv"), pd.read_csv(folder / "summary.csv")
+    return report, pd.read_csv(rf.file(R.CYCLES_FILE)), pd.read_csv(rf.file(R.SUMMARY_FILE))
 
 
 def analyse(folder: str | Path) -> tuple[dict[str, Any], list[ModeResult]]:

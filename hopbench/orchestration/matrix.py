@@ -33,10 +33,7 @@ from typing import Any, Callable, Protocol
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.orchestration.sweep.plan import Cell as SweepCell
-from hopbench.orchestration.sweep.state import cell_done
 from hopbench.records import RunConfig
-
-SWEEP_SCHEMA = "hopbench.sweep"
 
 
 class NodeLeft(HopbenchError):
@@ -146,13 +143,6 @@ def _job(cell: Cell, cfg: MatrixConfig) -> dict:
                       "rung": cell.rung, "matrix": {"client": cell.client, "server": cell.server}}}
 
 
-def _write_files(cell_dir: Path, files: dict[str, str]) -> None:
-    cell_dir.mkdir(parents=True)
-    for name in ("samples.csv", "summary.csv", "report.json"):  # report.json last: it marks the cell done
-        if name in files:
-            R.atomic_write(cell_dir / name, files[name])
-
-
 def run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[str], None] = print,
                on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
     """Measure every planned cell not yet complete in `folder` (created or resumed), holding
@@ -168,16 +158,16 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
     nodes = sorted(agents.nodes())
     if len(nodes) < 2:
         raise ConfigError(f"a matrix needs at least 2 nodes; the cluster has {len(nodes)}")
-    top_path = folder / "sweep.json"
-    if top_path.exists():
-        top = json.loads(top_path.read_text())
+    rf = R.ResultFolder(folder)
+    if rf.is_sweep:
+        top = rf.read_top()
         if (top.get("matrix") or {}).get("config") != _cfg_dict(cfg):
             raise ConfigError(f"{folder} holds a matrix of another configuration; choose another --out")
         log(f"resuming the matrix in {folder}")
     else:
         if any(p.name != ".lock" for p in folder.iterdir()):
             raise ConfigError(f"{folder} is not empty and holds no matrix; refusing to write into it")
-        top = {"schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "kind": "matrix", "status": "running",
+        top = {"schema": R.SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "kind": "matrix", "status": "running",
                "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "seed": cfg.seed,
                "config": {"name": "matrix", "profile": "matrix", "path": None, "operating_tokens": cfg.operating_tokens,
                           "repeats": cfg.repeats, "transports": list(cfg.transports), "command": cfg.command},
@@ -190,7 +180,7 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
         with lock:
             top["status"] = status
             top["updated_utc"] = R.utc_iso()
-            R.atomic_write(top_path, json.dumps(top, indent=1, default=str) + "\n")
+            rf.write_top(top, sweep=True)
 
     left: dict[str, str] = top["matrix"]["left"]
     for n in nodes:
@@ -204,7 +194,7 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
         top["rungs"].setdefault(pair_name(a, b), {"name": pair_name(a, b), "kind": "matrix-pair", "client": a,
                                                   "server": b, "rate_mbit": None, "transports": list(cfg.transports)})
     batches = plan(nodes, cfg)
-    todo = [[c for c in batch if not cell_done(folder / "cells" / c.key)] for batch in batches]
+    todo = [[c for c in batch if not rf.cell_done(c.key)] for batch in batches]
     todo = [b for b in todo if b]
     total = sum(len(b) for b in todo)
     log(f"matrix: {len(nodes)} nodes, {len(pairs(nodes, cfg.ordered))} {'ordered' if cfg.ordered else 'unordered'} "
@@ -220,14 +210,12 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
             return servers[node]
 
     def one(cell: Cell) -> None:
-        cell_dir = folder / "cells" / cell.key
         gone = [n for n in (cell.client, cell.server) if n in left]
         if gone:
             with lock:
                 top["failed_cells"].append({"key": cell.key, "error": f"node {gone[0]} left the cluster"})
             return
-        if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
-            cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}"))
+        rf.set_aside(cell.key)  # an earlier attempt that did not complete: kept aside
         try:
             host, port = server_of(cell.server)
             answer = agents.run(cell.client, host, port, _job(cell, cfg))
@@ -239,7 +227,7 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
             log(f"node {node} left the cluster ({exc.why}); its pairs are marked and the rest continue")
             return
         if answer.get("files"):
-            _write_files(cell_dir, answer["files"])
+            R.ResultFolder(rf.cell_dir(cell.key)).write_files(answer["files"])
         if not answer.get("ok"):
             error = answer.get("error")
             try:  # was it the server's node that went away?
@@ -483,13 +471,17 @@ class RayAgents:
 def find_resumable(root: Path, cfg: MatrixConfig) -> Path | None:
     """The newest unfinished matrix folder of this configuration under root, if any."""
     want = _cfg_dict(cfg)
-    for top in sorted(Path(root).glob("*-matrix/sweep.json"), reverse=True):
-        try:
-            doc = json.loads(top.read_text())
-        except (OSError, json.JSONDecodeError):
+    for path in sorted(Path(root).glob("*-matrix"), reverse=True):
+        rf = R.ResultFolder(path)
+        if not rf.is_sweep:
             continue
-        if doc.get("kind") == "matrix" and doc.get("status") != "complete" and (doc.get("matrix") or {}).get("config") == want:
-            return top.parent
+        try:
+            doc = rf.read_top()
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == "matrix" and doc.get("status") != "complete" \
+                and (doc.get("matrix") or {}).get("config") == want:
+            return path
     return None
 
 

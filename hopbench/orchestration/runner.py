@@ -4,7 +4,6 @@ after every payload so an interrupted run keeps what it measured."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,12 +72,8 @@ class RunWriter:
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
         gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
-        texts = {"samples.csv": R.csv_text(R.sample_columns(gpu), self.samples),
-                 "summary.csv": R.csv_text(R.summary_columns(gpu), self.summaries)}
-        for name, text in texts.items():
-            R.atomic_write(self.folder / name, text)
-        report["files"] = {name: R.manifest_entry(text) for name, text in texts.items()}  # written last: checks them
-        R.atomic_write(self.folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+        R.ResultFolder(self.folder).write_run(report, {R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu), self.samples),
+                                                       R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,

@@ -9,7 +9,6 @@ atomically after every mode, so an interrupted run keeps what it measured."""
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -114,9 +113,9 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
         def save(status: str) -> None:
             report["status"] = status
             report["finished_utc"] = R.utc_iso()
-            R.atomic_write(folder / "cycles.csv", R.csv_text(["mode", "repeat", *S.CYCLE_COLUMNS], cycles_rows))
-            R.atomic_write(folder / "summary.csv", R.csv_text(SUMMARY_COLUMNS, summaries))
-            R.atomic_write(folder / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+            R.ResultFolder(folder).write_run(report, {
+                R.CYCLES_FILE: R.csv_text(["mode", "repeat", *S.CYCLE_COLUMNS], cycles_rows),
+                R.SUMMARY_FILE: R.csv_text(SUMMARY_COLUMNS, summaries)})
 
         order_rng = random.Random(seed)
         status = "complete"

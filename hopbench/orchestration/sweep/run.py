@@ -4,7 +4,6 @@ runtime, every finished cell kept; resumable. Aggregation is analysis's
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -24,12 +23,7 @@ from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
 from hopbench.orchestration import netem
 from hopbench.orchestration.sweep.plan import cycles_for, plan_cells
 from hopbench.orchestration.sweep.runtime import RungRuntime
-from hopbench.orchestration.sweep.state import (
-    SWEEP_SCHEMA,
-    _fingerprint,
-    cell_done,
-    find_resumable,
-)
+from hopbench.orchestration.sweep.state import _fingerprint, find_resumable
 from hopbench.records import RunConfig
 from hopbench.shape import Shape
 
@@ -140,8 +134,8 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
             if not any(r.kind == "loopback" for r in rungs):
                 rungs.insert(0, load_rung("loopback"))
     folder = out or (find_resumable(results_root, cfg) if resume else None)
-    if folder is not None and (folder / "sweep.json").exists():
-        state = json.loads((folder / "sweep.json").read_text())
+    if folder is not None and R.ResultFolder(folder).is_sweep:
+        state = R.ResultFolder(folder).read_top()
         seed = state["seed"]
         log(f"resuming unfinished sweep {folder}")
     else:
@@ -165,9 +159,8 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     if cfg.path:
         shutil.copy(cfg.path, folder / "configs" / Path(cfg.path).name)
     # placements: "auto" is chosen by measurement on this machine, once per sweep folder
-    resolved = None
-    if (folder / "sweep.json").exists():
-        resolved = json.loads((folder / "sweep.json").read_text()).get("placements_resolved")
+    rf = R.ResultFolder(folder)
+    resolved = rf.read_top().get("placements_resolved") if rf.is_sweep else None
     calibration = None
     if resolved is None:
         resolved = []
@@ -187,7 +180,7 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     cells = plan_cells(cfg, rungs, shape, seed, resolved)
     by_rung = {r.name: r for r in rungs}
     report: dict[str, Any] = {
-        "schema": SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
+        "schema": R.SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
         "result_id": R.new_result_id(),
         "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
         "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
@@ -198,14 +191,14 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     def save(status: str) -> None:
         report["status"] = status
         report["updated_utc"] = R.utc_iso()
-        R.atomic_write(folder / "sweep.json", json.dumps(report, indent=1, default=str) + "\n")
+        rf.write_top(report, sweep=True)
 
     save("running")
     runtimes: dict[str, RungRuntime] = {}
     labels = {c.label: (c.rung, c.placement or resolved[0]) for c in cells}
     places.update({pn: _placement(pn) for _, pn in labels.values() if pn not in places})
     old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
-    todo = [c for c in cells if not cell_done(folder / "cells" / c.key)]
+    todo = [c for c in cells if not rf.cell_done(c.key)]
     if len(todo) < len(cells):
         log(f"{len(cells) - len(todo)} of {len(cells)} cells already complete; measuring the remaining {len(todo)}")
     t_start = time.monotonic()
@@ -224,9 +217,8 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
         save("running")
         for i, cell in enumerate(todo):
             rung = by_rung[cell.rung]
-            cell_dir = folder / "cells" / cell.key
-            if cell_dir.exists():  # an earlier attempt that did not complete: keep it aside
-                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+            cell_dir = rf.cell_dir(cell.key)
+            rf.set_aside(cell.key, str(i))  # an earlier attempt that did not complete: kept aside
             cycles = cycles_for(cell, rung, cfg)
             place = runtimes[cell.label].place
             run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
@@ -245,7 +237,7 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
                 log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, "
                     f"retrying {cell.key}")
                 report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
-                cell_dir.rename(cell_dir.with_name(f"{cell_dir.name}.failed-{R.utc_stamp()}-{i}"))
+                rf.set_aside(cell.key, str(i))
                 answer = rt.run_cell(job, timeout=est)
             if not answer.get("ok"):
                 report["failed_cells"].append({"key": cell.key, "error": answer.get("error")})
@@ -263,7 +255,7 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
             rt.stop()
         signal.signal(signal.SIGTERM, old_term)
         summary = aggregate(folder)
-        R.atomic_write(folder / "summary.csv", R.csv_text(AGG_COLUMNS, summary))
+        R.atomic_write(rf.file(R.SUMMARY_FILE), R.csv_text(AGG_COLUMNS, summary))
         save(status)
     return folder
 

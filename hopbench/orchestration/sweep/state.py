@@ -8,9 +8,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from hopbench import results as R
 from hopbench.config_sweep import SweepConfig
-
-SWEEP_SCHEMA = "hopbench.sweep"
 
 
 def _fingerprint(cfg: SweepConfig) -> str:
@@ -22,18 +21,14 @@ def _fingerprint(cfg: SweepConfig) -> str:
 def find_resumable(root: Path, cfg: SweepConfig) -> Path | None:
     """The newest unfinished sweep folder of this exact config, if any."""
     fp = _fingerprint(cfg)
-    for sweep_json in sorted(Path(root).glob(f"*-sweep-{cfg.name}-{cfg.profile}/sweep.json"), reverse=True):
-        try:
-            rep = json.loads(sweep_json.read_text())
-        except (OSError, json.JSONDecodeError):
+    for path in sorted(Path(root).glob(f"*-sweep-{cfg.name}-{cfg.profile}"), reverse=True):
+        rf = R.ResultFolder(path)
+        if not rf.is_sweep:
             continue
-        if rep.get("fingerprint") == fp and rep.get("status") != "complete":
-            return sweep_json.parent
+        try:
+            rep = rf.read_top()
+        except (OSError, ValueError):
+            continue
+        if isinstance(rep, dict) and rep.get("fingerprint") == fp and rep.get("status") != "complete":
+            return path
     return None
-
-
-def cell_done(folder: Path) -> bool:
-    try:
-        return json.loads((folder / "report.json").read_text()).get("status") == "complete"
-    except (OSError, json.JSONDecodeError):
-        return False
