@@ -7,7 +7,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol spec-rungs
+.PHONY: test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,10 @@ bench-gpu: install
 # How often the intervals cover the truth, compare's false positives and power (synthetic, seeded).
 bench-stats: install
 	$(PY) benchmarks/stats_coverage.py $(BENCH_ARGS)
+
+# `hopbench report` on the newest default sweep against its 3 s target, beside `hopbench plot`.
+bench-report: install
+	$(PY) benchmarks/bench_report.py $(BENCH_ARGS)
 
 # Thousands of malformed control frames against a real server: answers, tracebacks, log lines.
 bench-protocol: install

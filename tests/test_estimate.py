@@ -155,3 +155,32 @@ def test_trend_across_repeats_is_flagged():
     t = repeat_trend(cells_ramp)
     assert t["trend"] and t["span_rel"] > 0.06 and t["p"] < 0.05
     assert not repeat_trend(cells_flat)["trend"]
+
+
+def test_the_distribution_functions_equal_scipy_stats():
+    """analysis.dist (the standard library: no scipy import in a report) against scipy.stats."""
+    from hopbench.analysis import dist as D
+
+    rng = np.random.default_rng(7)
+    for p in (0.75, 0.9, 0.975, 0.99685, 0.02, 0.5):
+        assert D.norm_ppf(p) == pytest.approx(scipy_stats.norm.ppf(p), rel=1e-12)
+        for df in (1, 2, 3, 4, 7.3, 30, 1000):
+            assert D.t_ppf(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-9, abs=1e-12)
+    for t in (-3.0, -0.2, 0.0, 0.7, 2.5, 40.0):
+        for df in (1, 2.5, 4, 60):
+            assert D.t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), rel=1e-9)
+    for z in (0.0, 0.5, 1.96, 4.0):
+        assert D.norm_sf(z) == pytest.approx(scipy_stats.norm.sf(z), rel=1e-12)
+    for n in (2, 3, 5, 9):
+        a, b = rng.normal(0, 1, n), rng.normal(0.4, 2, n + 1)
+        assert D.ttest_1samp_p(a) == pytest.approx(scipy_stats.ttest_1samp(a, 0.0).pvalue, rel=1e-9)
+        assert D.welch_p(b, a) == pytest.approx(scipy_stats.ttest_ind(b, a, equal_var=False).pvalue, rel=1e-9)
+
+
+def test_the_fits_short_median_is_numpys():
+    from hopbench.analysis.fit import _median
+
+    rng = np.random.default_rng(3)
+    for n in range(1, 40):
+        v = rng.normal(0, 1, n) * 10 ** rng.uniform(-9, 3)
+        assert _median(v) == float(np.median(v))

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from hopbench.analysis import dist as D
 from hopbench.analysis.data import Group
-from hopbench.analysis.deps import scipy_stats
 
 LEVEL = 0.95
 # Default run-to-run spread (relative SD of one run's median) when no side has repeats: the
@@ -84,7 +84,6 @@ def paired_ids(a: Group, b: Group) -> list[int]:
 
 def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float | None = None,
                    spread_source: str | None = None) -> Comparison:
-    st = scipy_stats()
     ea, eb = a.estimate(), b.estimate()
     la = np.log(np.asarray(a.repeat_p50_ns, float))
     lb = np.log(np.asarray(b.repeat_p50_ns, float))
@@ -103,9 +102,9 @@ def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float |
             p = 0.0 if m != 0 else 1.0
         else:
             se = float(d.std(ddof=1)) / math.sqrt(len(d))
-            t = float(st.t.ppf(0.5 + LEVEL / 2, len(d) - 1))
+            t = D.t_ppf(0.5 + LEVEL / 2, len(d) - 1)
             lo, hi = m - t * se, m + t * se
-            p = float(st.ttest_1samp(d, 0.0).pvalue)
+            p = D.ttest_1samp_p(d, 0.0)
         n_pairs = len(d)
     elif len(la) >= 2 and len(lb) >= 2:
         design = "unpaired repeats (Welch)"
@@ -117,9 +116,9 @@ def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float |
             p = 0.0 if m != 0 else 1.0
         else:
             df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
-            t = float(st.t.ppf(0.5 + LEVEL / 2, df))
+            t = D.t_ppf(0.5 + LEVEL / 2, df)
             lo, hi = m - t * se, m + t * se
-            p = float(st.ttest_ind(lb, la, equal_var=False).pvalue)
+            p = D.welch_p(lb, la)
         n_pairs = 0
     else:
         design = "one run on a side"
@@ -132,9 +131,9 @@ def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float |
             else:
                 spread, src = DEFAULT_RUN_SPREAD, DEFAULT_RUN_SPREAD_SOURCE
         m = float(lb.mean() - la.mean())
-        half = float(st.norm.ppf(0.5 + LEVEL / 2)) * spread * math.sqrt(1 / len(la) + 1 / len(lb))
+        half = D.norm_ppf(0.5 + LEVEL / 2) * spread * math.sqrt(1 / len(la) + 1 / len(lb))
         lo, hi = m - half, m + half
-        p = float(2 * st.norm.sf(abs(m) / (spread * math.sqrt(1 / len(la) + 1 / len(lb))))) if spread > 0 else None
+        p = float(2 * D.norm_sf(abs(m) / (spread * math.sqrt(1 / len(la) + 1 / len(lb))))) if spread > 0 else None
         n_pairs = 0
         if len(la) == 1 and len(lb) == 1:
             design = "one run each"

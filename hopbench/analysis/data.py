@@ -77,6 +77,79 @@ def _timed_samples(samples_csv: Path, want: dict[str, int]) -> dict[str, np.ndar
     return out
 
 
+def _split_timed(path: Path, payload: np.ndarray, warm: np.ndarray, rtt: np.ndarray,
+                 want: dict[str, int]) -> dict[str, np.ndarray]:
+    """One file's rows (payload codes or labels, warm-up flags, round trips) -> payload -> its
+    timed round trips in cycle order, checked against the counts report.json records."""
+    timed = warm == 0
+    payload, rtt = payload[timed], rtt[timed]
+    if payload.size and (payload == payload[0]).all():  # a sweep cell: one payload per file
+        out = {str(payload[0]): rtt}
+    else:
+        out = {str(p): rtt[payload == p] for p in dict.fromkeys(payload.tolist())}
+    for label, n in want.items():
+        got = out[label].size if label in out else 0
+        if label in out and got != n:
+            raise HopbenchError(f"{path}: payload {label} has {got} timed rows, report.json says n = {n}")
+    return out
+
+
+def _timed_samples_many(files: list[tuple[Path, dict[str, int]]]) -> dict[Path, dict[str, np.ndarray] | HopbenchError]:
+    """_timed_samples for many files at the cost of one: the files sharing a header are parsed
+    by one pandas call over their rows joined (a sweep's 1,080 cells: 0.3 s, not 2.7 s of
+    per-file parser set-up), then split by each file's row count. Where the joined parse
+    fails or its rows do not add up, each of those files is read on its own, so an error
+    still names its file."""
+    import io
+
+    from hopbench.analysis.deps import pandas
+
+    pd = pandas()
+    out: dict[Path, dict[str, np.ndarray] | HopbenchError] = {}
+    batches: dict[bytes, list[tuple[Path, dict[str, int], bytes]]] = {}
+    for path, want in files:
+        try:
+            head, _, body = path.read_bytes().partition(b"\n")
+        except OSError as exc:
+            out[path] = HopbenchError(f"{path}: cannot be read ({exc})")
+            continue
+        if body and not body.endswith(b"\n"):
+            body += b"\n"
+        batches.setdefault(head, []).append((path, want, body))
+    for head, items in batches.items():
+        counts = [body.count(b"\n") for _, _, body in items]
+        try:
+            names = head.decode().split(",")
+            df = pd.read_csv(io.BytesIO(b"".join(body for _, _, body in items)), header=None, names=names,
+                             usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
+            if len(df) != sum(counts):
+                raise ValueError("rows do not add up")
+            codes, labels = pd.factorize(df["payload"])
+            warm = df["warmup"].astype("int64").to_numpy()  # NaN or text: a ValueError, as per file
+            rtt = df["rtt_ns"].astype("int64").to_numpy()
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError, pd.errors.ParserError):
+            for path, want, _ in items:
+                try:
+                    out[path] = _timed_samples(path, want)
+                except HopbenchError as exc:
+                    out[path] = exc
+            continue
+        labels = np.asarray(labels, dtype=object)
+        start = 0
+        for (path, want, _), n in zip(items, counts):
+            sl = slice(start, start + n)
+            start += n
+            c = codes[sl]
+            if (c < 0).any():  # an empty payload label
+                out[path] = HopbenchError(f"{path}: not a hopbench samples file (a row without a payload)")
+                continue
+            try:
+                out[path] = _split_timed(path, labels[c], warm[sl], rtt[sl], want)
+            except HopbenchError as exc:
+                out[path] = exc
+    return out
+
+
 def _read_json(path: Path) -> dict:
     try:
         doc = json.loads(path.read_text())
@@ -221,16 +294,17 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
         cfg = top.get("config") or {}
         rates = {cfg.get("rung") or "run": cfg.get("rate_mbit")}
     groups: dict[tuple, Group] = {}
+    wants = {rp: {p["payload"]: int(p["summary"].get("n") or 0) for p in run["payloads"] if p["summary"].get("complete")}
+             for rp, run in f.cells}
+    read = _timed_samples_many([(rp.parent / SAMPLES_FILE, w) for rp, w in wants.items()
+                                if (rp.parent / SAMPLES_FILE).exists()])
     for rp, run in f.cells:
         rung = run.get("rung") or (run.get("config") or {}).get("rung") or "run"
-        want = {p["payload"]: int(p["summary"].get("n") or 0) for p in run["payloads"] if p["summary"].get("complete")}
-        try:
-            csv = rp.parent / SAMPLES_FILE
-            samples = _timed_samples(csv, want) if csv.exists() else {}
-        except HopbenchError as exc:
+        samples = read.get(rp.parent / SAMPLES_FILE, {})
+        if isinstance(samples, HopbenchError):
             if f.kind == "run":
-                raise
-            _warn(f"{exc}; left out: {rp.parent.relative_to(folder)}")
+                raise samples
+            _warn(f"{samples}; left out: {rp.parent.relative_to(folder)}")
             continue
         for p in run["payloads"]:
             s = p["summary"]

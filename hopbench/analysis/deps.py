@@ -9,14 +9,6 @@ from hopbench.errors import ConfigError
 INSTALL = "pip install 'hopbench[analysis]'"
 
 
-def scipy_stats() -> Any:
-    try:
-        from scipy import stats
-    except ImportError:
-        raise ConfigError(f"this analysis needs scipy: {INSTALL}") from None
-    return stats
-
-
 def pandas() -> Any:
     try:
         import pandas as pd

@@ -3,6 +3,7 @@ the code: titles, units, legends."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +35,29 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
     return paths
 
 
-def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: int):
-    plt = _plt()
+@dataclass
+class LatencyLine:
+    """One rung's points on a transport's latency-vs-payload panel (µs), with its fit."""
+
+    rung: str
+    color: int  # index into the palette (rungs in sorted order)
+    x: np.ndarray  # request bytes
+    y: np.ndarray  # p50, µs
+    lo: np.ndarray
+    hi: np.ndarray
+    label: str
+    segments: list[tuple[np.ndarray, np.ndarray]]  # the fit's dashed lines (bytes, µs)
+    n_half: tuple[float, float, str] | None  # (bytes, µs, label) where n½ lies inside the points
+
+
+def latency_series(groups: list[Group], fits: list[Fit]) -> dict[str, list[LatencyLine]]:
+    """transport -> its rungs' points and fits (gap 0): what both renderings draw."""
     transports = sorted({g.transport for g in groups})
     rungs = sorted({g.rung for g in groups})
-    colors = {r: plt.cm.tab10(i % 10) for i, r in enumerate(rungs)}
-    fig, axes = plt.subplots(1, len(transports), figsize=(6 * len(transports), 5), squeeze=False, sharey=True)
-    for ax, tr in zip(axes[0], transports):
-        for rung in rungs:
+    out: dict[str, list[LatencyLine]] = {}
+    for tr in transports:
+        lines = out.setdefault(tr, [])
+        for ci, rung in enumerate(rungs):
             gs = sorted((g for g in groups if g.transport == tr and g.rung == rung and g.gap_ms == 0),
                         key=lambda g: g.request_bytes)
             if not gs:
@@ -51,67 +67,121 @@ def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: in
             y = np.array([e.value for e in es]) / 1e3
             lo = np.array([e.lo if e.has_interval else e.value for e in es]) / 1e3
             hi = np.array([e.hi if e.has_interval else e.value for e in es]) / 1e3
-            ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o", ms=4, color=colors[rung],
-                        label=f"{rung} (median, {es[0].label()})")
             fit = next((f for f in fits if f.rung == rung and f.transport == tr), None)
+            segs, n_half = [], None
             if fit:
                 for seg in fit.segments:
                     xs = np.geomspace(seg["lo_bytes"], seg["hi_bytes"], 50)
-                    ax.plot(xs, (seg["alpha_s"] + xs / seg["beta_Bps"]) * 1e6, "--", color=colors[rung], lw=1)
+                    segs.append((xs, (seg["alpha_s"] + xs / seg["beta_Bps"]) * 1e6))
                 if fit.n_half_bytes > 0 and x.min() <= fit.n_half_bytes <= x.max():
-                    ax.plot([fit.n_half_bytes], [2 * fit.alpha_s * 1e6], marker="D", color=colors[rung], ms=7,
-                            mfc="white", label=f"{rung} n½ = {fit.n_half_bytes / 1e3:.1f} kB")
+                    n_half = (fit.n_half_bytes, 2 * fit.alpha_s * 1e6, f"{rung} n½ = {fit.n_half_bytes / 1e3:.1f} kB")
+            lines.append(LatencyLine(rung, ci, x, y, lo, hi, f"{rung} (median, {es[0].label()})", segs, n_half))
+    return out
+
+
+LATENCY_TITLE = "Speculative hop latency vs payload per link rung"
+LATENCY_XLABEL = "request payload (bytes; dotted purple: T = 1, 3, 8 accepted tokens)"
+
+
+def latency_vs_payload(groups: list[Group], fits: list[Fit], bytes_per_token: int):
+    plt = _plt()
+    series = latency_series(groups, fits)
+    fig, axes = plt.subplots(1, len(series), figsize=(6 * len(series), 5), squeeze=False, sharey=True)
+    for ax, (tr, lines) in zip(axes[0], series.items()):
+        for ln in lines:
+            color = plt.cm.tab10(ln.color % 10)
+            ax.errorbar(ln.x, ln.y, yerr=[ln.y - ln.lo, ln.hi - ln.y], fmt="o", ms=4, color=color, label=ln.label)
+            for xs, ys in ln.segments:
+                ax.plot(xs, ys, "--", color=color, lw=1)
+            if ln.n_half:
+                ax.plot([ln.n_half[0]], [ln.n_half[1]], marker="D", color=color, ms=7, mfc="white", label=ln.n_half[2])
         for t in (1, 3, 8):
             ax.axvline(t * bytes_per_token, color="tab:purple", lw=1.0, ls=":", zorder=0)
             ax.annotate(f"T={t}", (t * bytes_per_token, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
                         textcoords="offset points", fontsize=7, color="tab:purple")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("request payload (bytes; dotted purple: T = 1, 3, 8 accepted tokens)")
+        ax.set_xlabel(LATENCY_XLABEL)
         ax.set_title(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)")
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     axes[0][0].set_ylabel("round trip p50 (µs)")
-    fig.suptitle("Speculative hop latency vs payload per link rung")
+    fig.suptitle(LATENCY_TITLE)
     return fig
 
 
-def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
-    plt = _plt()
+@dataclass
+class HopBars:
+    """One transport's bars on the hop-cost figure: x positions around each rung's index."""
+
+    transport: str
+    x: list[float]
+    y: list[float]  # hop, ms
+    lo: list[float]  # interval ends, ms
+    hi: list[float]
+    notes: list[str]  # "hop ms  gain"
+
+
+def hop_bars(verdicts) -> tuple[list[str], float, list[HopBars]]:
+    """(rungs in order, bar width, bars per transport): what both renderings draw."""
     rungs = list(dict.fromkeys(v.rung for v in verdicts))
     transports = sorted({v.transport for v in verdicts})
     width = 0.8 / max(1, len(transports))
-    fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(rungs)), 5.5))
+    out = []
     for i, tr in enumerate(transports):
-        xs, ys, lo, hi = [], [], [], []
+        b = HopBars(tr, [], [], [], [], [])
         for j, r in enumerate(rungs):
             v = next((v for v in verdicts if v.rung == r and v.transport == tr), None)
             if v is None:
                 continue
-            xs.append(j + (i - (len(transports) - 1) / 2) * width)
-            ys.append(v.hop_ms)
             c = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
-            lo.append(v.hop_ms - c[0])
-            hi.append(c[1] - v.hop_ms)
-        bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=tr)
-        for bar, v, up in zip(bars, [v for r in rungs for v in verdicts if v.rung == r and v.transport == tr], hi):
+            b.x.append(j + (i - (len(transports) - 1) / 2) * width)
+            b.y.append(v.hop_ms)
+            b.lo.append(c[0])
+            b.hi.append(c[1])
+            b.notes.append(f"{v.hop_ms:.3g} ms  {v.gain:+.1%}")
+        out.append(b)
+    return rungs, width, out
+
+
+def hop_ylim(verdicts, t_draft_ms: float) -> tuple[float, float]:
+    """An explicit bottom below every bar and interval: left to autoscale, a log axis can put
+    it above a lone bar (a single run's bar was invisible); the top leaves room for the labels."""
+    lows = [(v.hop_ci_ms or (v.hop_ms, v.hop_ms))[0] for v in verdicts] + [v.hop_ms for v in verdicts]
+    return (max(min(x for x in lows + [t_draft_ms] if x > 0) / 5, 1e-6),
+            max([v.hop_ms for v in verdicts] + [t_draft_ms]) * 40)
+
+
+def hop_ylabel(verdicts, operating_tokens: int) -> str:
+    levels = sorted({pct(v.hop_ci_level) for v in verdicts if v.hop_ci_level})
+    return f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})"
+
+
+HOP_TITLE = "Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n" \
+            "label: hop and projected tok/s gain)"
+
+
+def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
+    plt = _plt()
+    rungs, width, per_transport = hop_bars(verdicts)
+    fig, ax = plt.subplots(figsize=(max(7, 2.2 * len(rungs)), 5.5))
+    for b in per_transport:
+        lo = [y - v for y, v in zip(b.y, b.lo)]
+        hi = [v - y for y, v in zip(b.y, b.hi)]
+        bars = ax.bar(b.x, b.y, width=width, yerr=[lo, hi], capsize=3, label=b.transport)
+        for bar, note, up in zip(bars, b.notes, hi):
             # vertical, above the error bar: neighbouring bars' labels cannot overlap
-            ax.annotate(f"{v.hop_ms:.3g} ms  {v.gain:+.1%}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
+            ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
                         xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
                         rotation=90)
     ax.axhline(t_draft_ms, color="crimson", ls="--", label=f"break-even hop = t_draft = {t_draft_ms} ms")
     ax.set_xticks(range(len(rungs)), rungs)
     ax.set_yscale("log")
-    levels = sorted({pct(v.hop_ci_level) for v in verdicts if v.hop_ci_level})
-    ax.set_ylabel(f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})")
-    # an explicit bottom below every bar and interval: left to autoscale, a log axis can put
-    # it above a lone bar (a single run's bar was invisible); the top leaves room for the labels
-    lows = [(v.hop_ci_ms or (v.hop_ms, v.hop_ms))[0] for v in verdicts] + [v.hop_ms for v in verdicts]
-    ax.set_ylim(bottom=max(min(x for x in lows + [t_draft_ms] if x > 0) / 5, 1e-6),
-                top=max([v.hop_ms for v in verdicts] + [t_draft_ms]) * 40)
-    ax.set_title("Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n"
-                 "label: hop and projected tok/s gain)", fontsize=10)
+    ax.set_ylabel(hop_ylabel(verdicts, operating_tokens))
+    bottom, top = hop_ylim(verdicts, t_draft_ms)
+    ax.set_ylim(bottom=bottom, top=top)
+    ax.set_title(HOP_TITLE, fontsize=10)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     ax.grid(True, axis="y", which="both", alpha=0.3)
@@ -130,20 +200,32 @@ def cdf_tokens(groups: list[Group], most: int = 4) -> list[int]:
     return sorted({ts[round(i * (len(ts) - 1) / (most - 1))] for i in range(most)})
 
 
-def cdfs(groups: list[Group], tokens: list[int] | None = None):
-    plt = _plt()
+CDF_STYLES = {"tcp": "-", "zmq": "--", "ucx": ":"}  # line style per transport; others solid
+
+
+def cdf_lines(groups: list[Group], tokens: list[int] | None = None) -> dict[str, list[tuple]]:
+    """rung -> (colour index, line style, label, x µs, cumulative fraction) per line, at
+    CDF_POINTS quantiles: what both renderings draw."""
     tokens = tokens if tokens is not None else cdf_tokens(groups)
-    rungs = sorted({g.rung for g in groups})
-    styles = {"tcp": "-", "zmq": "--", "ucx": ":"}
-    fig, axes = plt.subplots(1, len(rungs), figsize=(5 * len(rungs), 4), squeeze=False)
-    for ax, rung in zip(axes[0], rungs):
+    out: dict[str, list[tuple]] = {}
+    for rung in sorted({g.rung for g in groups}):
+        rows = out.setdefault(rung, [])
         for k, t in enumerate(tokens):
             for g in groups:
                 if g.rung == rung and g.tokens == t and g.gap_ms == 0 and g.samples:
                     x = np.sort(g.pooled) / 1e3
                     idx = np.unique(np.linspace(0, len(x) - 1, min(len(x), CDF_POINTS)).round().astype(int))
-                    ax.plot(x[idx], (idx + 1) / len(x), styles.get(g.transport, "-"),
-                            color=plt.cm.tab10(k), label=f"{g.transport} T={t}")
+                    rows.append((k, CDF_STYLES.get(g.transport, "-"), f"{g.transport} T={t}", x[idx], (idx + 1) / len(x)))
+    return out
+
+
+def cdfs(groups: list[Group], tokens: list[int] | None = None):
+    plt = _plt()
+    lines = cdf_lines(groups, tokens)
+    fig, axes = plt.subplots(1, len(lines), figsize=(5 * len(lines), 4), squeeze=False)
+    for ax, (rung, rows) in zip(axes[0], lines.items()):
+        for k, style, label, x, y in rows:
+            ax.plot(x, y, style, color=plt.cm.tab10(k), label=label)
         ax.set_xscale("log")
         # a narrow range (one decade or less, e.g. the 100 Mbit panel) gets minor tick labels
         # that overlap: keep at most a few plain labels
@@ -267,3 +349,51 @@ def write_spec(out: Path, folders: list[Path]) -> list[Path]:
     paths += _save(fig, Path(out) / "plots", "spec_tokens_per_s")
     plt.close(fig)
     return paths
+
+
+# ---------------------------------------------------------------- the report page's SVG
+# The same figures drawn by hopbench.analysis.svgplot (no matplotlib: the page's budget).
+
+
+def latency_svg(groups: list[Group], fits: list[Fit], bytes_per_token: int, fid: str) -> str:
+    from hopbench.analysis import svgplot as S
+
+    panels = []
+    for tr, lines in latency_series(groups, fits).items():
+        p = S.Panel(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)", LATENCY_XLABEL, "round trip p50 (µs)",
+                    legend="below")
+        for ln in lines:
+            col = S.color(ln.color)
+            p.series.append(S.Series("points", ln.x, ln.y, col, ln.label, lo=ln.lo, hi=ln.hi))
+            p.series += [S.Series("line", xs, ys, col, style="--") for xs, ys in ln.segments]
+            if ln.n_half:
+                p.series.append(S.Series("points", [ln.n_half[0]], [ln.n_half[1]], col, ln.n_half[2], marker="D"))
+        p.vlines = [(t * bytes_per_token, "#9467bd", f"T={t}") for t in (1, 3, 8)]
+        panels.append(p)
+    return S.figure(panels, LATENCY_TITLE, fid)
+
+
+def hop_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str:
+    from hopbench.analysis import svgplot as S
+
+    rungs, width, per_transport = hop_bars(verdicts)
+    p = S.Panel(HOP_TITLE.split("\n")[0].split(" (")[0], "rung (label: hop and projected tok/s gain)",
+                hop_ylabel(verdicts, operating_tokens), xlog=False, categories=rungs,
+                ylim=hop_ylim(verdicts, t_draft_ms), legend="upper right")
+    p.series = [S.Series("bars", b.x, b.y, S.color(i), b.transport, lo=b.lo, hi=b.hi, width=width, notes=b.notes)
+                for i, b in enumerate(per_transport)]
+    p.hlines = [(t_draft_ms, "crimson", "--", f"break-even hop = t_draft = {t_draft_ms} ms")]
+    return S.figure([p], "Hop cost against the break-even hop: below the line, moving the drafter pays", fid,
+                    panel_width=max(440, 150 * len(rungs)))
+
+
+def cdf_svg(groups: list[Group], fid: str) -> str:
+    from hopbench.analysis import svgplot as S
+
+    panels = []
+    for rung, rows in cdf_lines(groups).items():
+        p = S.Panel(f"{rung}: latency CDF per payload", "round trip (µs)", "fraction of cycles ≤ x", ylog=False,
+                    ylim=(0.0, 1.02), legend="below")
+        p.series = [S.Series("line", x, y, S.color(k), label, style=style) for k, style, label, x, y in rows]
+        panels.append(p)
+    return S.figure(panels, "Latency CDFs per rung", fid, panel_width=360)

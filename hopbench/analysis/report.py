@@ -11,10 +11,8 @@ a test can check the page against the JSON (tests/test_report_browser.py)."""
 from __future__ import annotations
 
 import html
-import io
 import json
 import math
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -471,42 +469,24 @@ def _commands_section(doc: dict) -> str:
     return f'<section id="reproduce"><h2>Reproduce</h2>{body}</section>'
 
 
-def _svg(fig, n: int) -> str:
-    """A matplotlib figure as inline SVG, its ids made unique within the page."""
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not a path per glyph: 3x faster, smaller
-        fig.savefig(buf, format="svg", bbox_inches="tight")
-    text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="f{n}-{m.group(1)}"', text)
-    return re.sub(r'(url\(#|href="#)([^)"]+)', lambda m: f"{m.group(1)}f{n}-{m.group(2)}", text)
-
-
 def figures(a: Analysed) -> list[tuple[str, str, str]]:
-    """(id, caption, inline svg) per figure."""
+    """(id, caption, inline svg) per figure: drawn as SVG directly (analysis.svgplot), from
+    the same series `hopbench plot` draws with matplotlib."""
     from hopbench.analysis import plot as P
 
-    plt = P._plt()
     groups, fits, verdicts, inputs = a.groups, a.fits, a.verdicts, a.inputs
     bpt, op = a.bytes_per_token, a.operating_tokens
-    made: list[tuple[str, str, Callable[[], Any]]] = [
+    made: list[tuple[str, str, Callable[[str], str]]] = [
         ("fig-latency", "Round trip p50 against payload per rung, with the &alpha;&ndash;&beta; fit (dashed) and the "
-                        "interval of each point.", lambda: P.latency_vs_payload(groups, fits, bpt))]
+                        "interval of each point.", lambda fid: P.latency_svg(groups, fits, bpt, fid))]
     if verdicts:
         made.append(("fig-hop", "Hop cost at the operating payload against the break-even hop (t_draft): below the "
-                                "line, moving the drafter pays.", lambda: P.hop_cost(verdicts, inputs.t_draft_ms, op)))
+                                "line, moving the drafter pays.",
+                     lambda fid: P.hop_svg(verdicts, inputs.t_draft_ms, op, fid)))
     if P.cdf_tokens(groups):
-        made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).", lambda: P.cdfs(groups)))
-    out = []
-    for i, (fid, cap, make) in enumerate(made):
-        fig = make()
-        try:
-            out.append((fid, cap, _svg(fig, i)))
-        finally:
-            plt.close(fig)
-    return out
+        made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).",
+                      lambda fid: P.cdf_svg(groups, fid)))
+    return [(fid, cap, make(fid)) for fid, cap, make in made]
 
 
 def render(a: Analysed, doc: dict) -> str:

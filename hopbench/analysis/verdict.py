@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from hopbench.analysis.deps import scipy_stats
+from hopbench.analysis import dist as D
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate, pct
 from hopbench.records import MIN_GAIN
@@ -138,7 +138,7 @@ def project(hop_ms: float, inp: Inputs) -> tuple[float, float]:
 def _draw_hop(rng: np.random.Generator, hop: Estimate) -> np.ndarray:
     if not hop.has_interval or not hop.level:
         return np.full(DRAWS, hop.value)
-    z = float(scipy_stats().norm.ppf(0.5 + hop.level / 2))
+    z = D.norm_ppf(0.5 + hop.level / 2)
     sd_lo = max(hop.value - hop.lo, 0.0) / z  # type: ignore[operator]
     sd_hi = max(hop.hi - hop.value, 0.0) / z  # type: ignore[operator]
     e = rng.standard_normal(DRAWS)
