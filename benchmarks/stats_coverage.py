@@ -19,8 +19,24 @@ from hopbench.analysis import fit as F  # noqa: E402
 TRIALS = int(sys.argv[1]) if len(sys.argv) > 1 else 400
 
 
+def _wilson(k: int, n: int, z: float = 2.5758) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n at 99% (a coverage row is one of 18)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(centre - half), float(centre + half)
+
+
 def main() -> None:
+    from math import comb
+
     rng = np.random.default_rng(2026)
+    rows: list[bool] = []
+    # how often an interval that covers exactly 95% shows >= 38 of 40: a count of 40 is too
+    # few to tell 95% from 90% (issue 27 asked for >= 38 of 40 per row)
+    p38 = sum(comb(40, k) * 0.95**k * 0.05 ** (40 - k) for k in (38, 39, 40))
+    print(f"(a correct 95% interval shows >= 38 of 40 in {p38:.0%} of rows; each row's coverage is given with "
+          f"its 99% Wilson interval over {TRIALS} trials instead)")
     for noise, kw in (("per-repeat drift (a 3% factor shared by a repeat's cells, 1% per cell)",
                        {"rep_sd": 0.03, "cell_sd": 0.01}),
                       ("independent noise (3% per cell and repeat, nothing shared)", {"rep_sd": 0.0, "cell_sd": 0.03})):
@@ -36,8 +52,12 @@ def main() -> None:
                     hb += hit
                     first40 += hit and i < 40
                     ha += f.alpha_ci[0] <= alpha <= f.alpha_ci[1]
-                print(f"  {name:<12} {reps} repeats: beta {hb / TRIALS:6.1%} (first 40 sweeps: {first40} of 40)  "
-                      f"alpha {ha / TRIALS:6.1%}  (nominal 95%)")
+                lo, hi = _wilson(hb, TRIALS)
+                ok = "consistent with 95%" if lo <= 0.95 <= hi else ("OVER-covers" if lo > 0.95 else "UNDER-covers")
+                print(f"  {name:<12} {reps} repeats: beta {hb / TRIALS:6.1%} [{lo:.1%}-{hi:.1%}] {ok:<19} "
+                      f"(first 40 sweeps: {first40} of 40)  alpha {ha / TRIALS:6.1%}  (nominal 95%)")
+                rows.append(lo <= 0.95 <= hi)
+    print(f"fit: {sum(rows)} of {len(rows)} beta rows consistent with their stated 95% (99% Wilson interval)")
     print(f"compare, {TRIALS} trials each: share of cell pairs called significant")
     for label, reps, kw, paired in (("paired by repeat, 5 repeats, 5% shared offset", 5, {}, True),
                                     ("unpaired, 5 repeats each, 5% offsets", 5, {}, False),

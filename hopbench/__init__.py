@@ -1,6 +1,8 @@
 """hopbench: what does one speculative-decoding network hop cost on this link?"""
 
-__version__ = "0.1.0"
+from hopbench.version import __version__
+
+__all__ = ["__version__", "load"]
 
 
 def load(path, bytes_per_token: int = 61440, operating_tokens: int = 3):  # noqa: ANN001 (any path-like)

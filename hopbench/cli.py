@@ -12,13 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hopbench import results as R
-from hopbench.config import (
-    DEFAULT_PORT,
-    parse_bytes_grid,
-    parse_hostport,
-    parse_int_list,
-    split_options,
-)
+from hopbench.config import DEFAULT_PORT, parse_hostport, parse_int_list
+from hopbench.core.transport import split_options
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, MIN_GAIN, TIMEOUT_S
 
@@ -29,7 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _print_version(value: bool) -> None:
     if value:
-        from hopbench import __version__
+        from hopbench.version import __version__
 
         print(f"hopbench {__version__}")
         raise typer.Exit()
@@ -166,7 +161,7 @@ def run(
     from hopbench.orchestration.calibrate import placement_note
     from hopbench.orchestration.runner import run_session
     from hopbench.records import Payload, RunConfig
-    from hopbench.shape import load_shape
+    from hopbench.shape import load_shape, parse_bytes_grid
 
     scfg = load_shape(shape)
     sh = scfg.shape
@@ -618,9 +613,10 @@ def verdict(
         op = tokens or recorded_shape(folder, s.shape.bytes_per_token, s.operating_tokens)[1]
         vs = analysis.run_verdict(folder, inputs, op, show=show)
         from hopbench.analysis.data import read_folder
+        from hopbench.analysis.hops import placement_note
 
         docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
-                     "placement": analysis.placement_note(read_folder(folder).top),
+                     "placement": placement_note(read_folder(folder).top),
                      "verdicts": [v.to_dict() for v in vs]})
     if json_out:
         import json as _json

@@ -89,32 +89,3 @@ def parse_int_list(text: str, what: str) -> list[int]:
     if not values or any(v <= 0 for v in values):
         raise ConfigError(f"{what}: expected positive integers, got {text!r}")
     return values
-
-
-def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
-    """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
-    from hopbench.shape import log_grid
-
-    if text == "grid":
-        return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)
-    if text.startswith("log:"):
-        parts = text.split(":")[1:]
-        if len(parts) != 3:
-            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
-        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
-        return log_grid(lo, hi, n)
-    return parse_int_list(text, "--bytes")
-
-
-def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
-    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; each key goes to the transport that
-    declares it (hopbench.core.transport.REGISTRY)."""
-    from hopbench.core.transport import owner_of_setting
-
-    out: dict[str, dict[str, str]] = {}
-    for item in opts or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
-        out.setdefault(owner_of_setting(key), {})[key] = value
-    return out

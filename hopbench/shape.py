@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hopbench.config import config_file, load_toml, require, resolve_config
+from hopbench.config import config_file, load_toml, parse_int_list, require, resolve_config
+from hopbench.errors import ConfigError
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ID_BYTES = {"int32": 4, "int64": 8, "int16": 2}
@@ -92,3 +93,16 @@ def log_grid(lo: int, hi: int, points: int) -> list[int]:
         return sorted({max(1, lo), max(1, hi)})
     step = (math.log(hi) - math.log(lo)) / (points - 1)
     return sorted({int(round(math.exp(math.log(lo) + i * step))) for i in range(points)})
+
+
+def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
+    """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
+    if text == "grid":
+        return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)
+    if text.startswith("log:"):
+        parts = text.split(":")[1:]
+        if len(parts) != 3:
+            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
+        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
+        return log_grid(lo, hi, n)
+    return parse_int_list(text, "--bytes")

@@ -21,3 +21,60 @@ def test_the_result_folder_layout_is_spelled_only_in_the_results_module():
     found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources() if p != owner
              for i, line in enumerate(p.read_text().splitlines(), 1) if LAYOUT.search(line)]
     assert not found, "\n".join(found)
+
+
+def _cycles(graph, modules):
+    """Strongly connected components of more than one module (Tarjan), i.e. import circles;
+    grimp counts every import statement, function-level (lazy) ones included."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in modules:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for m in sorted(modules):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_no_import_circle():
+    """Issue 29: no import circle anywhere in hopbench or the transports (config <-> shape,
+    analysis.commands <-> report and the package root <-> analysis were the last three)."""
+    import grimp
+
+    graph = grimp.build_graph("hopbench", "transports")
+    assert _cycles(graph, set(graph.modules)) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    class G:
+        edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+
+        def find_modules_directly_imported_by(self, m):
+            return self.edges[m]
+
+    assert _cycles(G(), set(G.edges)) == [["a", "b", "c"]]

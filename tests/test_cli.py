@@ -27,7 +27,7 @@ def test_run_via_cli_runner(server, tmp_path):
     assert floor["transport"] == "tcp" and floor["request_bytes"] == 64 and floor["n"] == 30
     assert floor["p50_ci_lo_ns"] <= floor["p50_ns"] <= floor["p50_ci_hi_ns"]
     assert "instrument floor (tcp, 64 B on loopback" in res.output
-    from hopbench.analysis.commands import instrument_floors
+    from hopbench.analysis.hops import instrument_floors
 
     assert instrument_floors(out) == {"tcp": floor["p50_ns"] / 1e6}
 

@@ -11,9 +11,10 @@ from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import load_groups, recorded_shape
+from hopbench.analysis.hops import hop_rows, instrument_floors, placement_note, trend_warning
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.estimate import Estimate, pct
-from hopbench.records import MIN_GAIN, gap_label
+from hopbench.estimate import pct
+from hopbench.records import MIN_GAIN
 from hopbench.results import RUN_FILE, atomic_write
 
 
@@ -28,19 +29,6 @@ def _fmt_alpha(f: F.Fit) -> tuple[str, str]:
     if f.alpha_s < 0:
         return f"(intercept of {f.segment_lo_bytes:,}-{f.segment_hi_bytes:,} B)", "-"
     return f"{f.alpha_s * 1e6:.1f}", f"{f.alpha_ci[0] * 1e6:.1f}..{f.alpha_ci[1] * 1e6:.1f}"
-
-
-def trend_warning(groups) -> str | None:
-    """A ramp across repeat order, shared by the cells (see hopbench.estimate.repeat_trend)."""
-    from hopbench.estimate import pct, repeat_trend
-
-    t = repeat_trend([(g.repeat_ids, g.repeat_p50_ns) for g in groups])
-    if not t["trend"]:
-        return None
-    fs = ", ".join(f"r{r} x{v:.3f}" for r, v in t["factors"].items())
-    return (f"warning: the repeats drift in time order (Kendall p = {t['p']:.3f}, span {t['span_rel']:.1%} across "
-            f"{len(t['factors'])} repeats: {fs}); the machine was not steady: its {pct(0.95)} intervals assume repeats "
-            f"are exchangeable")
 
 
 def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=print, require: bool = False) -> list[F.Fit]:
@@ -94,49 +82,6 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
                                                         "wire_check": wires, "repeat_trend": trend},
                                                        indent=1, default=str) + "\n")
     return fits
-
-
-def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str, str, Estimate]]:
-    """(rung, transport, hop estimate in ms) at the operating payload, one row per think time
-    measured (the rung labelled with its gap when it has one: records.gap_label; groups: the
-    folder's, when the caller has loaded them already)."""
-    if groups is None:
-        groups, _ = load_groups(folder)
-    rows = [(gap_label(g.rung, g.gap_ms), g.transport, g.estimate().scaled(1e-6))
-            for g in sorted(groups, key=lambda g: (g.rung, g.gap_ms)) if g.tokens == operating_tokens]
-    if not rows:
-        have = sorted({g.tokens for g in groups if g.tokens})
-        raise ConfigError(f"{folder}: no measurement at the operating payload T = {operating_tokens} "
-                          f"(measured T: {', '.join(map(str, have)) or 'none, only byte sizes'}); "
-                          f"give --tokens with one of them, or measure T = {operating_tokens}")
-    return rows
-
-
-def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
-    """transport -> floor in ms: a run's own floor measurement, or in a sweep the smallest
-    payload on the loopback rung (loaded: the folder's (groups, top), if already read)."""
-    groups, top = loaded or load_groups(folder)
-    if top.get("floor"):
-        return {top["floor"]["transport"]: top["floor"]["p50_ns"] / 1e6}
-    out: dict[str, float] = {}
-    for g in sorted(groups, key=lambda g: g.request_bytes):
-        if g.rung.split("@")[0] == "loopback" and g.gap_ms == 0 and g.transport not in out:
-            out[g.transport] = g.p50_ns / 1e6
-    return out
-
-
-def placement_note(top: dict) -> str:
-    """Where the two ends ran and how they received, as recorded: it moves small-payload
-    latency 2-4x, so every verdict states it (a sweep's 'auto' says what it chose)."""
-    resolved = top.get("placements_resolved")
-    if isinstance(resolved, list) and resolved:
-        auto = "auto" in ((top.get("config") or {}).get("placements") or [])
-        return f"placement: {', '.join(map(str, resolved))}" + (" (chosen by 'auto' on this machine)" if auto else "")
-    cfg = top.get("config") or {}
-    if "poll" in cfg or "cpu" in cfg:
-        return (f"placement: client cpu {cfg.get('cpu') or 'unpinned'}, poll {cfg.get('poll') or 'auto'} "
-                "(the server's: its own flags)")
-    return "placement: not recorded"
 
 
 def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,

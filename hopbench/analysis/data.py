@@ -166,8 +166,8 @@ def _read_json(path: Path) -> dict:
 
 def check_schema(doc: dict, path: Path, expected: str) -> None:
     """Older schema versions are read; a newer one (or another kind of file) is refused."""
-    from hopbench import __version__
     from hopbench.results import SCHEMA_VERSION
+    from hopbench.version import __version__
 
     if doc.get("schema") != expected:
         raise HopbenchError(f"{path}: not a {expected} file (schema {str(doc.get('schema'))[:60]!r})")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hopbench.analysis import commands as AC
 from hopbench.analysis import fit as F
+from hopbench.analysis import hops as HP
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import first_header, load_groups, recorded_shape, result_id
 from hopbench.errors import HopbenchError
@@ -103,7 +103,7 @@ def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors
             pass
         for n, why in ((top.get("matrix") or {}).get("left") or {}).items():
             out.append({"kind": "node left", "text": f"node {n} left the cluster ({why}); its pairs are marked failed"})
-    trend = AC.trend_warning(groups)
+    trend = HP.trend_warning(groups)
     if trend:
         out.append({"kind": "repeat trend", "text": trend.removeprefix("warning: ")})
     for v in verdicts:
@@ -205,7 +205,7 @@ def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | N
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
     problems: list[dict] = []
     try:
-        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in AC.hop_rows(folder, op, groups)]
+        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in HP.hop_rows(folder, op, groups)]
     except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
         verdicts = []
         problems.append({"kind": "no verdict", "text": str(exc)})
@@ -217,7 +217,7 @@ def build_document(a: Analysed) -> dict:
     """The report's numbers: verdicts, fits, cells, warnings, environments, commands."""
     folder, groups, top, bpt, op = a.folder, a.groups, a.top, a.bytes_per_token, a.operating_tokens
     inputs, fits, verdicts = a.inputs, a.fits, a.verdicts
-    floors = AC.instrument_floors(folder, (groups, top))
+    floors = HP.instrument_floors(folder, (groups, top))
     head = first_header(folder)
     sweep = ResultFolder(folder).is_sweep
     cells = []
@@ -237,7 +237,7 @@ def build_document(a: Analysed) -> dict:
                      f"to another box worth it?"),
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
-        "placement": AC.placement_note(top),
+        "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
         "wire_check": F.wire_check(groups, bpt, op), "cells": cells,

@@ -12,7 +12,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench import __version__
 from hopbench.core import control, native
 from hopbench.core import protocol as P
 from hopbench.core.timing import run_cycles
@@ -25,6 +24,7 @@ from hopbench.errors import (
     VerifyError,
 )
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
+from hopbench.version import __version__
 
 
 @dataclass

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
-from hopbench import __version__
 from hopbench.core import control, native
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
@@ -27,6 +26,7 @@ from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError, Timeout
 from hopbench.records import TIMEOUT_S
+from hopbench.version import __version__
 
 
 @dataclass

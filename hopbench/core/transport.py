@@ -257,3 +257,15 @@ def describe_transports() -> list[dict[str, Any]]:
                        install=install_line(reg.extra) if reg.extra else None)
         rows.append(row)
     return rows
+
+
+def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
+    """KEY=VALUE flags -> {transport: {KEY: VALUE}}; each key goes to the transport that
+    declares it (hopbench.core.transport.REGISTRY)."""
+    out: dict[str, dict[str, str]] = {}
+    for item in opts or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--opt {item!r}: expected KEY=VALUE")
+        out.setdefault(owner_of_setting(key), {})[key] = value
+    return out

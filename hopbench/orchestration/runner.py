@@ -9,7 +9,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench import __version__
 from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
@@ -17,6 +16,7 @@ from hopbench.core.client import Measurement, Session
 from hopbench.core.stats import summarize
 from hopbench.errors import Refused
 from hopbench.records import Payload, RunConfig
+from hopbench.version import __version__
 
 
 def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:

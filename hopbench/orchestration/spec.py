@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench import __version__
 from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core import spec as S
 from hopbench.core.client import Session
 from hopbench.errors import ConfigError
+from hopbench.version import __version__
 
 SCHEMA = "hopbench.spec"
 SCHEMA_VERSION = 1
