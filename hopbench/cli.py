@@ -564,7 +564,7 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
     bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
     analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print, require=True)
     if json_out:  # the document fit also writes to <folder>/analysis/fit.json
-        print((R.ResultFolder(results).path / R.ANALYSIS / "fit.json").read_text(), end="")
+        print(R.ResultFolder(results).derived("fit.json").read_text(), end="")
 
 
 @app.command()
@@ -649,7 +649,7 @@ def report(
 
     path = analysis.write_report(results, _shape(shape), output, min_gain, spec or [])
     if json_out:
-        print((R.ResultFolder(results).path / R.ANALYSIS / R.RUN_FILE).read_text(), end="")
+        print(R.ResultFolder(results).derived(R.RUN_FILE).read_text(), end="")
     else:
         print(f"report: {path}")
 
@@ -669,7 +669,7 @@ def export(
     from hopbench.results import atomic_write
 
     s = _shape(shape)
-    into = into or R.ResultFolder(results).path / R.ANALYSIS / "case-studies.json"
+    into = into or R.ResultFolder(results).derived("case-studies.json")
     study = study or "unnamed"  # not the folder's name: record ids must survive a move or rename
     spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
     if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records

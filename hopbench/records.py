@@ -18,15 +18,15 @@ from typing import Any, NamedTuple
 TIMEOUT_S = 10.0  # any blocking call
 CONNECT_TIMEOUT_S = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default cap per request and reply
+MIN_GAIN = 0.05  # the least projected tok/s gain worth a second box: below it a verdict is 'not worth it'
+MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up + timed)
+MEMORIES = ("host", "cuda")  # where a payload may live (hopbench.core.gpu checks it)
+
+
 def gap_label(rung: str, gap_ms: float) -> str:
     """A rung as verdict, fit and the report name it: with its think time when it has one
     (the gap is part of the cell: a hop after 80 ms of idle is another measurement)."""
     return rung if not gap_ms else f"{rung} +{gap_ms:g} ms gap"
-
-
-MIN_GAIN = 0.05  # the least projected tok/s gain worth a second box: below it a verdict is 'not worth it'
-MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up + timed)
-MEMORIES = ("host", "cuda")  # where a payload may live (hopbench.core.gpu checks it)
 
 
 @dataclass(frozen=True)

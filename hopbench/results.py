@@ -319,9 +319,14 @@ class ResultFolder:
         return json.loads(self.top_path.read_text())
 
     def analysis_dir(self) -> Path:
+        """Where derived files go, created on first use (for writing)."""
         out = self.path / ANALYSIS
         out.mkdir(exist_ok=True)
         return out
+
+    def derived(self, name: str) -> Path:
+        """A derived file's path (for reading: nothing is created)."""
+        return self.path / ANALYSIS / name
 
     # -- a sweep's cells
     def cell_dir(self, key: str) -> Path:
@@ -346,10 +351,11 @@ class ResultFolder:
         return aside
 
     # -- writing
-    def write_top(self, doc: dict[str, Any], sweep: bool) -> None:
+    def write_sweep(self, doc: dict[str, Any]) -> None:
+        """A sweep's or matrix's top record (a run's is written with its CSVs: write_run)."""
         import json
 
-        atomic_write(self.path / (SWEEP_FILE if sweep else RUN_FILE), json.dumps(doc, indent=1, default=str) + "\n")
+        atomic_write(self.path / SWEEP_FILE, json.dumps(doc, indent=1, default=str) + "\n")
 
     def write_run(self, doc: dict[str, Any], csvs: dict[str, str]) -> None:
         """A run's (or cell's) files: the CSVs first, then report.json carrying their manifest

@@ -60,8 +60,6 @@ def load_shape(path: str | Path | None = None) -> ShapeConfig:
     dec = require(data, "decode", dict, f, allowed={"t_draft_ms", "cycle_ms", "tok_s", "operating_tokens"})
     dtype = require(model, "dtype", str, f, "model.")
     id_dtype = require(draft, "id_dtype", str, f, "draft.")
-    from hopbench.errors import ConfigError
-
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"{f}: model.dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
     if id_dtype not in ID_BYTES:

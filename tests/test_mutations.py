@@ -209,3 +209,19 @@ def test_every_command_refuses_a_mutated_folder_in_one_line(folders, tmp_path):
                 pass
         finally:
             restore(undo)
+
+
+def test_a_sweeps_closing_analysis_names_the_cell_it_leaves_out(tmp_path, capsys):
+    """The sweep's closing analysis (fit, verdict, plots in one reading) read the folder first
+    for its recorded shape with warnings silenced, and the memoised reading kept them silent:
+    a bad cell was left out without a word. Every reading now says it, once."""
+    from hopbench.analysis import commands as C
+    from hopbench.shape import load_shape
+
+    folder = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
+    bad = sorted(folder.glob("cells/*/*/*/*/report.json"))[0]
+    bad.write_text('{"schema": 3')
+    D._WARNED.clear()
+    C.report_all(folder, load_shape(None), show=lambda *a, **k: None)
+    err = capsys.readouterr().err
+    assert err.count("left out") == 1 and str(bad.parent.relative_to(folder)) in err

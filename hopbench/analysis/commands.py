@@ -15,12 +15,10 @@ from hopbench.analysis.hops import hop_rows, instrument_floors, placement_note, 
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN
-from hopbench.results import RUN_FILE, atomic_write
+from hopbench.results import RUN_FILE, ResultFolder, atomic_write
 
 
 def _out(folder: Path) -> Path:
-    from hopbench.results import ResultFolder
-
     return ResultFolder(folder).analysis_dir()
 
 

@@ -16,7 +16,16 @@ import numpy as np
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.records import CellKey
-from hopbench.results import SAMPLES_FILE, ResultFolder
+from hopbench.results import (
+    RUN_RECORD,
+    SAMPLES_FILE,
+    SCHEMA_VERSION,
+    SWEEP_RECORD,
+    SWEEP_SCHEMA,
+    ResultFolder,
+    check_record,
+    verify_files,
+)
 
 
 @dataclass
@@ -63,30 +72,36 @@ def _timed_samples(samples_csv: Path, want: dict[str, int]) -> dict[str, np.ndar
 
     pd = pandas()
     try:
-        df = pd.read_csv(samples_csv, usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
-        df = df[df["warmup"].astype("int64") == 0]
-        rtt = df["rtt_ns"].astype("int64")
+        cols = _columns(pd, pd.read_csv(samples_csv, usecols=list(_USED), dtype={"payload": str}))
     except (ValueError, TypeError, KeyError, pd.errors.ParserError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise HopbenchError(f"{samples_csv}: not a hopbench samples file ({first[:120]})") from None
-    out = {str(k): v.to_numpy(dtype=np.int64) for k, v in rtt.groupby(df["payload"], sort=False)}
-    for payload, n in want.items():
-        got = out.get(payload, np.zeros(0)).size
-        if payload in out and got != n:
-            raise HopbenchError(f"{samples_csv}: payload {payload} has {got} timed rows, report.json says n = {n}")
-    return out
+    return _split_timed(samples_csv, *cols, want)
 
 
-def _split_timed(path: Path, payload: np.ndarray, warm: np.ndarray, rtt: np.ndarray,
+_USED = ("payload", "warmup", "rtt_ns")  # the samples.csv columns analysis reads
+
+
+def _columns(pd, df) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    """(payload codes, labels, warm-up flags, round trips) of parsed sample rows; NaN or text
+    in a number column is a ValueError."""
+    codes, labels = pd.factorize(df["payload"])
+    return (codes, np.asarray(labels, dtype=object), df["warmup"].astype("int64").to_numpy(),
+            df["rtt_ns"].astype("int64").to_numpy())
+
+
+def _split_timed(path: Path, codes: np.ndarray, labels: np.ndarray, warm: np.ndarray, rtt: np.ndarray,
                  want: dict[str, int]) -> dict[str, np.ndarray]:
-    """One file's rows (payload codes or labels, warm-up flags, round trips) -> payload -> its
-    timed round trips in cycle order, checked against the counts report.json records."""
+    """One file's rows -> payload -> its timed round trips in cycle order, checked against
+    the counts report.json records."""
+    if (codes < 0).any():
+        raise HopbenchError(f"{path}: not a hopbench samples file (a row without a payload)")
     timed = warm == 0
-    payload, rtt = payload[timed], rtt[timed]
-    if payload.size and (payload == payload[0]).all():  # a sweep cell: one payload per file
-        out = {str(payload[0]): rtt}
+    codes, rtt = codes[timed], rtt[timed]
+    if codes.size and (codes == codes[0]).all():  # a sweep cell: one payload per file
+        out = {str(labels[codes[0]]): rtt}
     else:
-        out = {str(p): rtt[payload == p] for p in dict.fromkeys(payload.tolist())}
+        out = {str(labels[k]): rtt[codes == k] for k in dict.fromkeys(codes.tolist())}
     for label, n in want.items():
         got = out[label].size if label in out else 0
         if label in out and got != n:
@@ -121,12 +136,10 @@ def _timed_samples_many(files: list[tuple[Path, dict[str, int]]]) -> dict[Path, 
         try:
             names = head.decode().split(",")
             df = pd.read_csv(io.BytesIO(b"".join(body for _, _, body in items)), header=None, names=names,
-                             usecols=["payload", "warmup", "rtt_ns"], dtype={"payload": str})
+                             usecols=list(_USED), dtype={"payload": str})
             if len(df) != sum(counts):
                 raise ValueError("rows do not add up")
-            codes, labels = pd.factorize(df["payload"])
-            warm = df["warmup"].astype("int64").to_numpy()  # NaN or text: a ValueError, as per file
-            rtt = df["rtt_ns"].astype("int64").to_numpy()
+            codes, labels, warm, rtt = _columns(pd, df)
         except (ValueError, TypeError, KeyError, UnicodeDecodeError, pd.errors.ParserError):
             for path, want, _ in items:
                 try:
@@ -134,17 +147,12 @@ def _timed_samples_many(files: list[tuple[Path, dict[str, int]]]) -> dict[Path, 
                 except HopbenchError as exc:
                     out[path] = exc
             continue
-        labels = np.asarray(labels, dtype=object)
         start = 0
         for (path, want, _), n in zip(items, counts):
             sl = slice(start, start + n)
             start += n
-            c = codes[sl]
-            if (c < 0).any():  # an empty payload label
-                out[path] = HopbenchError(f"{path}: not a hopbench samples file (a row without a payload)")
-                continue
             try:
-                out[path] = _split_timed(path, labels[c], warm[sl], rtt[sl], want)
+                out[path] = _split_timed(path, codes[sl], labels, warm[sl], rtt[sl], want)
             except HopbenchError as exc:
                 out[path] = exc
     return out
@@ -166,7 +174,6 @@ def _read_json(path: Path) -> dict:
 
 def check_schema(doc: dict, path: Path, expected: str) -> None:
     """Older schema versions are read; a newer one (or another kind of file) is refused."""
-    from hopbench.results import SCHEMA_VERSION
     from hopbench.version import __version__
 
     if doc.get("schema") != expected:
@@ -232,14 +239,14 @@ def _memo(kind: str, folder: str | Path, make):  # noqa: ANN001, ANN202
     return _MEMO[key]
 
 
-def read_folder(folder: str | Path, warn=_warn) -> Folder:
-    """The folder read and checked (once per folder inside one_reading)."""
-    return _memo("folder", folder, lambda: _read_folder(Path(folder), warn))
+def read_folder(folder: str | Path) -> Folder:
+    """The folder read and checked (once per folder inside one_reading). A sweep's bad cell
+    is warned about here, when it is read (once per process: _warn), whichever caller reads
+    first: a memoised reading must not have been a silent one."""
+    return _memo("folder", folder, lambda: _read_folder(Path(folder)))
 
 
-def _read_folder(folder: Path, warn) -> Folder:
-    from hopbench.results import RUN_RECORD, SWEEP_RECORD, SWEEP_SCHEMA, ResultFolder, check_record, verify_files
-
+def _read_folder(folder: Path) -> Folder:
     rf = ResultFolder(folder)
     kind = rf.kind
     if kind is None:
@@ -271,7 +278,7 @@ def _read_folder(folder: Path, warn) -> Folder:
             if kind == "run":
                 raise
             left_out.append(str(rp.parent))
-            warn(f"{exc}; left out: {rp.parent.relative_to(folder)}")
+            _warn(f"{exc}; left out: {rp.parent.relative_to(folder)}")
             continue
         cells.append((rp, run))
     return Folder(folder, kind, top, cells, left_out)
@@ -389,7 +396,7 @@ def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_ope
     folder = Path(folder)
     if ResultFolder(folder).kind is None:
         return default_bytes_per_token, default_operating_tokens
-    f = read_folder(folder, warn=lambda m: None)
+    f = read_folder(folder)
     if f.kind == "sweep":
         bpt = (f.top.get("shape") or {}).get("bytes_per_token")
         op = (f.top.get("config") or {}).get("operating_tokens")

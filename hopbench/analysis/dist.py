@@ -1,7 +1,7 @@
 """The few distribution functions the analysis needs, in the standard library's terms:
 importing scipy costs ~1.5 s (scipy.stats) or ~0.5 s (scipy.special) on the development
 VM, a sixth to a half of a report's 3 s budget, for five functions. The normal quantile is
-statistics.NormalDist's (Wichura's AS241, full double precision); Student's t comes from
+hopbench.estimate's (statistics.NormalDist, full double precision); Student's t comes from
 the regularized incomplete beta function by its continued fraction (modified Lentz, as in
 Numerical Recipes' betacf) and its quantile by bisection. tests/test_estimate.py checks
 each against scipy.stats to 1e-9 relative."""
@@ -9,17 +9,13 @@ each against scipy.stats to 1e-9 relative."""
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-_N = NormalDist()
+from hopbench.estimate import norm_ppf
 
-
-def norm_ppf(p: float) -> float:
-    """The standard normal quantile (scipy.stats.norm.ppf)."""
-    return _N.inv_cdf(p)
+__all__ = ["betainc", "norm_ppf", "norm_sf", "t_ppf", "t_sf", "t_two_sided_p", "ttest_1samp_p", "welch_p"]
 
 
 def norm_sf(z: float) -> float:

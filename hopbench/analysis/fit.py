@@ -11,13 +11,13 @@ reported (UCX's eager -> rendezvous switch, socket-buffer limits).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from hopbench.analysis.data import Group
+from hopbench.estimate import norm_ppf
 from hopbench.records import gap_label
 
 RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
@@ -35,12 +35,7 @@ class Line:
     hi_bytes: int
 
 
-@functools.lru_cache(maxsize=1)
-def _mad_normal() -> float:
-    """1 / Phi^-1(3/4): the MAD of a normal sample times this estimates its SD (scipy's scale="normal")."""
-    from hopbench.analysis.dist import norm_ppf
-
-    return 1.0 / norm_ppf(0.75)
+MAD_NORMAL = 1.0 / norm_ppf(0.75)  # the MAD of a normal sample times this estimates its SD (scipy's scale="normal")
 
 
 def _median(v: Any) -> float:
@@ -70,21 +65,20 @@ def fit_line(x: np.ndarray, y: np.ndarray, iters: int = 20) -> Line:
     The IRLS loop stays hand-written: scipy's robust fit (optimize.least_squares with
     loss='huber') holds the Huber scale fixed, while this one re-estimates it from the
     residuals' MAD every iteration (Huber's proposal, as statsmodels' RLM does). The MAD is
-    numpy's median of |r - median r| times scipy's normal-consistency factor: scipy's own
-    median_abs_deviation costs ~1 ms a call in its nan-policy wrapper, and a sweep's fit
-    calls it thousands of times (8.8 s of `hopbench fit` on the default sweep)."""
+    the median of |r - median r| (_median: a short array sorted) times the normal-consistency
+    factor MAD_NORMAL: scipy's median_abs_deviation costs ~1 ms a call in its nan-policy
+    wrapper, and a sweep's fit takes thousands (8.8 s of `hopbench fit` on the default sweep)."""
     x = np.asarray(x, float)
     y = np.asarray(y, float)
     w = 1.0 / y**2
     a = b = 0.0
-    mad_normal = _mad_normal()
     for _ in range(iters):
         prev = (a, b)
         a, b = _wls(x, y, w)
         if abs(a - prev[0]) <= 1e-12 * abs(a) and abs(b - prev[1]) <= 1e-12 * abs(b):
             break  # converged: further iterations return the same line
         r = (y - (a + b * x)) / y
-        s = mad_normal * _median(np.abs(r - _median(r))) or 1e-12
+        s = MAD_NORMAL * _median(np.abs(r - _median(r))) or 1e-12
         u = np.abs(r) / (HUBER_K * s)
         hub = np.where(u <= 1, 1.0, 1.0 / np.maximum(u, 1e-12))
         w = hub / y**2

@@ -158,8 +158,8 @@ def hop_ylabel(verdicts, operating_tokens: int) -> str:
     return f"hop cost at T = {operating_tokens} (ms, median; CI {', '.join(levels) or 'none'})"
 
 
-HOP_TITLE = "Hop cost per rung against the break-even hop (below the line: moving the drafter pays;\n" \
-            "label: hop and projected tok/s gain)"
+HOP_HEAD = "Hop cost per rung against the break-even hop"
+HOP_TITLE = f"{HOP_HEAD} (below the line: moving the drafter pays;\nlabel: hop and projected tok/s gain)"
 
 
 def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
@@ -377,7 +377,7 @@ def hop_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str
     from hopbench.analysis import svgplot as S
 
     rungs, width, per_transport = hop_bars(verdicts)
-    p = S.Panel(HOP_TITLE.split("\n")[0].split(" (")[0], "rung (label: hop and projected tok/s gain)",
+    p = S.Panel(HOP_HEAD, "rung (label: hop and projected tok/s gain)",
                 hop_ylabel(verdicts, operating_tokens), xlog=False, categories=rungs,
                 ylim=hop_ylim(verdicts, t_draft_ms), legend="upper right")
     p.series = [S.Series("bars", b.x, b.y, S.color(i), b.transport, lo=b.lo, hi=b.hi, width=width, notes=b.notes)

@@ -180,7 +180,7 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
         with lock:
             top["status"] = status
             top["updated_utc"] = R.utc_iso()
-            rf.write_top(top, sweep=True)
+            rf.write_sweep(top)
 
     left: dict[str, str] = top["matrix"]["left"]
     for n in nodes:

@@ -191,7 +191,7 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     def save(status: str) -> None:
         report["status"] = status
         report["updated_utc"] = R.utc_iso()
-        rf.write_top(report, sweep=True)
+        rf.write_sweep(report)
 
     save("running")
     runtimes: dict[str, RungRuntime] = {}
