@@ -24,6 +24,11 @@ random order per repeat. Every figure is converted to a full round trip in µs:
   compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop python`).
 
 hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
+
+`--before PYTHON` adds `before-tcp` and `before-ucx`: the same compiled-loop runs with
+another installation's interpreter (e.g. a venv holding the wheel of an earlier commit,
+run from outside the checkout), interleaved with the rest, and prints now/before ratios:
+how a change to the loops or the transports' C is shown to cost nothing beyond noise.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
 TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-tcp-py", "hopbench-ucx",
          "hopbench-ucx-py")
 SOCKPERF_MAX = 65_507
+BEFORE: str | None = None  # --before: another installation's python
 
 
 def ucx_perftest() -> tuple[list[str], dict[str, str], str]:
@@ -141,12 +147,13 @@ def _rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float
         tr = tool.split("-")[1]
         loop = "python" if tool.endswith("-py") else "native"
         poll = "busy" if tr == "ucx" else "block"  # as the tools they sit beside: ucx_perftest spins, the TCP tools block
-        srv = subprocess.Popen(ps + [sys.executable, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
+        python, where = (BEFORE, tmp) if tool.startswith("before-") else (sys.executable, ROOT)  # outside the checkout
+        srv = subprocess.Popen(ps + [python, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
                                      poll, "--opt", "UCX_TLS=tcp", "--loop", loop], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, cwd=ROOT)
+                               stderr=subprocess.DEVNULL, cwd=where)
         cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
         out = tmp / f"hb-{tool}-{n}-{random.random()}"
-        cmd = pc + [sys.executable, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
+        cmd = pc + [python, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
                     "--reply-bytes", "same", "--cycles", str(cycles), "--warmup", str(max(5, cycles // 10)),
                     "--transport", tr, "--opt", "UCX_TLS=tcp", "--no-floor", "--out", str(out), "--poll", poll,
                     "--loop", loop]
@@ -171,12 +178,17 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement (about)")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="message sizes, comma-separated")
     ap.add_argument("--tools", default=",".join(TOOLS), help="which tools, comma-separated (ratios need their pair)")
+    ap.add_argument("--before", metavar="PYTHON", help="also run before-tcp/before-ucx with this interpreter")
     ap.add_argument("--placement", choices=sorted(PLACEMENTS), default="split",
                     help="split: servers on CPU 1, clients on CPU 0; same: both on CPU 0 (no cross-CPU wake-up)")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",") if x]
     tools = [t for t in a.tools.split(",") if t]
-    unknown = set(tools) - set(TOOLS)
+    global BEFORE
+    if a.before:
+        BEFORE = a.before
+        tools += [f"before-{t.split('-')[1]}" for t in tools if t in ("hopbench-tcp", "hopbench-ucx")]
+    unknown = set(tools) - set(TOOLS) - {"before-tcp", "before-ucx"}
     if unknown:
         raise SystemExit(f"unknown tools {sorted(unknown)} (known: {', '.join(TOOLS)})")
     global SERVER_CPU, CLIENT_CPU, PERFTEST
@@ -227,7 +239,9 @@ def main() -> None:
             ratios = []
             for t, ref, name in (("hopbench-tcp", best, "tcp/best"), ("hopbench-tcp-py", best, "tcp-py/best"),
                                  ("hopbench-ucx", med.get("ucx_perftest"), "ucx/perftest"),
-                                 ("hopbench-ucx-py", med.get("ucx_perftest"), "ucx-py/perftest")):
+                                 ("hopbench-ucx-py", med.get("ucx_perftest"), "ucx-py/perftest"),
+                                 ("hopbench-tcp", med.get("before-tcp"), "tcp now/before"),
+                                 ("hopbench-ucx", med.get("before-ucx"), "ucx now/before")):
                 if med.get(t) is not None and ref:
                     ratios.append(f"{name} {med[t] / ref:.2f}")
             print(f"{n:>8} {cells}  {'  '.join(ratios)}", flush=True)

@@ -78,3 +78,25 @@ def test_the_cycle_finder_finds_a_circle():
             return self.edges[m]
 
     assert _cycles(G(), set(G.edges)) == [["a", "b", "c"]]
+
+
+CORE = ROOT / "hopbench" / "core"
+
+
+def test_the_core_names_no_transport():
+    """The core knows transports only through the registry: no transport's name in it."""
+    name = re.compile(r"""['"](tcp|zmq|ucx|nixl)['"]""")
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in sorted(CORE.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if name.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_the_cores_c_moves_no_bytes():
+    """Each transport owns its bytes down into C (hb_endpoint.h): the core's C calls no
+    socket or UCX function; the transports' C does."""
+    io = re.compile(r"\b(send|recv|ucp_\w+)\s*\(")
+    core = [f"{p.name}:{i}: {line.strip()}" for p in sorted(CORE.glob("*.[ch]"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if io.search(line)]
+    assert not core, "\n".join(core)
+    assert io.search((ROOT / "transports" / "_tcp.c").read_text())  # the pattern finds real I/O
+    assert io.search((ROOT / "transports" / "_ucx.c").read_text())

@@ -4,6 +4,7 @@ loop drives, its declared UCX struct against the installed ucp.h, and the choice
 
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -67,16 +68,16 @@ def test_cpu_sharing_rule():
 
 @needs_native
 def test_declared_ucp_request_param_matches_the_installed_header(tmp_path):
-    """The compiled loop declares the prefix of ucp_request_param_t itself (no UCX headers
+    """The UCX transport's C part declares the prefix of ucp_request_param_t itself (no UCX headers
     at build time); the installed ucp.h must lay it out the same."""
     libucx = pytest.importorskip("libucx")
     include = Path(libucx.__file__).parent / "include"
     cc = shutil.which("cc") or shutil.which("gcc")
     if not (include / "ucp" / "api" / "ucp.h").exists() or cc is None:
         pytest.skip("no ucp.h or no C compiler here")
-    from hopbench import _native
+    _ucx = pytest.importorskip("hopbench.transports._ucx", reason="the UCX transport's C part is not built here")
 
-    fields = _native.layout()
+    fields = _ucx.layout()
     src = tmp_path / "offsets.c"
     src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <ucp/api/ucp.h>\nint main(void){\n"
                    + "".join(f'printf("{f} %zu\\n", offsetof(ucp_request_param_t, {f}));\n' for f in fields)
@@ -90,3 +91,22 @@ def test_declared_ucp_request_param_matches_the_installed_header(tmp_path):
     for f, off in fields.items():
         assert int(out[f]) == off, (f, out[f], off)
     assert out["UCS_MEMORY_TYPE_HOST"] == "0"
+
+
+@needs_native
+def test_the_echo_loops_checksum_is_zlibs():
+    from hopbench import _native
+
+    for data in (b"", b"hello", bytes(range(256)) * 300):
+        assert _native.crc32(data) == zlib.crc32(data)
+
+
+@needs_native
+def test_one_status_enum_read_from_the_extension():
+    """The statuses are named once, in hb_endpoint.h; Python reads them from the extension."""
+    from hopbench import _native
+
+    assert [s.name.lower() for s in native.Status] == list(_native.STATUS)
+    header = (Path(native.__file__).parent / "hb_endpoint.h").read_text()
+    for code, name in enumerate(_native.STATUS):
+        assert f"HB_{name.upper()} = {code}," in header

@@ -6,7 +6,7 @@ what each transport is called, where it lives, which extra installs its library 
 
 from hopbench.core.transport import Registered
 
-TCP = Registered("tcp", "hopbench.transports.tcp:TcpTransport", None, None)
+TCP = Registered("tcp", "hopbench.transports.tcp:TcpTransport", None, None, carries_control=True)
 ZMQ = Registered("zmq", "hopbench.transports.zmq:ZmqTransport", "zmq", "pyzmq",
                  settings=frozenset({"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}))
 UCX = Registered("ucx", "hopbench.transports.ucx:UcxTransport", "ucx", "ucxx-cu12", settings_prefix="UCX_")

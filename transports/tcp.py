@@ -17,6 +17,8 @@ Why each knob:
 - poll="busy": non-blocking socket spun on recv_into, for receivers that must not pay
   the cross-CPU wake-up (about 100 us on the development VM; docs/NATIVE.md); the deadline is checked every 256
   empty polls so the spin stays cheap.
+- The same send and recv in C (transports/_tcp.c) for the core's compiled loops: the
+  channel hands them over as a NativeEndpoint; the core's C never touches the socket.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ from typing import Any
 
 from hopbench.core.transport import NativeEndpoint, TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
+
+try:
+    from . import _tcp as _native
+
+    NATIVE_UNAVAILABLE: str | None = None
+except ImportError as _exc:  # not built here (no compiler at install): the Python loop runs
+    _native = None  # type: ignore[assignment]
+    NATIVE_UNAVAILABLE = f"the TCP transport's C part is not built here ({_exc})"
 
 _WAITALL = socket.MSG_WAITALL
 
@@ -200,18 +210,23 @@ class TcpChannel:
                     elif now > deadline:
                         raise
 
-    def native_endpoint(self) -> NativeEndpoint:
-        """The compiled loop's view of this channel: the socket, its mode, its timeout, and
-        the watchdog's progress counter (hopbench.core.native)."""
-        return NativeEndpoint("tcp", (self._sock.fileno(), int(self._busy), int(self._timeout * 1e9)),
+    def native_endpoint(self) -> NativeEndpoint | None:
+        """The compiled loop's view of this channel: this transport's send and recv in C over
+        the socket (transports/_tcp.c), its timeout, and the watchdog's progress counter."""
+        if _native is None:
+            return None
+        return NativeEndpoint(_native.endpoint(self._sock.fileno(), int(self._busy)), self._timeout,
                               self._native_error, self._native_ops, self._hold)
+
+    def native_unavailable(self) -> str | None:
+        return NATIVE_UNAVAILABLE
 
     def _hold(self, on: bool) -> None:
         self._in_op = on
         if not on:
             self._ops += 1
 
-    def _native_error(self, failure: str, detail: int, what: str, nbytes: int, text: str) -> BaseException:
+    def _native_error(self, failure: str, detail: int, what: str, nbytes: int) -> BaseException:
         """The exceptions the Python path raises for the same failure (same texts)."""
         if failure == "timeout" or self._expired:
             return Timeout(f"{what} timed out after {self._timeout} s")
@@ -352,7 +367,7 @@ class TcpTransport(TransportBase):
         return f"python {platform.python_version()} socket"
 
     def native_note(self, poll: str) -> str | None:
-        return None  # blocking and busy-polled sockets alike
+        return NATIVE_UNAVAILABLE  # blocking and busy-polled sockets alike
 
     def listen(self, host: str, port: int, options: TransportOptions) -> TcpListener:
         return TcpListener(host, port, options)

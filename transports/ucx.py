@@ -155,6 +155,33 @@ _log = _LogTail()
 _selected_seen: list[str] = []
 
 
+try:
+    from . import _ucx as _native
+
+    _NATIVE_MISSING: str | None = None
+except ImportError as _exc:  # not built here (no compiler at install): the Python loop runs
+    _native = None  # type: ignore[assignment]
+    _NATIVE_MISSING = f"the UCX transport's C part is not built here ({_exc})"
+_bound: dict[str, str | None] = {}
+
+
+def _native_bind() -> str | None:
+    """Resolve the C part's ucp functions from the libucp this process loaded (once per
+    library); why the compiled loop cannot run, if it cannot."""
+    if _native is None:
+        return _NATIVE_MISSING
+    library = _loaded_libucp()
+    if not library:
+        return "libucp is not loaded"
+    if library not in _bound:
+        try:
+            _native.bind(library)
+            _bound[library] = None
+        except OSError as exc:
+            _bound[library] = f"cannot use the loaded libucp ({exc})"
+    return _bound[library]
+
+
 def _loaded_libucp() -> str | None:
     try:
         with open("/proc/self/maps") as fh:
@@ -316,32 +343,35 @@ class UcxChannel:
         """Why the compiled loop cannot drive this channel (None: it can)."""
         if not self._p.busy:
             return BLOCKING_KEEPS_PYTHON
-        return None if _loaded_libucp() else "libucp is not loaded"
+        if self._ep is None:
+            return "the endpoint is closed"
+        return _native_bind()
 
     def native_endpoint(self) -> NativeEndpoint | None:
-        """The compiled loop's view: the ucp worker and endpoint ucxx created (their raw
-        handles), the tags, the timeout; it posts the same tag sends/receives and
-        busy-polls ucp_worker_progress as _Progress does (hopbench.core.native)."""
-        library = _loaded_libucp()
-        if self._ep is None or not self._p.busy or library is None:
+        """The compiled loop's view: this transport's tag send and receive in C
+        (transports/_ucx.c) on the ucp worker and endpoint ucxx created (their raw handles),
+        busy-polling ucp_worker_progress as _Progress does; the timeout, and ucxx's liveness."""
+        if self.native_unavailable() is not None:
             return None
-        return NativeEndpoint("ucx", (int(self._worker.handle), int(self._ep.handle), int(self._send_tag.value),
-                                      int(self._recv_tag.value), int(self._p.timeout_s * 1e9), self._alive),
-                              self._native_error, library=library)
+        capsule = _native.endpoint(int(self._worker.handle), int(self._ep.handle), int(self._send_tag.value),
+                                   int(self._recv_tag.value))
+        return NativeEndpoint(capsule, self._p.timeout_s, self._native_error, alive=self._alive)
 
     def _alive(self) -> bool:
         """ucxx's view of the endpoint: False once UCX reported it failed or the peer closed it."""
         ep = self._ep
         return ep is not None and bool(ep.alive)
 
-    def _native_error(self, failure: str, detail: int, what: str, nbytes: int, text: str) -> BaseException:
+    def _native_error(self, failure: str, detail: int, what: str, nbytes: int) -> BaseException:
         if failure == "closed":
             return PeerClosed(f"UCX peer closed or unreachable during {what} (endpoint closed)")
         if failure == "timeout":
             return Timeout(f"UCX {what} timed out after {self._p.timeout_s} s")
         if failure == "length":
             return ProtocolError(f"UCX message of {detail} B where {nbytes} B were expected during {what}")
-        return _error(_STATUS_MAP.get(detail, TransportError), what, text)
+        if failure == "library":
+            return _error(_STATUS_MAP.get(detail, TransportError), what, _native.status_string(detail))
+        return TransportError(f"UCX {what} failed ({failure} {detail})")
 
     def _array(self, buf) -> Array:
         hit = self._arrays.get(id(buf))
@@ -483,7 +513,7 @@ class UcxTransport(TransportBase):
                               "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
 
     def native_note(self, poll: str) -> str | None:
-        return BLOCKING_KEEPS_PYTHON if _mode(poll) != "busy" else None
+        return BLOCKING_KEEPS_PYTHON if _mode(poll) != "busy" else _NATIVE_MISSING
 
     def devices(self) -> list[str]:
         """The transport/device resources UCX sees in this process's context."""

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.core.transport import TransportOptions, control_transport
 
 
 def connect(host: str, port: int, *, timeout_s: float, connect_timeout_s: float, poll: str = "auto") -> Any:
     """The client's control connection to a `hopbench serve`."""
     opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll)
-    return get_transport("tcp").connect(host, port, opts)
+    return control_transport().connect(host, port, opts)
 
 
 def listen(host: str, port: int, *, idle_timeout_s: float, poll: str = "auto") -> Any:
     """The server's listener. Its channels carry the tcp cycles too, so they take the
     server's poll mode; a client silent for idle_timeout_s is dropped."""
-    return get_transport("tcp").listen(host, port, TransportOptions(timeout_s=idle_timeout_s, poll=poll))
+    return control_transport().listen(host, port, TransportOptions(timeout_s=idle_timeout_s, poll=poll))
 
 
 def shutdown(channel_or_listener: Any) -> None:

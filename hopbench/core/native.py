@@ -3,7 +3,7 @@
 `loop` is "auto" (the compiled loop where it is built and applies, else the Python loop,
 saying why), "native" (refuse to measure without it) or "python" (the reference). It
 applies to host-memory plans over a transport whose channel hands out a NativeEndpoint
-(tcp always; ucx when busy-polling) with the default clock and no per-cycle hook (GPU
+(its own send and recv in C; the transport's native_note says when it does) with the default clock and no per-cycle hook (GPU
 stages and the direct path keep the Python loop). Which loop ran is recorded per payload
 (report.json data_channel.loop, and the server's in server_channel.loop).
 
@@ -13,7 +13,9 @@ never a sample, `completed_cycles` on every exception, the same exceptions."""
 
 from __future__ import annotations
 
+import enum
 import time
+import zlib  # noqa: F401  (loads the libz whose crc32 the compiled echo loop calls)
 from typing import Any, Callable
 
 import numpy as np
@@ -31,9 +33,10 @@ except ImportError as _exc:  # not built here: no compiler or headers at install
     UNAVAILABLE = (f"the compiled loop is not built here ({_exc}); reinstall with a C compiler and the Python "
                    f"headers (pip install -e .)")
 
-# C status -> the name a NativeEndpoint's error() reads
-_STATUS = {1: "timeout", 2: "closed", 3: "oserror", 6: "ucs", 7: "length"}
-ST_BAD_REPLY, ST_INTERRUPTED, ST_BAD_SEQ = 4, 5, 8
+#: the loops' statuses, named once in C (hb_endpoint.h) and read from the extension (without
+#: it no compiled loop runs, so no status but OK is ever read)
+Status = enum.IntEnum("Status", {name.upper(): code for code, name in  # type: ignore[misc]
+                                 enumerate(_C.STATUS if _C is not None else ("ok",))})
 
 
 def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[NativeEndpoint | None, str]:
@@ -48,10 +51,7 @@ def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[Native
         ep = make() if make is not None else None
         if ep is None:
             why = getattr(channel, "native_unavailable", None)
-            reason = why() if callable(why) else "this transport has no compiled loop"
-        elif ep.kind == "ucx":
-            reason = _bind_ucx(ep.library)
-            ep = None if reason else ep
+            reason = (why() if callable(why) else None) or "this transport has no compiled loop"
     if reason is not None:
         if loop == "native":
             raise ConfigError(f"--loop native: {reason}")
@@ -75,11 +75,10 @@ def _ids(codec: ReplyCodec) -> tuple[int, int]:
 
 
 def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int, done: int, exc: Any) -> None:
-    if status == ST_INTERRUPTED:
+    if status == Status["INTERRUPTED"]:
         err = exc if isinstance(exc, BaseException) else KeyboardInterrupt()
     else:
-        failure = _STATUS.get(status, "oserror")
-        err = ep.error(failure, detail, what, nbytes, ucs_status_string(detail) if failure == "ucs" else "")
+        err = ep.error(Status(status).name.lower(), detail, what, nbytes)
     err.completed_cycles = done  # type: ignore[attr-defined]
     raise err
 
@@ -112,15 +111,12 @@ def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, 
     if ep.hold is not None:
         ep.hold(True)
     try:
-        if ep.kind == "tcp":
-            done, st, phase, detail, exc = _C.tcp_client(*ep.handle, y, request, reply, k, idb, samples, n, gap_ns,
-                                                         ep.progress)
-        else:
-            done, st, phase, detail, exc = _C.ucx_client(*ep.handle, y, request, reply, k, idb, samples, n, gap_ns)
+        done, st, phase, detail, exc = _C.client(ep.capsule, int(ep.timeout_s * 1e9), y, ep.progress, ep.alive,
+                                                 request, reply, k, idb, samples, n, gap_ns)
     finally:
         if ep.hold is not None:
             ep.hold(False)
-    if st == ST_BAD_REPLY:  # the Python checker says what was wrong, in its own words
+    if st == Status["BAD_REPLY"]:  # the Python checker says what was wrong, in its own words
         try:
             codec.check(reply, done)
         except BaseException as err:
@@ -141,16 +137,12 @@ def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, to
     if ep.hold is not None:
         ep.hold(True)
     try:
-        if ep.kind == "tcp":
-            done, st, phase, detail, exc = _C.tcp_echo(*ep.handle, y, request, reply, k, idb, total,
-                                                -1 if crc is None else crc, ep.progress)
-        else:
-            done, st, phase, detail, exc = _C.ucx_echo(*ep.handle, y, request, reply, k, idb, total,
-                                                       -1 if crc is None else crc)
+        done, st, phase, detail, exc = _C.echo(ep.capsule, int(ep.timeout_s * 1e9), y, ep.progress, ep.alive,
+                                               request, reply, k, idb, total, -1 if crc is None else crc)
     finally:
         if ep.hold is not None:
             ep.hold(False)
-    if st == ST_BAD_SEQ:
+    if st == Status["BAD_SEQ"]:
         on_bad_seq(done)
         return done
     if st:
@@ -164,26 +156,4 @@ def default_clock(clock: Callable[[], int]) -> bool:
     return clock is time.perf_counter_ns
 
 
-_bound: dict[str, str | None] = {}
-
-
-def _bind_ucx(libucp_path: str | None) -> str | None:
-    """Resolve the ucp functions from the libucp this process loaded (once); why not, if not."""
-    if _C is None:
-        return UNAVAILABLE
-    if not libucp_path:
-        return "libucp is not loaded"
-    if libucp_path not in _bound:
-        try:
-            _C.ucx_bind(libucp_path)
-            _bound[libucp_path] = None
-        except OSError as exc:
-            _bound[libucp_path] = f"cannot use the loaded libucp ({exc})"
-    return _bound[libucp_path]
-
-
-def ucs_status_string(status: int) -> str:
-    return _C.ucs_status_string(status) if _C is not None else f"UCS status {status}"
-
-
-__all__ = ["UNAVAILABLE", "choose", "predict", "run_client", "run_echo"]
+__all__ = ["UNAVAILABLE", "Status", "choose", "predict", "run_client", "run_echo"]

@@ -1,7 +1,7 @@
 """`hopbench serve`: a long-lived server, one client after another (like iperf3 -s).
 
-The control connection is always TCP on the served port; for transport "tcp" the cycles
-run over that same connection, for other transports the server opens a data listener on
+The control connection is always TCP on the served port; for a transport that reuses it
+(tcp) the cycles run over that same connection, for other transports the server opens a data listener on
 an ephemeral port per plan and announces it in ACCEPT (iperf3's control/data split).
 A client that breaks the protocol gets an ERROR frame (best effort) and is dropped; the
 server logs one line and serves the next one.

@@ -46,25 +46,27 @@ class Channel(Protocol):
 
 @dataclass(frozen=True)
 class NativeEndpoint:
-    """What a channel hands the compiled loop (hopbench.core.native) through its optional
-    `native_endpoint()`: which C loop runs, its handle, and how its failures read as this
-    transport's own errors. The channel still only moves bytes: the C loop calls the same
-    system calls (tcp) or UCP functions (ucx) the channel would."""
+    """What a channel hands the core's compiled loops (hopbench.core.native) through its
+    optional `native_endpoint()`: the transport's own send and recv in C (a capsule from its
+    extension module, hopbench/core/hb_endpoint.h), and how their failures read as this
+    transport's own errors. The core's C only loops, times and checks ids: every byte moves
+    through the transport's functions, iperf3's `struct protocol`."""
 
-    kind: str  # "tcp" or "ucx"
-    #: tcp: (fd, busy, timeout_ns); ucx: (worker, ep, send_tag, recv_tag, timeout_ns, alive: () -> bool)
-    handle: tuple[Any, ...]
-    #: (failure, detail, "send"/"receive", message bytes, text) -> the exception the channel
-    #: itself would raise; failure is "timeout", "closed" (detail: bytes received), "oserror"
-    #: (detail: errno), "ucs" (detail: UCX status, text: UCX's words for it) or "length"
-    #: (detail: the message's length)
-    error: Callable[[str, int, str, int, str], BaseException]
-    #: an int64 counter of completed calls the channel's watchdog reads (tcp), else None
+    #: a PyCapsule named "hopbench.endpoint" holding the transport's hb_endpoint
+    capsule: Any
+    #: a call that makes no progress for this long ends with the status "timeout"
+    timeout_s: float
+    #: (status, detail, "send"/"receive", message bytes) -> the exception the channel itself
+    #: would raise; status is a hopbench.core.native.Status name: "timeout", "closed" (detail:
+    #: bytes received), "oserror" (detail: errno), "library" (detail: the library's status)
+    #: or "length" (detail: the message's length)
+    error: Callable[[str, int, str, int], BaseException]
+    #: an int64 counter of completed calls the channel's watchdog reads, else None
     progress: Any = None
-    #: hold(True) before the loop, hold(False) after (tcp: a call is in flight for the watchdog)
+    #: hold(True) before the loop, hold(False) after (a call is in flight for the watchdog)
     hold: Callable[[bool], None] | None = None
-    #: the shared library the C loop resolves its functions from (ucx: the libucp loaded)
-    library: str | None = None
+    #: asked every ~1 ms while waiting: False = the peer is gone (ucx), else None
+    alive: Callable[[], bool] | None = None
 
 
 class Listener(Protocol):
@@ -174,6 +176,8 @@ class Registered:
     settings_prefix: str | None = None
     settings: frozenset[str] = frozenset()
     broken: str | None = None  # why its entry point could not be read (a plugin's fault)
+    #: the protocol's control connection runs over this transport (docs/PROTOCOL.md: TCP)
+    carries_control: bool = False
 
     def owns(self, key: str) -> bool:
         return key in self.settings or bool(self.settings_prefix and key.startswith(self.settings_prefix))
@@ -242,6 +246,15 @@ def get_transport(name: str) -> Transport:
         raise TransportUnavailable(f"transport {name!r} is not available ({exc}){hint}") from None
     transport: Transport = getattr(module, attr)()
     return transport
+
+
+def control_transport() -> Transport:
+    """The transport the control connection runs over: the registered one that says it
+    carries it (the protocol defines it as TCP; the core does not spell the name)."""
+    for reg in registry().values():
+        if reg.carries_control:
+            return get_transport(reg.name)
+    raise TransportUnavailable("no registered transport carries the control connection (is hopbench installed?)")
 
 
 def describe_transports() -> list[dict[str, Any]]:
