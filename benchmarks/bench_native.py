@@ -193,7 +193,8 @@ def main() -> None:
         raise SystemExit(f"unknown tools {sorted(unknown)} (known: {', '.join(TOOLS)})")
     global SERVER_CPU, CLIENT_CPU, PERFTEST
     SERVER_CPU, CLIENT_CPU = PLACEMENTS[a.placement]
-    missing = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest", "taskset", "ss") if not shutil.which(t)]
+    need = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest") if t in tools] + ["taskset", "ss"]
+    missing = [t for t in need if not shutil.which(t)]
     if missing:
         raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")
     from hopbench.core import native

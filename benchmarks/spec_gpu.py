@@ -19,6 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hopbench.analysis import spec as A  # noqa: E402
 from hopbench.estimate import cell_estimate, pct  # noqa: E402
 from hopbench.orchestration.spec import SpecConfig, run_spec  # noqa: E402
+from hopbench.shape import load_shape  # noqa: E402
+
+_SH = load_shape().shape
+SHAPE = {"bytes_per_token": _SH.bytes_per_token, "id_bytes": _SH.id_bytes}  # the configured shape
 
 
 def main() -> None:
@@ -38,7 +42,7 @@ def main() -> None:
     results = {}
     for rep in range(a.repeats):  # interleaved: each repeat runs both configurations
         for name, draft in (configs.items() if rep % 2 == 0 else reversed(list(configs.items()))):
-            cfg = SpecConfig(modes=("local",), verify=f"gpu-read:{a.verify_bytes:.0f}", draft_local=draft,
+            cfg = SpecConfig(**SHAPE, modes=("local",), verify=f"gpu-read:{a.verify_bytes:.0f}", draft_local=draft,
                              cycles=a.cycles, warmup=3, repeats=1, seed=100 + rep)
             folder = run_spec(None, None, cfg, folder=root / f"{'draft' if 'draft' in name else 'alone'}-r{rep}")
             _, cycles, summary = A.load(folder)

@@ -156,114 +156,24 @@ def run(
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
-    say = functools.partial(print, file=sys.stderr) if json_out else print
-    from hopbench.estimate import pct
-    from hopbench.orchestration.calibrate import placement_note
-    from hopbench.orchestration.runner import run_session
-    from hopbench.records import Payload, RunConfig
-    from hopbench.shape import load_shape, parse_bytes_grid
+    from hopbench.orchestration import runjob
 
-    scfg = load_shape(shape)
-    sh = scfg.shape
-    k = sh.k if k is None else k
-    if k < 1:
-        raise ConfigError("--k must be at least 1")
-    from hopbench.core.transport import get_transport
-
-    # a missing extra fails here, before anything is measured, with its install line; so does
-    # a setting the transport does not know
-    tr_settings = split_options(opt).get(transport, {})
-    get_transport(transport).check_settings(tr_settings)
-    get_transport(transport).check_here(tr_settings)  # e.g. UCX_TLS=rc on a host without RDMA: one line, nothing created
-    mem = (memory.value, (server_memory or memory).value)
-    if "cuda" in mem:
-        from hopbench.core import gpu
-
-        gpu.check_choice(mem, gpu_path.value, transport)
-        if mem[0] == "cuda":
-            gpu.load()  # a missing CuPy or device fails here, with the install line
     host, port = _address(peer, port)
-    if port == 0:
-        raise ConfigError(f"--peer {peer!r}: give the server's port")
-    token_list = parse_int_list(tokens, "--tokens") if tokens else []
-    byte_list = parse_bytes_grid(bytes_, scfg) if bytes_ else []
-    if not token_list and not byte_list:
-        token_list = list(scfg.tokens)
-
-    def reply_for(req: int) -> int:
-        if reply_bytes is None:
-            return sh.reply_bytes(k)
-        if reply_bytes == "same":
-            return req
-        return parse_int_list(reply_bytes, "--reply-bytes")[0]
-
-    payloads = [Payload(f"T{t}", t, sh.request_bytes(t), reply_for(sh.request_bytes(t))) for t in token_list]
-    payloads += [Payload(f"B{b}", None, b, reply_for(b)) for b in byte_list]
-    from hopbench.orchestration.doctor import preflight
-
-    pre = preflight(host, interface, rate)
-    for finding in pre.warnings:
-        typer.secho(f"warning: {finding.message}", fg="yellow", err=True)
-    if strict and pre.warnings:
-        raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
-    if out is not None and out.exists():
-        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
-    cfg = RunConfig(transport=transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup, verify=verify,
-                    gap_ms=gap_ms, duration_s=time_s, poll=poll.value, timeout_s=timeout, loop=loop.value, client_memory=mem[0], server_memory=mem[1],
-                    gpu_path=gpu_path.value, transport_settings=split_options(opt), rate_mbit=rate, rung=rung_name,
-                    bytes_per_token=sh.bytes_per_token, tokens=tuple(token_list), bytes=tuple(byte_list),
-                    reply_bytes=reply_bytes, cpu=cpu, shape_file=str(scfg.path) if scfg.path else None)
-    made: list[Path] = []
-
-    def make_folder() -> Path:
-        folder = R.new_folder(results_dir, name, out)
-        made.append(folder)
-        note = None if cpu else placement_note(host)
-        if note:  # once connected (a run that cannot start says only why), on stdout: advice, not an error
-            say(f"note: {note}")
-        say(f"hopbench run -> {folder}  ({transport}, {len(payloads)} payloads x {f'about {time_s:g} s' if time_s else f'{cycles} cycles'})")
-        say(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
-              f"{'level':>6} {'p99 us':>9}  note")
-        return folder
-
-    def show(s: dict) -> None:
-        note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
-        stages = [(n, s.get(f"{n}_p50_ns")) for n in ("d2h", "server_h2d", "wire", "server_d2h", "h2d")]
-        if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
-            note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
-        if s.get("n"):
-            say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
-                  f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
-                  f"{pct(s['p50_ci_level']):>6} {s['p99_ns'] / 1e3:9.1f}  {note}")
-
-    def warn(text: str) -> None:
-        typer.secho(f"warning: {text}", fg="yellow", err=True)
-
+    req = runjob.RunRequest(
+        host=host, port=port, transport=transport, tokens=tokens, bytes=bytes_, k=k, reply_bytes=reply_bytes,
+        cycles=cycles, time_s=time_s, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value, timeout_s=timeout,
+        out=out, name=name, results_dir=results_dir, shape=shape, opt=tuple(opt or ()), secret=secret or None,
+        interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
+        memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value)
+    say = functools.partial(print, file=sys.stderr) if json_out else print
+    console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:
-        w = run_session(host, port, payloads, cfg, folder=make_folder, on_payload=show, on_warning=warn,
-                        secret=secret or None, extra={"doctor": pre.to_dict()}, floor=floor)
-    except KeyboardInterrupt:
-        where = f": what was measured is in {made[0]} (status incomplete)" if made else "; nothing was measured"
-        print(f"interrupted{where}", file=sys.stderr)
+        folder = runjob.run(req, console)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: {'; '.join(getattr(exc, '__notes__', []))}", file=sys.stderr)
         raise typer.Exit(130) from None
-    except HopbenchError as exc:
-        if made:
-            raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
-        raise
-    folder = made[0]
-    if w.header.get("floor"):
-        f = w.header["floor"]
-        say(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} us "
-              f"[{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}, within-run {pct(f['p50_ci_level'])}, "
-              f"n = {f['n']}]; a hop near it measures the host, not the link")
-    say("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
-          "sweep, to measure that)")
-    say(f"results: {folder}")
     if json_out:
-        import json as _json
-
-        print(_json.dumps({"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder),
-                           "report": R.ResultFolder(folder).read_top()}, indent=1))
+        print(runjob.result_document(folder))
 
 
 @app.command()
@@ -294,55 +204,20 @@ def spec(
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
     _pin(cpu)
-    from hopbench.analysis import spec as A
-    from hopbench.core.spec import MODES
-    from hopbench.orchestration.spec import SpecConfig, run_spec
+    from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
-    mode_list = tuple(m for m in modes.split(",") if m)
-    bad = [m for m in mode_list if m not in MODES]
-    if bad or not mode_list:
-        raise ConfigError(f"--modes {modes!r}: expected some of {', '.join(MODES)}")
-    if k < 1 or cycles < 1 or repeats < 1 or warmup < 0 or time_scale <= 0:
-        raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
-    host = port = None
-    if peer:
-        host, port = _address(peer, port)
-    if out is not None and out.exists():
-        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
-    from hopbench.core.transport import get_transport
-
-    if any(m != "local" for m in mode_list):
-        get_transport(transport)
-    cfg = SpecConfig(modes=mode_list, transport=transport, k=k, accept=accept, verify=verify, draft_local=draft_local,
-                     draft_remote=draft_remote, fanout=fanout, cycles=cycles, warmup=warmup, repeats=repeats,
-                     seed=seed, time_scale=time_scale, poll=poll.value, transport_settings=split_options(opt),
-                     rung=rung, rate_mbit=rate)
-    made: list[Path] = []
-
-    def make_folder() -> Path:
-        folder = R.new_folder(results_dir, "spec", out)
-        made.append(folder)
-        print(f"hopbench spec -> {folder}  ({', '.join(mode_list)} x {repeats} repeats x {cycles} cycles)")
-        return folder
-
-    def show(s: dict) -> None:
-        hit = f"  hits {s['hit_rate']:.0%}" if s.get("hit_rate") is not None else ""
-        hop = f"  hop {s['hop_ms']:.3f} ms" if s.get("hop_ms") is not None else ""
-        print(f"  repeat {s['repeat']}  {s['mode']:<8} {s['tok_s']:7.2f} tok/s  {s['tokens_per_cycle']:.3f} tokens/cycle"
-              f"{hop}{hit}")
-
+    sh = _shape(None).shape
+    cfg = SpecConfig(bytes_per_token=sh.bytes_per_token, id_bytes=sh.id_bytes,
+                     modes=tuple(m for m in modes.split(",") if m), transport=transport, k=k, accept=accept,
+                     verify=verify, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
+                     warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
+                     transport_settings=split_options(opt), rung=rung, rate_mbit=rate)
+    host, port = _address(peer, port) if peer else (None, None)
     try:
-        folder = run_spec(host, port, cfg, folder=make_folder, secret=secret or None, on_mode=show)
-    except KeyboardInterrupt:
-        print("interrupted" + (f": what was measured is in {made[0]}" if made else ""), file=sys.stderr)
+        run_spec_cli(host, port, cfg, out, results_dir, secret=secret or None)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: {'; '.join(getattr(exc, '__notes__', []))}", file=sys.stderr)
         raise typer.Exit(130) from None
-    except HopbenchError as exc:
-        if made:
-            raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
-        raise
-    report, res = A.analyse(folder)
-    print(A.format_table(report, res))
-    print(f"results: {folder}")
 
 
 @app.command("spec-rungs")
@@ -352,7 +227,7 @@ def spec_rungs(config: Annotated[Path, typer.Argument(help="Spec config (configs
     from hopbench.analysis import spec as A
     from hopbench.orchestration.spec import run_spec_rungs
 
-    parent = run_spec_rungs(config, results_dir)
+    parent = run_spec_rungs(config, results_dir, _shape(None).shape)
     folders = R.result_folders(parent)
     for f in folders:
         print(f"== {f.name}")
@@ -439,46 +314,27 @@ def matrix(
     json_out: JsonOpt = False,
 ):
     """Every pair of a Ray cluster's nodes: the hop per pair, outliers named with a likely cause, heatmaps (docs/MATRIX.md)."""
+    from hopbench.analysis import commands as analysis
     from hopbench.orchestration import matrix as M
+    from hopbench.orchestration.sweep.run import progress
 
     if pairs not in ("ordered", "unordered"):
         raise ConfigError(f"--pairs {pairs!r}: expected ordered or unordered")
-    if concurrency < 0 or repeats < 1 or cycles < 1:
-        raise ConfigError("--concurrency must be >= 0, --repeats and --cycles >= 1")
     s = _shape(shape)
-    tr = tuple(t for t in transports.split(",") if t)
-    from hopbench.core.transport import get_transport
-
     settings = split_options(opt)
-    for t in tr:
-        get_transport(t).check_settings(settings.get(t, {}))
-    if quick:
-        repeats, cycles, warmup = 2, 60, 10
-    ifaces: dict[str, str] = {}
-    if interface:
-        for item in interface.split(","):
-            node, sep, name = item.partition("=")
-            ifaces[node if sep else "*"] = name if sep else node
     argv = sys.argv[sys.argv.index("matrix") + 1:] if "matrix" in sys.argv else []
-    cfg = M.MatrixConfig(tokens=tuple(parse_int_list(tokens, "--tokens")), transports=tr,
-                         bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ and bytes_ != "none" else (),
-                         repeats=repeats,
-                         cycles=cycles, warmup=warmup, k=s.shape.k, id_bytes=s.shape.id_bytes,
-                         bytes_per_token=s.shape.bytes_per_token, operating_tokens=s.operating_tokens,
-                         ordered=pairs == "ordered", concurrency=concurrency, poll=poll.value,
-                         command=M.command_line(argv), transport_settings=settings)
-    if s.operating_tokens not in cfg.tokens:
-        raise ConfigError(f"--tokens must include the operating payload T = {s.operating_tokens} (the hop is read there)")
-    folder = out or (None if new else M.find_resumable(results_dir, cfg))
-    if folder is None:
-        folder = R.new_folder(results_dir, "matrix")
-    elif folder.exists() and not R.ResultFolder(folder).is_sweep:
-        raise ConfigError(f"{folder} exists and is not a matrix folder; refusing to write into it")
+    cfg = M.checked(M.MatrixConfig(
+        **M.shape_fields(s), tokens=tuple(parse_int_list(tokens, "--tokens")),
+        transports=tuple(t for t in transports.split(",") if t),
+        bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ and bytes_ != "none" else (),
+        repeats=2 if quick else repeats, cycles=60 if quick else cycles, warmup=10 if quick else warmup,
+        ordered=pairs == "ordered", concurrency=concurrency, poll=poll.value, command=M.command_line(argv),
+        transport_settings=settings))
+    folder = M.open_folder(out, new, results_dir, cfg)
     say = functools.partial(print, file=sys.stderr) if json_out else print
-    agents = M.RayAgents(ray_address, ifaces, settings, poll.value, loop.value, wait_nodes=wait_nodes)
+    agents = M.RayAgents(ray_address, M.parse_interfaces(interface), settings, poll.value, loop.value,
+                         wait_nodes=wait_nodes)
     bar = _live_bar() if sys.stderr.isatty() else None
-    from hopbench.orchestration.sweep.run import progress
-
     try:
         M.run_matrix(agents, cfg, folder, log=say, on_progress=bar.update if bar else progress)
     except KeyboardInterrupt:
@@ -488,22 +344,11 @@ def matrix(
         if bar:
             bar.stop()
         agents.close()
-    from hopbench.analysis import matrix as AM
-
-    lines, doc = AM.report(folder, tr[0])
-    for line in lines:
-        say(line)
-    plots = AM.heatmaps(folder, tr[0])
-    say("heatmaps: " + ", ".join(str(p) for p in plots if p.suffix == ".png"))
-    from hopbench.analysis import commands as analysis
-
-    page = analysis.write_report(folder, s)
-    say(f"matrix results: {folder}")
-    say(f"report: {page}")
+    doc = analysis.matrix_report(folder, cfg.transports[0], s, say)
     if json_out:
         import json as _json
 
-        print(_json.dumps({**doc, "folder": str(folder)}, indent=1))
+        print(_json.dumps(doc, indent=1))
 
 
 class _live_bar:
@@ -583,45 +428,17 @@ def verdict(
 ):
     """Break-even hop and projected tok/s per rung x transport."""
     from hopbench.analysis import commands as analysis
-    from hopbench.analysis.verdict import Inputs, parse_quantity
+    from hopbench.analysis.verdict import inputs_from, parse_hops
 
     s = _shape(shape)
-    td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (s.t_draft_ms, 0.0)
-    cy = parse_quantity(cycle, "--cycle") if cycle is not None else (s.cycle_ms, 0.0)
-    ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (s.tok_s, 0.0)
-    inputs = Inputs(td[0], cy[0], ts[0], tolerance, t_draft_remote, td[1], cy[1], ts[1], min_gain)
-    hops = None
-    if hop_ms:
-        hops = {}
-        for item in hop_ms.split(","):
-            name, sep, val = item.partition("=")
-            try:
-                hops[name] = float(val)
-            except ValueError:
-                raise ConfigError(f"--hop-ms {item!r}: expected NAME=MS") from None
-    elif not results:
-        raise ConfigError("give a result folder or --hop-ms")
-    show = _quiet if json_out else print
-    docs: list[dict[str, Any]] = []
-    if hops:
-        vs = analysis.run_verdict(None, inputs, tokens or s.operating_tokens, hops, show=show)
-        docs.append({"folder": None, "inputs": vars(inputs), "verdicts": [v.to_dict() for v in vs]})
-    folders = [] if hops else (results or [])
-    for i, folder in enumerate(folders):
-        if len(folders) > 1:
-            show(("\n" if i else "") + f"== {folder}")
-        op = tokens or recorded_shape(folder, s.shape.bytes_per_token, s.operating_tokens)[1]
-        vs = analysis.run_verdict(folder, inputs, op, show=show)
-        from hopbench.analysis.data import read_folder
-        from hopbench.analysis.hops import placement_note
-
-        docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
-                     "placement": placement_note(read_folder(folder).top),
-                     "verdicts": [v.to_dict() for v in vs]})
+    inputs = inputs_from(s, t_draft, cycle, tok_s, tolerance=tolerance, t_draft_remote_ms=t_draft_remote,
+                         min_gain=min_gain)
+    doc = analysis.verdict_documents(results or [], inputs, tokens, s, parse_hops(hop_ms) if hop_ms else None,
+                                     show=_quiet if json_out else print)
     if json_out:
         import json as _json
 
-        print(_json.dumps({"schema": "hopbench.verdict", "schema_version": 1, "results": docs}, indent=1, default=str))
+        print(_json.dumps(doc, indent=1, default=str))
 
 
 @app.command()
@@ -663,41 +480,9 @@ def export(
     shape: ShapeOpt = None,
 ):
     """Upsert summaries as runs[] records (stable ids; everything else in the file kept)."""
-    from hopbench.analysis import export as E
-    from hopbench.analysis import fit as F
-    from hopbench.analysis.data import load_groups
-    from hopbench.results import atomic_write
+    from hopbench.analysis.export import export_folder
 
-    s = _shape(shape)
-    into = into or R.ResultFolder(results).derived("case-studies.json")
-    study = study or "unnamed"  # not the folder's name: record ids must survive a move or rename
-    spec_recs = E.spec_records(results, study) if E.spec_folders(results) else None
-    if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records
-        added, updated, kept = E.upsert(into, spec_recs)
-        print(f"{into}: {added} spec records added, {updated} updated, {len(kept)} kept (study {study!r})")
-        for line in kept:
-            print(f"  kept the file's record {line}")
-        if csv_out:
-            if csv_out.exists():
-                raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
-            atomic_write(csv_out, E.to_csv_fields(spec_recs, E.SPEC_FIELDS))
-            print(f"CSV: {csv_out}")
-        return
-    groups, top = load_groups(results)
-    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    fits = F.fit_groups(groups, bpt, op)
-    from hopbench.analysis.data import result_id
-
-    recs = E.records(groups, top, Path(results).name, study, fits, rid=result_id(results))
-    added, updated, kept = E.upsert(into, recs)
-    print(f"{into}: {added} records added, {updated} updated, {len(kept)} kept (study {study!r})")
-    for line in kept:
-        print(f"  kept the file's record {line}")
-    if csv_out:
-        if csv_out.exists():
-            raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
-        atomic_write(csv_out, E.to_csv(recs))
-        print(f"CSV: {csv_out}")
+    export_folder(results, into, study or "unnamed", csv_out, _shape(shape))
 
 
 @app.command()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hopbench.config import config_file, load_toml, parse_int_list, require, resolve_config
 from hopbench.errors import ConfigError
+from hopbench.records import Payload
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ID_BYTES = {"int32": 4, "int64": 8, "int16": 2}
@@ -85,6 +86,27 @@ def load_shape(path: str | Path | None = None) -> ShapeConfig:
     )
 
 
+def payloads(bytes_per_token: int, tokens: "list[int] | tuple[int, ...]", sizes: "list[int] | tuple[int, ...]",
+             reply: int | str) -> list[Payload]:
+    """The one plan path (run, sweep and matrix): a payload per accepted-token count (T<t>,
+    t x bytes_per_token) and per raw request size (B<b>). `reply`: the reply's bytes, or
+    "same" for an echo-sized (symmetric) reply."""
+    def sized(req: int) -> int:
+        return req if reply == "same" else int(reply)
+
+    out = [Payload(f"T{t}", t, t * bytes_per_token, sized(t * bytes_per_token)) for t in tokens]
+    return out + [Payload(f"B{b}", None, b, sized(b)) for b in sizes]
+
+
+def reply_size(text: str | None, k: int, id_bytes: int) -> int | str:
+    """--reply-bytes: None -> K ids; 'same' -> echo-sized; else a number of bytes."""
+    if text is None:
+        return k * id_bytes
+    if text == "same":
+        return "same"
+    return parse_int_list(text, "--reply-bytes")[0]
+
+
 def log_grid(lo: int, hi: int, points: int) -> list[int]:
     """`points` log-spaced sizes from lo to hi inclusive, rounded to whole bytes, deduplicated."""
     if points < 2 or lo <= 0 or hi <= lo:
@@ -93,7 +115,7 @@ def log_grid(lo: int, hi: int, points: int) -> list[int]:
     return sorted({int(round(math.exp(math.log(lo) + i * step))) for i in range(points)})
 
 
-def parse_bytes_grid(text: str, shape_cfg) -> list[int]:
+def parse_bytes_grid(text: str, shape_cfg: ShapeConfig) -> list[int]:
     """'grid' -> the config's log-spaced grid; 'log:LO:HI:N' -> N log-spaced sizes; else a list."""
     if text == "grid":
         return log_grid(shape_cfg.bytes_min, shape_cfg.bytes_max, shape_cfg.bytes_points)

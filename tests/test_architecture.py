@@ -100,3 +100,42 @@ def test_the_cores_c_moves_no_bytes():
     assert not core, "\n".join(core)
     assert io.search((ROOT / "transports" / "_tcp.c").read_text())  # the pattern finds real I/O
     assert io.search((ROOT / "transports" / "_ucx.c").read_text())
+
+
+def _body_lines(fn) -> int:
+    """A function's statements, its docstring and declared parameters (typer's flags) aside."""
+    import ast
+
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return body[-1].end_lineno - body[0].lineno + 1 if body else 0
+
+
+def test_the_cli_is_thin_and_the_server_small():
+    """No CLI function does more than 40 lines of work (the logic lives in the library: run in
+    orchestration.runjob, spec in orchestration.spec, matrix's config in orchestration.matrix,
+    verdict and export in analysis); Server, the accept loop, is under 150 lines (a session is
+    core.session's state machine, each plan kind a serving path in core.serving)."""
+    import ast
+
+    cli = ast.parse((ROOT / "hopbench" / "cli.py").read_text())
+    fat = {f.name: _body_lines(f) for f in ast.walk(cli) if isinstance(f, ast.FunctionDef) and _body_lines(f) > 40}
+    assert not fat, fat
+    server = ast.parse((CORE / "server.py").read_text())
+    cls = next(c for c in server.body if isinstance(c, ast.ClassDef) and c.name == "Server")
+    assert cls.end_lineno - cls.lineno + 1 < 150
+
+
+def test_transports_import_only_what_the_allow_list_names():
+    """An allow-list, not a deny-list: a transport module imports from hopbench only the
+    contract, the errors, the records, the version and its own package."""
+    import grimp
+
+    graph = grimp.build_graph("transports", "hopbench", include_external_packages=False)
+    allowed = {"hopbench.core.transport", "hopbench.errors", "hopbench.records", "hopbench.version"}
+    imported = {(m, i) for m in graph.find_children("transports") | {"transports"}
+                for i in graph.find_modules_directly_imported_by(m) if i.startswith("hopbench")}
+    assert ("transports.tcp", "hopbench.core.transport") in imported  # the graph sees the imports
+    found = {(m, i) for m, i in imported if i not in allowed and not i.startswith("hopbench.transports")}
+    assert not found, sorted(found)

@@ -11,6 +11,7 @@ import pytest
 from hopbench import results as R
 from hopbench.analysis import matrix as AM
 from hopbench.orchestration import matrix as M
+from hopbench.shape import load_shape
 
 
 def test_rounds_are_disjoint_and_cover_every_pair():
@@ -56,7 +57,7 @@ class InProcess:
             a.stop()
 
 
-CFG = dict(tokens=(1, 3), repeats=2, cycles=15, warmup=2)
+CFG = dict(tokens=(1, 3), repeats=2, cycles=15, warmup=2, **M.shape_fields(load_shape()))
 
 
 def test_matrix_writes_sweep_cells_that_the_analysis_reads(tmp_path):

@@ -110,3 +110,33 @@ def test_one_status_enum_read_from_the_extension():
     header = (Path(native.__file__).parent / "hb_endpoint.h").read_text()
     for code, name in enumerate(_native.STATUS):
         assert f"HB_{name.upper()} = {code}," in header
+
+
+@needs_native
+@pytest.mark.ucx
+def test_the_server_records_the_loop_it_ran(server_factory, monkeypatch):
+    """ACCEPT's loop is the loop the server runs: with the UCX transport's C part unable to
+    bind (forced here), the server announces and runs the Python loop, and says why."""
+    transport_or_skip("ucx")
+    import hopbench.transports.ucx as U
+
+    from hopbench.core.client import Session
+    from tests.conftest import small_plan
+
+    def measured(srv):
+        s = Session(srv.host, srv.port, poll="busy")  # UCX's settings as the process has them
+        try:
+            m = s.measure(small_plan("ucx", cycles=5))
+            s.bye()
+        except Exception as exc:
+            raise AssertionError(srv.lines) from exc
+        finally:
+            s.close()
+        return m
+
+    srv = server_factory(poll="busy")
+    assert measured(srv).server_info["loop"] == "native", srv.lines
+    monkeypatch.setattr(U, "_native_bind", lambda: "forced: cannot bind")
+    m = measured(srv)
+    assert m.server_info["loop"] == "python (forced: cannot bind)"
+    assert m.data_info["loop"] == "python (forced: cannot bind)"  # the client, in this process, likewise

@@ -13,6 +13,10 @@ from hopbench.core import spec as S
 from hopbench.core.client import Session
 from hopbench.errors import ConfigError, Refused
 from hopbench.orchestration.spec import SpecConfig, run_spec
+from hopbench.shape import load_shape
+
+_SH = load_shape().shape
+SHAPE = {"bytes_per_token": _SH.bytes_per_token, "id_bytes": _SH.id_bytes}  # the configured shape
 
 
 def test_the_default_acceptance_reproduces_the_study():
@@ -71,7 +75,7 @@ def test_a_spec_plan_the_drafter_cannot_run_is_refused(server):
 
 
 def test_spec_end_to_end_against_a_real_server(server, tmp_path):
-    cfg = SpecConfig(cycles=12, warmup=2, repeats=2, time_scale=0.02, seed=5)
+    cfg = SpecConfig(**SHAPE, cycles=12, warmup=2, repeats=2, time_scale=0.02, seed=5)
     out = run_spec(server.host, server.port, cfg, folder=tmp_path / "s")
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "complete" and rep["schema"] == "hopbench.spec"
@@ -104,14 +108,14 @@ def test_verdict_takes_the_remote_drafters_time():
 
 def test_spec_needs_a_peer_for_remote_modes(tmp_path):
     with pytest.raises(ConfigError, match="need --peer"):
-        run_spec(None, None, SpecConfig(modes=("local", "sync")), folder=tmp_path / "x")
+        run_spec(None, None, SpecConfig(**SHAPE, modes=("local", "sync")), folder=tmp_path / "x")
     assert not (tmp_path / "x").exists()  # refused before anything was created
 
 
 def test_spec_results_export_as_measured_end_to_end_records(server, tmp_path):
     from hopbench.analysis import export as E
 
-    out = run_spec(server.host, server.port, SpecConfig(cycles=8, warmup=1, repeats=2, time_scale=0.02, seed=3),
+    out = run_spec(server.host, server.port, SpecConfig(**SHAPE, cycles=8, warmup=1, repeats=2, time_scale=0.02, seed=3),
                    folder=tmp_path / "s")
     recs = E.spec_records(out, "remote-drafter")
     assert {r["mode"] for r in recs} == {"local", "sync", "overlap"}

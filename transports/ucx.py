@@ -513,7 +513,7 @@ class UcxTransport(TransportBase):
                               "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
 
     def native_note(self, poll: str) -> str | None:
-        return BLOCKING_KEEPS_PYTHON if _mode(poll) != "busy" else _NATIVE_MISSING
+        return BLOCKING_KEEPS_PYTHON if _mode(poll) != "busy" else _native_bind()
 
     def devices(self) -> list[str]:
         """The transport/device resources UCX sees in this process's context."""

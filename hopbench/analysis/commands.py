@@ -151,3 +151,38 @@ def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float
     path = output or folder / "report.html"
     atomic_write(path, page)
     return path
+
+
+def matrix_report(folder: Path, transport: str, scfg, say=print) -> dict:
+    """After `hopbench matrix`: the per-pair lines, the heatmaps and the report page; the
+    matrix document (for --json)."""
+    from hopbench.analysis import matrix as AM
+
+    lines, doc = AM.report(folder, transport)
+    for line in lines:
+        say(line)
+    plots = AM.heatmaps(folder, transport)
+    say("heatmaps: " + ", ".join(str(p) for p in plots if p.suffix == ".png"))
+    page = write_report(folder, scfg)
+    say(f"matrix results: {folder}")
+    say(f"report: {page}")
+    return {**doc, "folder": str(folder)}
+
+
+def verdict_documents(folders: list[Path], inputs: V.Inputs, tokens: int | None, scfg,
+                      hops: dict[str, float] | None = None, show=print) -> dict:
+    """`hopbench verdict`: a table per folder (or for hops given directly); the JSON document."""
+    docs: list[dict] = []
+    if hops:
+        vs = run_verdict(None, inputs, tokens or scfg.operating_tokens, hops, show=show)
+        docs.append({"folder": None, "inputs": vars(inputs), "verdicts": [v.to_dict() for v in vs]})
+    elif not folders:
+        raise ConfigError("give a result folder or --hop-ms")
+    for i, folder in enumerate([] if hops else folders):
+        if len(folders) > 1:
+            show(("\n" if i else "") + f"== {folder}")
+        op = tokens or recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)[1]
+        vs = run_verdict(folder, inputs, op, show=show)
+        docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
+                     "placement": placement_note(load_groups(folder)[1]), "verdicts": [v.to_dict() for v in vs]})
+    return {"schema": "hopbench.verdict", "schema_version": 1, "results": docs}

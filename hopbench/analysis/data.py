@@ -390,9 +390,17 @@ def result_id(folder: str | Path) -> str:
     return "h-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def recorded_shape(folder: str | Path, default_bytes_per_token: int, default_operating_tokens: int) -> tuple[int, int]:
+def recorded_shape(folder: str | Path, default_bytes_per_token: int | None = None,
+                   default_operating_tokens: int | None = None) -> tuple[int, int]:
     """(bytes per token, operating tokens) as recorded with the result (a sweep's shape and
-    config, a run's config); today's config files only where the result predates them."""
+    config, a run's config); the defaults given, else today's configs/shape.toml, only where
+    the result predates them."""
+    if default_bytes_per_token is None or default_operating_tokens is None:
+        from hopbench.shape import load_shape
+
+        scfg = load_shape()
+        default_bytes_per_token = default_bytes_per_token or scfg.shape.bytes_per_token
+        default_operating_tokens = default_operating_tokens or scfg.operating_tokens
     folder = Path(folder)
     if ResultFolder(folder).kind is None:
         return default_bytes_per_token, default_operating_tokens

@@ -9,11 +9,12 @@ import io
 import json
 import math
 from pathlib import Path
+from typing import Any, Callable
 
 from hopbench.analysis.data import Group
-from hopbench.errors import HopbenchError
+from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import gap_label
-from hopbench.results import CYCLES_FILE, atomic_write
+from hopbench.results import CYCLES_FILE, ResultFolder, atomic_write
 
 #: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
 #: with schema_version, result_id and intervals; records without schema_version are v1.
@@ -188,3 +189,32 @@ def to_csv_fields(recs: list[dict], fields: list[str]) -> str:
     for r in recs:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
     return buf.getvalue()
+
+
+def export_folder(results: Path, into: Path | None, study: str, csv_out: Path | None, scfg: Any,
+                  say: Callable[[str], None] = print) -> Path:
+    """`hopbench export`: upsert a result folder's records into a case-study file (default
+    RESULTS/analysis/case-studies.json), and optionally write them as CSV (a new file).
+    `study` is part of every record id, not the folder's name: ids survive a move or rename."""
+    from hopbench.analysis import fit as F
+    from hopbench.analysis.data import load_groups, recorded_shape, result_id
+
+    into = into or ResultFolder(results).derived("case-studies.json")
+    if csv_out is not None and csv_out.exists():
+        raise ConfigError(f"{csv_out} exists; refusing to overwrite it")
+    spec_recs = spec_records(results, study) if spec_folders(results) else None
+    if spec_recs is not None:  # a `hopbench spec` result: measured end-to-end records
+        recs, what, csv_text = spec_recs, "spec records", to_csv_fields(spec_recs, SPEC_FIELDS)
+    else:
+        groups, top = load_groups(results)
+        bpt, op = recorded_shape(results, scfg.shape.bytes_per_token, scfg.operating_tokens)
+        recs = records(groups, top, Path(results).name, study, F.fit_groups(groups, bpt, op), rid=result_id(results))
+        what, csv_text = "records", to_csv(recs)
+    added, updated, kept = upsert(into, recs)
+    say(f"{into}: {added} {what} added, {updated} updated, {len(kept)} kept (study {study!r})")
+    for line in kept:
+        say(f"  kept the file's record {line}")
+    if csv_out is not None:
+        atomic_write(csv_out, csv_text)
+        say(f"CSV: {csv_out}")
+    return into

@@ -37,7 +37,7 @@ def _pandas() -> Any:
     return pandas
 
 
-def load(path: str | Path, bytes_per_token: int = 61440, operating_tokens: int = 3) -> Frames:
+def load(path: str | Path, bytes_per_token: int | None = None, operating_tokens: int | None = None) -> Frames:
     pd = _pandas()
     from hopbench.analysis import fit as F
 

@@ -72,7 +72,7 @@ def estimates(folder: Path, transport: str = "tcp", tokens: int | None = None,
     top = load_matrix(folder)
     if groups is None:
         groups, _ = load_groups(folder)
-    op = tokens or recorded_shape(folder, 61440, 3)[1]
+    op = tokens or recorded_shape(folder)[1]
     out = {}
     for g in groups:
         r = top["rungs"].get(g.rung)
@@ -148,7 +148,7 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
         raise HopbenchError(f"{folder}: no complete {transport} measurement at T = {op}")
     ph = {p: e.value for p, e in est.items()}
     found = outliers(ph, top["matrix"].get("nodes", {}))
-    bpt = recorded_shape(folder, 61440, 3)[0]
+    bpt = recorded_shape(folder)[0]
     ns = sorted({(e.n_repeats, e.n_samples) for e in est.values()})
     levels = sorted({pct(e.level) for e in est.values() if e.level is not None})
     lines = [f"matrix: hop at T = {op} ({op * bpt:,} B) over {transport}, p50 (median of repeat medians) per pair, ms",
@@ -184,7 +184,7 @@ def heatmaps(folder: Path, transport: str = "tcp", tokens: int | None = None) ->
     plt = P._plt()
     top = load_matrix(folder)
     ph, op = hops(folder, transport, tokens)
-    bpt = recorded_shape(folder, 61440, 3)[0]
+    bpt = recorded_shape(folder)[0]
     names = sorted({n for p in ph for n in p})
     ordered = bool(top["matrix"]["config"].get("ordered"))
     hop = np.full((len(names), len(names)), np.nan)

@@ -91,6 +91,26 @@ class Inputs:
 _QTY = re.compile(r"^\s*([0-9.eE+-]+?)\s*(?:(?:\+-|±|\+/-)\s*([0-9.eE+]+))?\s*$")
 
 
+def parse_hops(text: str) -> dict[str, float]:
+    """--hop-ms NAME=MS,...: hop costs given directly."""
+    hops: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, val = item.partition("=")
+        try:
+            hops[name] = float(val)
+        except ValueError:
+            raise ConfigError(f"--hop-ms {item!r}: expected NAME=MS") from None
+    return hops
+
+
+def inputs_from(shape, t_draft: str | None, cycle: str | None, tok_s: str | None, **rest: float) -> Inputs:
+    """The verdict's inputs: each VALUE[+-HALF] flag given, else the shape config's value (exact)."""
+    td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (shape.t_draft_ms, 0.0)
+    cy = parse_quantity(cycle, "--cycle") if cycle is not None else (shape.cycle_ms, 0.0)
+    ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (shape.tok_s, 0.0)
+    return Inputs(td[0], cy[0], ts[0], t_draft_pm=td[1], cycle_pm=cy[1], tok_s_pm=ts[1], **rest)
+
+
 def parse_quantity(text: str, what: str) -> tuple[float, float]:
     """'15.88' or '15.88+-0.4' / '15.88±0.4' -> (value, 95% half-width)."""
     m = _QTY.match(str(text))

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core.protocol import ReplyCodec
-from hopbench.core.transport import NativeEndpoint
+from hopbench.core.transport import NO_COMPILED_LOOP, NativeEndpoint
 from hopbench.errors import ConfigError
 
 try:
@@ -51,7 +51,7 @@ def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[Native
         ep = make() if make is not None else None
         if ep is None:
             why = getattr(channel, "native_unavailable", None)
-            reason = (why() if callable(why) else None) or "this transport has no compiled loop"
+            reason = (why() if callable(why) else None) or NO_COMPILED_LOOP
     if reason is not None:
         if loop == "native":
             raise ConfigError(f"--loop native: {reason}")

@@ -118,6 +118,9 @@ class Transport(Protocol):
         """None when the compiled loop drives its channels in this poll mode, else why not."""
 
 
+NO_COMPILED_LOOP = "this transport has no compiled loop"
+
+
 class TransportBase:
     """Defaults for the optional parts of the contract: no settings, host memory only,
     no devices to report, a data channel of its own."""
@@ -149,7 +152,7 @@ class TransportBase:
     def native_note(self, poll: str) -> str | None:
         """None when the compiled loop (hopbench.core.native) can drive this transport's
         channels in this poll mode; otherwise why the Python loop runs."""
-        return f"no compiled loop for {self.name}"
+        return NO_COMPILED_LOOP
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.orchestration.sweep.plan import Cell as SweepCell
 from hopbench.records import RunConfig
+from hopbench.shape import ShapeConfig, payloads
 
 
 class NodeLeft(HopbenchError):
@@ -62,22 +63,64 @@ class Agents(Protocol):
 
 @dataclass
 class MatrixConfig:
+    # the shape: from configs/shape.toml (MatrixConfig.from_shape), never restated here
+    k: int
+    id_bytes: int
+    bytes_per_token: int
+    operating_tokens: int
     tokens: tuple[int, ...] = (1, 3)
     bytes: tuple[int, ...] = ()
     transports: tuple[str, ...] = ("tcp",)
     repeats: int = 3
     cycles: int = 200
     warmup: int = 20
-    k: int = 2
-    id_bytes: int = 4
-    bytes_per_token: int = 61440
-    operating_tokens: int = 3
     ordered: bool = False
     concurrency: int = 0  # 0: every pair of a round at once; 1: strictly one pair at a time
     poll: str = "auto"
     seed: int = 0
     command: str = ""
     transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def shape_fields(shape: ShapeConfig) -> dict[str, int]:
+    """MatrixConfig's shape fields from a loaded shape config."""
+    return {"k": shape.shape.k, "id_bytes": shape.shape.id_bytes, "bytes_per_token": shape.shape.bytes_per_token,
+            "operating_tokens": shape.operating_tokens}
+
+
+def checked(cfg: MatrixConfig) -> MatrixConfig:
+    """ConfigError for a matrix that cannot run: counts, unknown transport settings, an
+    operating payload not measured."""
+    if cfg.concurrency < 0 or cfg.repeats < 1 or cfg.cycles < 1:
+        raise ConfigError("--concurrency must be >= 0, --repeats and --cycles >= 1")
+    from hopbench.core.transport import get_transport
+
+    for t in cfg.transports:
+        get_transport(t).check_settings(cfg.transport_settings.get(t, {}))
+    if cfg.operating_tokens not in cfg.tokens:
+        raise ConfigError(f"--tokens must include the operating payload T = {cfg.operating_tokens} (the hop is read "
+                          "there)")
+    return cfg
+
+
+def parse_interfaces(text: str | None) -> dict[str, str]:
+    """--interface: IFNAME for every node, or ADDR=IFNAME,... per node ("*" = every node)."""
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if item:
+            node, sep, name = item.partition("=")
+            out[node if sep else "*"] = name if sep else node
+    return out
+
+
+def open_folder(out: Path | None, new: bool, results_dir: Path, cfg: MatrixConfig) -> Path:
+    """The matrix folder: --out, else an unfinished one of this configuration (resumed), else new."""
+    folder = out or (None if new else find_resumable(results_dir, cfg))
+    if folder is None:
+        return R.new_folder(results_dir, "matrix")
+    if folder.exists() and not R.ResultFolder(folder).is_sweep:
+        raise ConfigError(f"{folder} exists and is not a matrix folder; refusing to write into it")
+    return folder
 
 
 def pairs(nodes: list[str], ordered: bool) -> list[tuple[str, str]]:
@@ -119,14 +162,14 @@ def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
     Repeats are the outer loop; within a repeat, rounds; within a pair, payloads and
     transports in a seeded random order (interleaved, as a sweep)."""
     rng = random.Random(cfg.seed)
-    loads = [(f"T{t}", t, t * cfg.bytes_per_token) for t in cfg.tokens] + [(f"B{b}", None, b) for b in cfg.bytes]
+    loads = payloads(cfg.bytes_per_token, cfg.tokens, cfg.bytes, cfg.k * cfg.id_bytes)
     batches: list[list[Cell]] = []
     for rep in range(cfg.repeats):
         for rnd in rounds(nodes, cfg.ordered):
             combos = [(tr, p) for tr in cfg.transports for p in loads]
             rng.shuffle(combos)
-            for tr, (label, tokens, nbytes) in combos:
-                batches.append([Cell(pair_name(a, b), tr, label, tokens, nbytes, cfg.k * cfg.id_bytes, 0.0, rep,
+            for tr, p in combos:
+                batches.append([Cell(pair_name(a, b), tr, p.label, p.tokens, p.request_bytes, p.reply_bytes, 0.0, rep,
                                      client=a, server=b) for a, b in rnd])
     return batches
 

@@ -3,9 +3,10 @@ after every payload so an interrupted run keeps what it measured."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -14,9 +15,24 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.client import Measurement, Session
 from hopbench.core.stats import summarize
-from hopbench.errors import Refused
+from hopbench.errors import HopbenchError, Refused
 from hopbench.records import Payload, RunConfig
 from hopbench.version import __version__
+
+
+@contextlib.contextmanager
+def naming_what_was_kept(made: list[Path]) -> Iterator[None]:
+    """An error once the result folder exists names it (what was measured is kept, status
+    error); an interrupt carries it as a note (status incomplete), or says nothing was measured."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        exc.add_note(f"what was measured is in {made[0]} (status incomplete)" if made else "nothing was measured")
+        raise
+    except HopbenchError as exc:
+        if made:
+            raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
+        raise
 
 
 def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:

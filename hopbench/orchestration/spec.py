@@ -10,7 +10,7 @@ atomically after every mode, so an interrupted run keeps what it measured."""
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,7 +21,8 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core import spec as S
 from hopbench.core.client import Session
-from hopbench.errors import ConfigError
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.shape import Shape
 from hopbench.version import __version__
 
 SCHEMA = "hopbench.spec"
@@ -34,11 +35,11 @@ SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "to
 class SpecConfig:
     """Everything `hopbench spec` was asked (recorded in report.json `config`)."""
 
+    bytes_per_token: int  # the shape: from configs/shape.toml (hopbench.shape), never restated here
+    id_bytes: int
     modes: tuple[str, ...] = ("local", "sync", "overlap")
     transport: str = "tcp"
     k: int = 2
-    id_bytes: int = 4
-    bytes_per_token: int = 61440
     accept: str = S.STUDY_ACCEPTANCE
     verify: str = "sleep:73.46"  # the study: cycle 89.34 ms - t_draft 15.88 ms
     draft_local: str = "sleep:15.88"
@@ -59,6 +60,55 @@ class SpecConfig:
         d = asdict(self)
         d["modes"] = list(self.modes)
         return d
+
+    def check(self) -> "SpecConfig":
+        """ConfigError for modes or counts that cannot run; itself otherwise."""
+        bad = [m for m in self.modes if m not in S.MODES]
+        if bad or not self.modes:
+            raise ConfigError(f"--modes {','.join(self.modes)!r}: expected some of {', '.join(S.MODES)}")
+        if self.k < 1 or self.cycles < 1 or self.repeats < 1 or self.warmup < 0 or self.time_scale <= 0:
+            raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
+        if any(m != "local" for m in self.modes):
+            from hopbench.core.transport import get_transport
+
+            get_transport(self.transport)  # a missing extra fails here, with its install line
+        return self
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpecConfig":
+        return cls(**{**d, "modes": tuple(d["modes"])})
+
+
+def run_spec_cli(host: str | None, port: int | None, cfg: SpecConfig, out: Path | None, results_dir: Path,
+                 secret: str | None = None, say: Callable[[str], None] = print) -> Path:
+    """`hopbench spec`: the folder made once the drafter answered, a line per repeat x mode,
+    the analysis's table at the end. An error after the folder exists names it."""
+    from hopbench.analysis import spec as A
+
+    cfg.check()
+    if out is not None and out.exists():
+        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    made: list[Path] = []
+
+    def make_folder() -> Path:
+        made.append(R.new_folder(results_dir, "spec", out))
+        say(f"hopbench spec -> {made[0]}  ({', '.join(cfg.modes)} x {cfg.repeats} repeats x {cfg.cycles} cycles)")
+        return made[0]
+
+    def show(s: dict[str, Any]) -> None:
+        hit = f"  hits {s['hit_rate']:.0%}" if s.get("hit_rate") is not None else ""
+        hop = f"  hop {s['hop_ms']:.3f} ms" if s.get("hop_ms") is not None else ""
+        say(f"  repeat {s['repeat']}  {s['mode']:<8} {s['tok_s']:7.2f} tok/s  {s['tokens_per_cycle']:.3f} tokens/cycle"
+            f"{hop}{hit}")
+
+    from hopbench.orchestration.runner import naming_what_was_kept
+
+    with naming_what_was_kept(made):
+        folder = run_spec(host, port, cfg, folder=make_folder, secret=secret, on_mode=show)
+    report, res = A.analyse(folder)
+    say(A.format_table(report, res))
+    say(f"results: {folder}")
+    return folder
 
 
 def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
@@ -169,9 +219,11 @@ SPEC_KEYS = {"rungs", "modes", "transport", "k", "accept", "verify", "draft_loca
              "warmup", "repeats", "time_scale", "seed"}
 
 
-def run_spec_rungs(config_path: Path, results_root: Path, log: Callable[[str], None] = print) -> Path:
+def run_spec_rungs(config_path: Path, results_root: Path, shape: Shape,
+                   log: Callable[[str], None] = print) -> Path:
     """`hopbench spec` on each emulated (or loopback) rung of a spec config: a link, a server
     in its namespace, the target in the other; one spec folder per rung under one parent."""
+    import json
     import subprocess
     import sys
 
@@ -188,13 +240,10 @@ def run_spec_rungs(config_path: Path, results_root: Path, log: Callable[[str], N
     if any(r.kind == "emulated" for r in rungs) and not ok:
         raise ConfigError(f"emulated rungs need network namespaces: {why}")
     parent = R.new_folder(results_root, "spec-rungs")
-    args = ["--modes", ",".join(s.get("modes", ["local", "sync", "overlap"])), "--transport", s.get("transport", "tcp"),
-            "--k", str(s.get("k", 2)), "--accept", str(s.get("accept", S.STUDY_ACCEPTANCE)),
-            "--verify", s.get("verify", "sleep:73.46"), "--draft-local", s.get("draft_local", "sleep:15.88"),
-            "--draft-remote", s.get("draft_remote", "sleep:15.88"), "--fanout", str(s.get("fanout", 2)),
-            "--cycles", str(s.get("cycles", 60)), "--warmup", str(s.get("warmup", 5)),
-            "--repeats", str(s.get("repeats", 5)), "--time-scale", str(s.get("time_scale", 1.0)),
-            "--seed", str(s.get("seed", 0))]
+    keys = {f.name for f in fields(SpecConfig)}
+    given: dict[str, Any] = {k: tuple(v) if k == "modes" else v for k, v in s.items() if k in keys}
+    base = SpecConfig(**given,
+                      bytes_per_token=shape.bytes_per_token, id_bytes=shape.id_bytes).check()
     for r in rungs:
         link = netem.Link.create(rate_mbit=r.rate_mbit, mtu=r.mtu) if r.kind == "emulated" else None
         try:
@@ -205,9 +254,10 @@ def run_spec_rungs(config_path: Path, results_root: Path, log: Callable[[str], N
             try:
                 port = ready_port(srv)
                 log(f"rung {r.name}: server {host}:{port}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else ""))
-                cmd = (link.exec_prefix("client") if link else []) + [
-                    sys.executable, "-m", "hopbench", "spec", "--peer", f"{host}:{port}", *args, "--rung", r.name,
-                    "--out", str(parent / r.name)] + (["--rate", str(r.rate_mbit)] if r.rate_mbit else [])
+                cfg = replace(base, rung=r.name, rate_mbit=r.rate_mbit)
+                job = json.dumps({"host": host, "port": port, "config": cfg.to_dict(), "out": str(parent / r.name)})
+                # the target runs in the client's namespace: this module's entry point, the library, in a process there
+                cmd = (link.exec_prefix("client") if link else []) + [sys.executable, "-m", __name__, job]
                 done = subprocess.run(cmd, text=True)
                 if done.returncode:
                     raise ConfigError(f"spec on rung {r.name} failed (exit {done.returncode})")
@@ -218,3 +268,21 @@ def run_spec_rungs(config_path: Path, results_root: Path, log: Callable[[str], N
             if link:
                 link.destroy()
     return parent
+
+
+def _main(argv: list[str]) -> None:
+    """`python -m hopbench.orchestration.spec JOB`: one rung's target loop (run_spec_rungs)."""
+    import json
+
+    job = json.loads(argv[0])
+    try:
+        run_spec_cli(job["host"], job["port"], SpecConfig.from_dict(job["config"]), Path(job["out"]),
+                     Path(job["out"]).parent)
+    except HopbenchError as exc:
+        raise SystemExit(f"hopbench: error: {exc}") from None
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _main(_sys.argv[1:])

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
-from hopbench.shape import Shape, log_grid
+from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
 
@@ -52,13 +52,12 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
         for tr in cfg.transports:
             if tr not in rung.transports:
                 continue
-            payloads: list[tuple[str, int | None, int]] = [(f"T{t}", t, shape.request_bytes(t)) for t in cfg.tokens]
-            payloads += [(f"B{b}", None, b) for b in grid]
-            for label, tokens, nbytes in payloads:
+            for p in payloads(shape.bytes_per_token, cfg.tokens, grid, shape.reply_bytes(cfg.k)):
                 for gap in cfg.gaps_ms:
-                    if gap and tokens != cfg.operating_tokens:
+                    if gap and p.tokens != cfg.operating_tokens:
                         continue  # think time is measured at the operating payload only
-                    per_repeat.append(Cell(rung.name, tr, label, tokens, nbytes, shape.reply_bytes(cfg.k), gap, 0, pl))
+                    per_repeat.append(Cell(rung.name, tr, p.label, p.tokens, p.request_bytes, p.reply_bytes, gap, 0,
+                                           pl))
     rng = random.Random(seed)
     cells = []
     for rep in range(cfg.repeats):

@@ -1,0 +1,226 @@
+"""The server's serving paths: one per plan kind, chosen once per plan (iperf3's
+`sp->snd`): host echo, GPU staged, GPU direct, spec drafter. Each checks a plan against
+the server's own settings before ACCEPT (`check`) and serves its round trips (`serve`).
+
+A path holds no state: everything it reads arrives in a frozen `PlanContext` (the
+server's configuration and environment, this session's client environment), so sessions
+served at once share nothing mutable. A fault on the data stream ends the session with
+`Ended` after telling the client (an abort in reply-sized messages)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+from hopbench.core import native
+from hopbench.core import protocol as P
+from hopbench.core.timing import echo_cycles
+from hopbench.core.transport import Channel, Transport
+from hopbench.errors import HopbenchError
+from hopbench.records import TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    caps: P.Caps = field(default_factory=P.Caps)
+    idle_timeout_s: float = 60.0  # a connected client silent this long is dropped
+    handshake_timeout_s: float = TIMEOUT_S
+    data_accept_timeout_s: float = TIMEOUT_S
+    poll: str = "auto"
+    transport_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    once: bool = False
+    secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
+    loop: str = "auto"  # the echo loop: auto (compiled where it applies), native, python
+
+
+class Ended(HopbenchError):
+    """The session ends; the client has been told already (REFUSE or a data-stream abort)."""
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a serving path may read: the server's settings and environment, this session's
+    client environment, the control channel, the server's clock and log."""
+
+    config: ServerConfig
+    env: dict[str, Any]
+    client_env: dict[str, Any] | None
+    control: Channel
+    clock: Callable[[], int]
+    log: Callable[[str], None]
+    #: the loop announced in ACCEPT; the host path refuses to run another
+    loop: str = ""
+
+    def settings(self, plan: P.Plan) -> dict[str, Any]:
+        """The server's own settings for the plan's transport (never the client's)."""
+        return self.config.transport_settings.get(plan.transport, {})
+
+
+def abort(chan: Channel, reason: str, plan: P.Plan) -> None:
+    """End the plan and the session, telling the client on the data stream."""
+    try:
+        P.send_abort(chan, reason, plan.reply_bytes)
+    except HopbenchError:
+        pass
+    raise Ended(reason)
+
+
+def bad_request(ctx: PlanContext, chan: Channel, request: Any, seq: int, plan: P.Plan) -> None:
+    """A request whose seq is not the expected one: the client's abort (the plan ends, the
+    session goes on), or a protocol fault (the server aborts on the data stream and ends
+    the session)."""
+    if P.is_abort(request):
+        ctx.log(f"client aborted plan at seq {seq}: {P.read_abort(chan, request)[:200]}")
+        return
+    abort(chan, f"request carries seq {P.SEQ.unpack_from(request, 0)[0]}, expected {seq}", plan)
+
+
+class ServingPath:
+    name = "?"
+    #: why the compiled echo loop cannot serve this kind (None: it can)
+    python_only: str | None = "this plan needs the Python loop (GPU memory or the spec loop)"
+
+    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        """Why the server cannot serve this plan (a REFUSE line), or None."""
+        return None
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        """The plan's round trips on the data channel; returns the cycles served."""
+        raise NotImplementedError
+
+
+class HostEcho(ServingPath):
+    """Host memory: the echo loop, compiled where it applies (hopbench.core.native)."""
+
+    name = "host echo"
+    python_only = None
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
+        ran = native.choose(chan, ctx.config.loop)[1]
+        if ctx.loop and ran.split()[0] != ctx.loop.split()[0]:  # what ACCEPT said runs: the client records it
+            abort(chan, f"the server announced the {ctx.loop} loop but can run only {ran}", plan)
+        return echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
+                           crc=plan.payload_crc32 if plan.verify else None,
+                           on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop=ctx.config.loop,
+                           share_cpu=native.may_share_cpu(ctx.env, ctx.client_env))
+
+
+class _Gpu(ServingPath):
+    """The drafter's side with GPU memory, through the same echo loop: requests end in,
+    replies start in, device buffers; the next reply's ids are written into the device
+    buffer (a small host->device copy) after each packing, as a drafter would produce them."""
+
+    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        from hopbench.core import gpu
+
+        try:
+            gpu.check_choice((plan.server_memory,), plan.gpu_path, transport, ctx.settings(plan))
+            gpu.load()
+        except HopbenchError as exc:
+            return f"server cannot hold the payload in CUDA memory: {exc}"
+        return None
+
+    @staticmethod
+    def buffers(plan: P.Plan) -> tuple[Any, Any]:
+        from hopbench.core.gpu import Staging
+
+        req = Staging(plan.request_bytes)
+        rep = Staging(plan.reply_bytes, req.stream)
+        req.fill_random(1)
+        return req, rep
+
+
+class GpuStaged(_Gpu):
+    """A channel wrapper receives into pinned memory (the loop checks seq and CRC there) and
+    around each send copies the request host->device and the reply device->host, timed with
+    the server's clock; their int64 (total x 2) array follows the last reply."""
+
+    name = "GPU staged"
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        import numpy as np
+
+        from hopbench.core.gpu import StagedServerChannel
+
+        req, rep = self.buffers(plan)
+        timings = np.zeros((plan.total, 2), dtype=np.int64)
+        staged = StagedServerChannel(chan, req, rep, timings, ctx.clock)
+        done = echo_cycles(staged, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
+                           crc=plan.payload_crc32 if plan.verify else None,
+                           on_bad_seq=lambda seq: bad_request(ctx, chan, req.host, seq, plan),
+                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes))
+        if done == plan.total:
+            chan.send(timings.view(np.uint8).reshape(-1))
+        return done
+
+
+class GpuDirect(_Gpu):
+    """The transport receives into and sends from the device buffers; the seq check (an
+    8-byte copy to host) runs after the reply is sent, off the client's critical path."""
+
+    name = "GPU direct"
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        req, rep = self.buffers(plan)
+        crc = plan.payload_crc32 if plan.verify else None
+
+        def bad_seq(seq: int) -> None:
+            req.d2h()  # the whole message: it may be the client's abort
+            bad_request(ctx, chan, req.host, seq, plan)
+
+        def bad_crc(seq: int) -> None:
+            abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)", plan)
+
+        return echo_cycles(chan, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total, crc=crc,
+                           on_bad_seq=bad_seq, on_bad_crc=bad_crc, recv_buf=req.device, send_buf=rep.device,
+                           fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
+                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True)
+
+
+class SpecDrafter(ServingPath):
+    """The drafter's loop of a speculative plan (hopbench.core.spec)."""
+
+    name = "spec drafter"
+
+    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        from hopbench.core import spec as S
+
+        assert plan.spec is not None
+        try:
+            info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+            if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
+                return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
+                        f"(K + 1 tokens of hidden states; K ids + 16)")
+            S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+        except HopbenchError as exc:
+            return f"cannot run this spec plan: {exc}"
+        return None
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        from hopbench.core import spec as S
+
+        assert plan.spec is not None
+        info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+        draft = S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+        ranked = list(plan.spec.get("ranked") or range(plan.k + 1))
+        sized = dataclasses.replace(plan, reply_bytes=info.reply_bytes)
+
+        def bad(seq: int, header: Any) -> None:
+            bad_request(ctx, chan, header, seq, sized)
+
+        done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, ctx.clock)
+        return done
+
+
+def path_for(plan: P.Plan) -> ServingPath:
+    """The one serving path of this plan's kind."""
+    if plan.spec is not None:
+        return SpecDrafter()
+    if plan.server_memory == "cuda":
+        return GpuDirect() if plan.gpu_path == "direct" else GpuStaged()
+    return HostEcho()

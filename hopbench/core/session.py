@@ -1,0 +1,230 @@
+"""One client's session on the server: a state machine (docs/PROTOCOL.md, "States").
+
+    AWAIT_HELLO --HELLO--> [AWAIT_AUTH --AUTH-->] READY --PLAN--> SERVING --(done)--> READY
+                                                 READY --BYE--> CLOSED
+
+Every frame is read through `_expect(state, allowed...)`: a frame the state does not allow
+is a ProtocolError naming both. A plan is negotiated (caps, transport, its serving path's
+check against the server's own settings, the loop) and then served by the one serving path
+of its kind (hopbench.core.serving). A session owns everything it touches (its channels,
+its client's environment, its counts); the server hands it only frozen things."""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hopbench.core import control, native
+from hopbench.core import env as envmod
+from hopbench.core import protocol as P
+from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath, path_for
+from hopbench.core.transport import Channel, TransportOptions, get_transport
+from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError
+from hopbench.version import __version__
+
+
+class State(enum.Enum):
+    AWAIT_HELLO = "AWAIT_HELLO"
+    AWAIT_AUTH = "AWAIT_AUTH"
+    READY = "READY"
+    SERVING = "SERVING"
+    CLOSED = "CLOSED"
+
+
+@dataclass
+class SessionStats:
+    peer: str
+    plans: int = 0
+    cycles: int = 0
+    transports: set[str] = field(default_factory=set)
+    error: str | None = None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class ServerSession:
+    def __init__(self, chan: Channel, config: ServerConfig, env: dict[str, Any], clock: Callable[[], int],
+                 log: Callable[[str], None]):
+        self.chan, self.config, self.env, self.clock, self.log = chan, config, env, clock, log
+        self.state = State.AWAIT_HELLO
+        self.client_env: dict[str, Any] | None = None
+        self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
+
+    def run(self) -> SessionStats:
+        """The session to its end; never raises for client faults (the server's own stop
+        and KeyboardInterrupt pass). A client fault gets an ERROR frame first when it still
+        listens (docs/PROTOCOL.md, "Errors")."""
+        try:
+            self._handshake()
+            self._plans()
+        except (Ended, PeerError) as exc:  # the client was told already, or reported the error itself
+            self.stats.error = str(exc)
+        except ProtocolError as exc:
+            self.stats.error = str(exc)
+            self._tell(str(exc))
+        except HopbenchError as exc:  # transport faults: the client went away or timed out
+            self.stats.error = str(exc)
+        except Exception as exc:  # a bug, but one client must never take the server down
+            self.stats.error = f"internal error {exc.__class__.__name__}: {exc}"
+            self._tell("internal server error")
+            if os.environ.get("HOPBENCH_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+        finally:
+            self.state = State.CLOSED
+            self.chan.close()
+        return self.stats
+
+    def _tell(self, reason: str) -> None:
+        try:
+            P.send_msg(self.chan, P.ERROR, {"reason": reason})
+        except Exception:  # it no longer listens
+            pass
+
+    def _expect(self, *allowed: int) -> tuple[int, dict[str, Any]]:
+        """The next frame, if this state allows it; an ERROR from the client ends the session."""
+        msg_type, obj = P.recv_frame(self.chan)
+        if msg_type in allowed:
+            return msg_type, obj
+        if msg_type == P.ERROR:
+            reason = str(obj["reason"]) if isinstance(obj.get("reason"), str) else "(no reason given)"
+            raise PeerError(f"client reported an error in state {self.state.value}: {reason[:200]}")
+        want = "/".join(P.TYPE_NAMES[t] for t in allowed)
+        raise ProtocolError(f"unexpected {P.TYPE_NAMES[msg_type]} in state {self.state.value} (expected {want})")
+
+    def _refuse(self, reason: str) -> None:
+        P.send_msg(self.chan, P.REFUSE, {"reason": reason})
+        raise Ended(f"refused: {reason}")
+
+    def _handshake(self) -> None:
+        """HELLO (and AUTH), all within handshake_timeout_s: a per-call timeout alone would let
+        a client trickling one byte at a time hold the server; a timer shuts the socket down."""
+        limit = self.config.handshake_timeout_s
+        watchdog = threading.Timer(limit, control.shutdown, args=(self.chan,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            self._hello()
+        except HopbenchError:
+            if not watchdog.is_alive():
+                raise ProtocolError(f"handshake not finished within {limit} s") from None
+            raise
+        finally:
+            watchdog.cancel()
+
+    def _hello(self) -> None:
+        cfg = self.config
+        _, hello = self._expect(P.HELLO)
+        if _is_int(hello.get("protocol")) and hello["protocol"] != P.VERSION:
+            self._refuse(f"protocol version {hello['protocol']} not supported (server speaks {P.VERSION})")
+        P.validate(hello, "HELLO client")
+        self.client_env = hello.get("env") if isinstance(hello.get("env"), dict) else None
+        challenge = os.urandom(16).hex() if cfg.secret else None
+        reply: dict[str, Any] = {
+            "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
+            "auth": {"challenge": challenge} if challenge else None,
+            "caps": {"max_request_bytes": cfg.caps.max_request_bytes, "max_reply_bytes": cfg.caps.max_reply_bytes,
+                     "max_cycles": cfg.caps.max_cycles}}
+        if not challenge:  # with a secret, nothing but this minimal HELLO before authentication
+            reply["env"] = self._env_for()
+        P.send_msg(self.chan, P.HELLO, reply)
+        if challenge and cfg.secret:  # the client proves it knows the secret; the server proves it back
+            self.state = State.AWAIT_AUTH
+            _, auth = self._expect(P.AUTH)
+            P.validate(auth, "AUTH client")
+            if not P.auth_ok(cfg.secret, auth["mac"], "client", challenge, auth["nonce"]):
+                self._refuse("authentication failed: wrong or missing secret")
+            self.client_env = auth.get("env") if isinstance(auth.get("env"), dict) else None
+            P.send_msg(self.chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", auth["nonce"], challenge),
+                                           "env": self._env_for()})
+        self.state = State.READY
+
+    def _env_for(self) -> dict[str, Any]:
+        """The server's environment plus the interface its route back to this client leaves
+        by (for doctor's slower-hop check)."""
+        peer = self.stats.peer.rsplit(":", 1)[0] if self.stats.peer != "?" else ""
+        dev = envmod.route_interface(peer) if peer else None
+        return {**self.env, "route_to_client": {"peer": peer, "interface": envmod.interface_info(dev) if dev else None}}
+
+    def _plans(self) -> None:
+        """READY: PLAN or BYE. A finished plan's data channel is closed only when the next
+        control frame arrives, i.e. once the client has all its replies: closing right after
+        the last send let UCX reset a final rendezvous reply the client had not progressed."""
+        done: Channel | None = None
+        try:
+            while True:
+                msg_type, obj = self._expect(P.PLAN, P.BYE)
+                if done is not None:
+                    done.close()
+                    done = None
+                if msg_type == P.BYE:
+                    return
+                done = self._plan(P.Plan.from_wire(obj))
+        finally:
+            if done is not None:
+                done.close()
+
+    def _negotiate(self, plan: P.Plan) -> tuple[Any, ServingPath, PlanContext]:
+        """The plan's transport and context, or REFUSE with the first reason it cannot be served."""
+        cfg = self.config
+        path = path_for(plan)
+        ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log)
+        reason = cfg.caps.check(plan)
+        transport = None
+        if reason is None:
+            try:
+                transport = get_transport(plan.transport)
+            except HopbenchError as exc:
+                reason = f"server cannot serve transport {plan.transport!r}: {exc}"
+        if transport is not None and reason is None:
+            reason = path.check(plan, ctx, transport)
+        if transport is not None and reason is None:
+            try:
+                ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log,
+                                  native.predict(transport, cfg.poll, cfg.loop, path.python_only))
+            except ConfigError as exc:  # --loop native and a plan it cannot run
+                reason = f"server cannot serve this plan: {exc}"
+        if reason is not None:
+            self._refuse(reason)
+        return transport, path, ctx
+
+    def _plan(self, plan: P.Plan) -> Channel | None:
+        """Serve one plan; returns its data channel (still open), or None when the cycles ran
+        on the control connection."""
+        transport, path, ctx = self._negotiate(plan)
+        self.stats.plans += 1
+        self.stats.transports.add(plan.transport)
+        self.state = State.SERVING
+        if transport.reuses_control:
+            P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop}})
+            self._serve(path, self.chan, plan, ctx)
+            return None
+        options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
+                                   settings=ctx.settings(plan))
+        listener = transport.listen(self.config.host, 0, options)
+        try:
+            P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],
+                                             "transport_info": {**listener.info, "loop": ctx.loop}})
+            data = listener.accept(self.config.data_accept_timeout_s)
+        finally:
+            listener.close()
+        try:
+            self._serve(path, data, plan, ctx)
+        except BaseException:
+            data.close()
+            raise
+        return data
+
+    def _serve(self, path: ServingPath, chan: Channel, plan: P.Plan, ctx: PlanContext) -> None:
+        try:
+            self.stats.cycles += path.serve(chan, plan, ctx)
+        except BaseException as exc:
+            self.stats.cycles += int(getattr(exc, "completed_cycles", 0) or 0)
+            raise
+        self.state = State.READY

@@ -1,0 +1,171 @@
+"""What `hopbench run` does between its flags and run_session: the request as given, the
+checks before anything is measured, the plan (payloads by hopbench.shape.payloads, the one
+plan path), the table printed as payloads finish, and the errors that name what was kept.
+The CLI only builds a RunRequest and calls `run`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hopbench import results as R
+from hopbench.config import parse_int_list
+from hopbench.core.transport import get_transport, split_options
+from hopbench.errors import ConfigError
+from hopbench.estimate import pct
+from hopbench.records import Payload, RunConfig
+from hopbench.shape import ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """`hopbench run`'s flags, as given (None: the configured default)."""
+
+    host: str
+    port: int
+    transport: str
+    tokens: str | None = None
+    bytes: str | None = None
+    k: int | None = None
+    reply_bytes: str | None = None
+    cycles: int = 1000
+    time_s: float | None = None
+    warmup: int = 100
+    verify: bool = False
+    gap_ms: float = 0.0
+    poll: str = "auto"
+    timeout_s: float = 10.0
+    out: Path | None = None
+    name: str = "run"
+    results_dir: Path = Path("results")
+    shape: Path | None = None
+    opt: tuple[str, ...] = ()
+    secret: str | None = None
+    interface: str | None = None
+    rate: float | None = None
+    rung: str | None = None
+    strict: bool = False
+    cpu: str | None = None
+    floor: bool = True
+    memory: tuple[str, str] = ("host", "host")
+    gpu_path: str = "staged"
+    loop: str = "auto"
+
+
+def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
+                    gpu_path: str) -> None:
+    """The client's side of the data path, resolved once before anything is measured: a
+    missing extra (its install line), a setting the transport does not know, one this host
+    cannot use (UCX_TLS=rc without RDMA), a GPU choice the transport cannot take."""
+    tr = get_transport(transport)
+    own = settings.get(transport, {})
+    tr.check_settings(own)
+    tr.check_here(own)
+    if "cuda" in memory:
+        from hopbench.core import gpu
+
+        gpu.check_choice(memory, gpu_path, tr, own)
+        if memory[0] == "cuda":
+            gpu.load()  # a missing CuPy or device fails here, with the install line
+
+
+def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
+    """The payloads and the recorded configuration of a run (defaults from the shape config)."""
+    scfg: ShapeConfig = load_shape(req.shape)
+    sh = scfg.shape
+    k = sh.k if req.k is None else req.k
+    if k < 1:
+        raise ConfigError("--k must be at least 1")
+    if req.port == 0:
+        raise ConfigError(f"--peer {req.host}: give the server's port")
+    settings = split_options(list(req.opt))
+    check_data_path(req.transport, settings, req.memory, req.gpu_path)
+    tokens = parse_int_list(req.tokens, "--tokens") if req.tokens else []
+    sizes = parse_bytes_grid(req.bytes, scfg) if req.bytes else []
+    if not tokens and not sizes:
+        tokens = list(scfg.tokens)
+    loads = payloads(sh.bytes_per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
+    cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=req.cycles, warmup=req.warmup,
+                    verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
+                    timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
+                    server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
+                    rate_mbit=req.rate, rung=req.rung, bytes_per_token=sh.bytes_per_token, tokens=tuple(tokens),
+                    bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path)
+    return loads, cfg
+
+
+class RunConsole:
+    """The run's table, a row per payload as it finishes (on stderr with --json)."""
+
+    STAGES = ("d2h", "server_h2d", "wire", "server_d2h", "h2d")
+
+    def __init__(self, say: Callable[[str], None], warn: Callable[[str], None]):
+        self.say, self.warn = say, warn
+
+    def start(self, folder: Path, req: RunRequest, n: int, note: str | None) -> None:
+        if note:  # once connected (a run that cannot start says only why): advice, not an error
+            self.say(f"note: {note}")
+        how = f"about {req.time_s:g} s" if req.time_s else f"{req.cycles} cycles"
+        self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how})")
+        self.say(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
+                 f"{'level':>6} {'p99 us':>9}  note")
+
+    def row(self, s: dict[str, Any]) -> None:
+        note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
+        stages = [(n, s.get(f"{n}_p50_ns")) for n in self.STAGES]
+        if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
+            note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
+        if s.get("n"):
+            self.say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
+                     f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
+                     f"{pct(s['p50_ci_level']):>6} {s['p99_ns'] / 1e3:9.1f}  {note}")
+
+    def end(self, folder: Path, transport: str, floor: dict[str, Any] | None) -> None:
+        if floor:
+            f = floor
+            self.say(f"instrument floor ({transport}, 64 B on loopback, same code path): p50 {f['p50_ns'] / 1e3:.1f} "
+                     f"us [{f['p50_ci_lo_ns'] / 1e3:.1f}-{f['p50_ci_hi_ns'] / 1e3:.1f}, within-run "
+                     f"{pct(f['p50_ci_level'])}, n = {f['n']}]; a hop near it measures the host, not the link")
+        self.say("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
+                 "sweep, to measure that)")
+        self.say(f"results: {folder}")
+
+
+def run(req: RunRequest, console: RunConsole) -> Path:
+    """Check, plan, measure; the folder written. An error after the folder exists names it
+    (what was measured is kept, status error); KeyboardInterrupt carries it as a note."""
+    from hopbench.orchestration.calibrate import placement_note
+    from hopbench.orchestration.doctor import preflight
+    from hopbench.orchestration.runner import naming_what_was_kept, run_session
+
+    loads, cfg = plan(req)
+    pre = preflight(req.host, req.interface, req.rate)
+    for finding in pre.warnings:
+        console.warn(finding.message)
+    if req.strict and pre.warnings:
+        raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
+    if req.out is not None and req.out.exists():
+        raise ConfigError(f"result folder {req.out} already exists; refusing to overwrite it (choose another --out)")
+    made: list[Path] = []
+
+    def make_folder() -> Path:
+        made.append(R.new_folder(req.results_dir, req.name, req.out))
+        console.start(made[0], req, len(loads), None if req.cpu else placement_note(req.host))
+        return made[0]
+
+    with naming_what_was_kept(made):
+        w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=console.row,
+                        on_warning=console.warn, secret=req.secret, extra={"doctor": pre.to_dict()}, floor=req.floor)
+    console.end(made[0], req.transport, w.header.get("floor"))
+    return made[0]
+
+
+def result_document(folder: Path) -> str:
+    """`hopbench run --json`: the folder and its report, one JSON document."""
+    return json.dumps({"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder),
+                       "report": R.ResultFolder(folder).read_top()}, indent=1)
+
+
+__all__ = ["RunConsole", "RunRequest", "check_data_path", "plan", "result_document", "run"]
