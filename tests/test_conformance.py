@@ -29,7 +29,7 @@ exchange = C.exchange
 def test_conformance(name, check):
     transport_or_skip(name)
     try:
-        check(name)
+        check(C.maker_for(name))
     except C.NotApplicable as exc:
         pytest.skip(str(exc))
 
@@ -76,3 +76,30 @@ def test_tcp_watchdog_bounds_a_stuck_send_and_spares_an_idle_channel():
     finally:
         client.close()
         server.close()
+
+
+def test_the_suite_takes_any_maker():
+    """A Maker is a transport and a pair factory: the suite checks channels that come from
+    anywhere (here tcp channels made by hand), and it fails a channel that breaks the contract."""
+    from hopbench.testing.fakes import fake_pair
+
+    tcp = get_transport("tcp")
+    C.check_byte_exact_sizes(C.Maker(tcp, lambda timeout_s: C.connected_with(tcp, timeout_s)))
+
+    class Corrupting:  # must fail the byte-exact check
+        def __init__(self, inner):
+            self.inner, self.info = inner, inner.info
+
+        def send(self, buf):  # the last byte flipped: the peer gets other bytes than were sent
+            mv = memoryview(buf).cast("B")
+            self.inner.send(bytes(mv[:-1]) + bytes([mv[-1] ^ 0xFF]) if len(mv) else buf)
+
+        def __getattr__(self, attr):
+            return getattr(self.inner, attr)
+
+    def broken(timeout_s):
+        c, s = fake_pair()
+        return Corrupting(c), s
+
+    with pytest.raises(AssertionError):
+        C.check_byte_exact_sizes(C.Maker(tcp, broken))

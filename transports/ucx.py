@@ -30,6 +30,7 @@ import select
 import tempfile
 import threading
 import time
+from typing import Any
 
 os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, always
 # UCX reads its logging options once, when libucs loads. Its INFO log names the transport
@@ -81,7 +82,7 @@ _ctx: "ucx_api.UCXContext | None" = None
 _ctx_settings: dict[str, str] | None = None
 
 
-def _config_dict(settings: dict) -> dict[str, str]:
+def _config_dict(settings: dict[str, Any]) -> dict[str, str]:
     out = {}
     for key, value in settings.items():
         if not str(key).startswith("UCX_"):
@@ -97,7 +98,7 @@ def _config_dict(settings: dict) -> dict[str, str]:
     return out
 
 
-def _context(settings: dict) -> "ucx_api.UCXContext":
+def _context(settings: dict[str, Any]) -> "ucx_api.UCXContext":
     """The process's UCX context, created on first use with these settings."""
     global _ctx, _ctx_settings
     wanted = _config_dict(settings)
@@ -130,7 +131,7 @@ def _lanes() -> list[str]:
 class _LogTail:
     """Reads the lines UCX appended to its log file since the last call."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._offset = 0
         self._lock = threading.Lock()
 
@@ -150,7 +151,7 @@ class _LogTail:
 
 
 _libc = ctypes.CDLL(None)
-_graveyard: list = []  # endpoints that failed to connect (see UcxTransport.connect)
+_graveyard: list[Any] = []  # endpoints that failed to connect (see UcxTransport.connect)
 _log = _LogTail()
 _selected_seen: list[str] = []
 
@@ -193,7 +194,7 @@ def _loaded_libucp() -> str | None:
     return None
 
 
-def _as_array(buf) -> Array:
+def _as_array(buf: Any) -> Array:
     if hasattr(buf, "__cuda_array_interface__"):  # GPU memory (--gpu-path direct): UCX moves it itself
         return Array(buf)
     if not isinstance(buf, np.ndarray):
@@ -266,7 +267,7 @@ def _mode(poll: str) -> str:
 class _Progress:
     """Waits for requests on one worker, busy-polling or blocking on its epoll fd."""
 
-    def __init__(self, worker, poll_mode: str, timeout_s: float):
+    def __init__(self, worker: Any, poll_mode: str, timeout_s: float) -> None:
         self.worker = worker
         self.busy = poll_mode == "busy"
         self.timeout_s = timeout_s
@@ -275,7 +276,7 @@ class _Progress:
             self._poller = select.poll()
             self._poller.register(worker.epoll_file_descriptor, select.POLLIN)
 
-    def wait(self, req, what: str, timeout_s: float | None = None) -> None:
+    def wait(self, req: Any, what: str, timeout_s: float | None = None) -> None:
         progress = self.worker.progress
         if req.completed:
             return self._done(req, what)
@@ -307,7 +308,7 @@ class _Progress:
         self._done(req, what)
 
     @staticmethod
-    def _done(req, what: str) -> None:
+    def _done(req: Any, what: str) -> None:
         try:
             req.check_error()
         except Exception as exc:
@@ -315,7 +316,8 @@ class _Progress:
 
 
 class UcxChannel:
-    def __init__(self, worker, ep, progress: _Progress, send_tag, recv_tag, info: dict):
+    def __init__(self, worker: Any, ep: Any, progress: _Progress, send_tag: Any, recv_tag: Any,
+                 info: dict[str, Any]) -> None:
         self._worker = worker
         self._ep = ep
         self._p = progress
@@ -325,7 +327,7 @@ class UcxChannel:
         self._info = info
 
     @property
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """The settings in effect; the lanes UCX selected are read afresh (UCX logs them
         as it configures the endpoint, not always before connect returns), and a UCX_TLS
         that UCX could not honour is named in `warnings`."""
@@ -373,7 +375,7 @@ class UcxChannel:
             return _error(_STATUS_MAP.get(detail, TransportError), what, _native.status_string(detail))
         return TransportError(f"UCX {what} failed ({failure} {detail})")
 
-    def _array(self, buf) -> Array:
+    def _array(self, buf: Any) -> Array:
         hit = self._arrays.get(id(buf))
         if hit is not None and hit[0] is buf:
             return hit[1]
@@ -383,7 +385,7 @@ class UcxChannel:
         self._arrays[id(buf)] = (buf, arr)
         return arr
 
-    def send(self, buf) -> None:
+    def send(self, buf: Any) -> None:
         """Post the send and wait for it: with rendezvous (messages above RNDV_THRESH) the
         data only moves while this worker is progressed, so returning early would leave a
         final reply stranded when the sender stops progressing."""
@@ -393,7 +395,7 @@ class UcxChannel:
             raise _translate(exc, "send") from None
         self._p.wait(req, "send")
 
-    def recv_into(self, buf) -> None:
+    def recv_into(self, buf: Any) -> None:
         try:
             req = self._ep.tag_recv(self._array(buf), self._recv_tag)
         except Exception as exc:
@@ -434,7 +436,7 @@ def fallback_note(tls: object, selected: list[str]) -> str | None:
             f"lanes (no such device here?): the measurement is of {', '.join(sorted(used))}")
 
 
-def _base_info(ctx, options: TransportOptions) -> dict:
+def _base_info(ctx: Any, options: TransportOptions) -> dict[str, Any]:
     cfg = ctx.config
     return {
         "transport": "ucx",
@@ -456,9 +458,9 @@ class UcxListener:
         self._ctx = _context(options.settings)
         self._worker = ucx_api.UCXWorker(self._ctx)
         self._progress = _Progress(self._worker, _mode(options.poll), options.timeout_s)
-        self._pending: list = []
+        self._pending: list[Any] = []
 
-        def on_connect(conn_request):
+        def on_connect(conn_request: Any) -> None:
             self._pending.append(self._listener.create_endpoint_from_conn_request(conn_request, True))
 
         try:
@@ -500,13 +502,13 @@ class UcxTransport(TransportBase):
     name = "ucx"
     device_memory = True  # UCX moves CUDA memory itself (cuda_copy, cuda_ipc, GPUDirect RDMA)
 
-    def check_settings(self, settings: dict) -> None:
+    def check_settings(self, settings: dict[str, Any]) -> None:
         _config_dict(settings)
 
-    def check_here(self, settings: dict) -> None:
+    def check_here(self, settings: dict[str, Any]) -> None:
         _context(settings)  # the context this process will use: a missing device fails here
 
-    def check_device_path(self, settings: dict) -> None:
+    def check_device_path(self, settings: dict[str, Any]) -> None:
         tls = str(settings.get("UCX_TLS", ""))
         if tls and "cuda" not in tls and tls != "all":
             raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "

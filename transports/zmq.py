@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import zmq
 
@@ -46,11 +47,12 @@ CLOSE_LINGER_MS = 1000
 KNOWN_SETTINGS = {"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}
 
 
-def _ctx() -> zmq.Context:
-    return zmq.Context.instance()
+def _ctx() -> "zmq.Context[Any]":
+    ctx: zmq.Context[Any] = zmq.Context.instance()
+    return ctx
 
 
-def _check_settings(settings: dict) -> None:
+def _check_settings(settings: dict[str, Any]) -> None:
     unknown = set(settings) - KNOWN_SETTINGS
     if unknown:
         from hopbench.errors import ConfigError
@@ -58,8 +60,8 @@ def _check_settings(settings: dict) -> None:
         raise ConfigError(f"unknown zmq setting(s) {sorted(unknown)} (known: {sorted(KNOWN_SETTINGS)})")
 
 
-def _new_socket(options: TransportOptions) -> zmq.Socket:
-    s = _ctx().socket(zmq.PAIR)
+def _new_socket(options: TransportOptions) -> "zmq.Socket[Any]":
+    s: zmq.Socket[Any] = _ctx().socket(zmq.PAIR)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDTIMEO, int(options.timeout_s * 1000))
     s.setsockopt(zmq.RCVTIMEO, min(SLICE_MS, int(options.timeout_s * 1000)))
@@ -70,7 +72,7 @@ def _new_socket(options: TransportOptions) -> zmq.Socket:
 
 
 class ZmqChannel:
-    def __init__(self, sock: zmq.Socket, options: TransportOptions, endpoint: str):
+    def __init__(self, sock: "zmq.Socket[Any]", options: TransportOptions, endpoint: str):
         self._sock = sock
         self._timeout = options.timeout_s
         self._busy = options.poll == "busy"  # auto = block for ZeroMQ
@@ -95,7 +97,7 @@ class ZmqChannel:
     def alloc(self, nbytes: int) -> bytearray:
         return bytearray(nbytes)
 
-    def send(self, buf) -> None:
+    def send(self, buf: Any) -> None:
         try:
             self._send(buf, copy=len(buf) < self._copy_threshold)
         except zmq.Again:
@@ -103,13 +105,13 @@ class ZmqChannel:
         except zmq.ZMQError as exc:
             raise TransportError(f"zmq send failed: {exc}") from None
 
-    def _got(self, n: int, buf) -> None:
+    def _got(self, n: int, buf: Any) -> None:
         if n != len(buf):
             if n == 0:
                 raise PeerClosed("peer closed the zmq channel")
             raise ProtocolError(f"zmq message of {n} bytes where {len(buf)} were expected")
 
-    def _recv_block(self, buf) -> None:
+    def _recv_block(self, buf: Any) -> None:
         recv = self._recv
         deadline = None
         while True:
@@ -123,7 +125,7 @@ class ZmqChannel:
             except zmq.ZMQError as exc:
                 raise TransportError(f"zmq receive failed: {exc}") from None
 
-    def _recv_busy(self, buf) -> None:
+    def _recv_busy(self, buf: Any) -> None:
         recv = self._recv
         flags = zmq.NOBLOCK
         spins = 0
@@ -143,7 +145,7 @@ class ZmqChannel:
             except zmq.ZMQError as exc:
                 raise TransportError(f"zmq receive failed: {exc}") from None
 
-    def _idle_check(self, deadline) -> None:
+    def _idle_check(self, deadline: float | None) -> None:
         """Called when no message came within a receive slice: past the timeout?"""
         if deadline is not None and time.monotonic() > deadline:
             raise Timeout(f"receive timed out after {self._timeout} s")
@@ -205,7 +207,7 @@ class ZmqTransport(TransportBase):
     name = "zmq"
     known_settings = frozenset(KNOWN_SETTINGS)
 
-    def check_settings(self, settings: dict) -> None:
+    def check_settings(self, settings: dict[str, Any]) -> None:
         _check_settings(settings)
 
     def version(self) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from hopbench.core import control, native
 from hopbench.core import protocol as P
 from hopbench.core.timing import run_cycles
-from hopbench.core.transport import TransportOptions, get_transport
+from hopbench.core.transport import Channel, TransportOptions, get_transport
 from hopbench.errors import (
     HopbenchError,
     PeerError,
@@ -55,12 +55,12 @@ class Session:
     timeout_s: float = TIMEOUT_S
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     poll: str = "auto"
-    transport_settings: dict = field(default_factory=dict)
-    client_env: dict = field(default_factory=dict)
+    transport_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    client_env: dict[str, Any] = field(default_factory=dict)
     secret: str | None = None
     loop: str = "auto"  # the timed loop (hopbench.core.native): auto, native or python
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.control = control.connect(self.host, self.port, timeout_s=self.timeout_s,
                                        connect_timeout_s=self.connect_timeout_s, poll=self.poll)
         try:
@@ -75,7 +75,7 @@ class Session:
             self.control.close()
             raise
 
-    def _check_hello(self, hello: dict) -> None:
+    def _check_hello(self, hello: dict[str, Any]) -> None:
         """What docs/PROTOCOL.md says a server's HELLO must be."""
         where = f"the server at {self.host}:{self.port}"
         try:
@@ -113,8 +113,9 @@ class Session:
         self.server_hello["env"] = reply["env"]
 
     @property
-    def server_env(self) -> dict:
-        return self.server_hello.get("env", {})
+    def server_env(self) -> dict[str, Any]:
+        env: dict[str, Any] = self.server_hello.get("env", {})
+        return env
 
     def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns,
                 gap_s: float = 0.0) -> Measurement:
@@ -193,7 +194,7 @@ class Session:
         return m
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, dict]:
+                 clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, dict[str, Any]]:
         """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
         the data channel's settings. A server's abort is reported with its reason."""
         from hopbench.core import spec as S
@@ -216,16 +217,17 @@ class Session:
             if data is not self.control:
                 data.close()
 
-    def _check_accept(self, accept: dict, plan: P.Plan) -> None:
+    def _check_accept(self, accept: dict[str, Any], plan: P.Plan) -> None:
         try:
             P.validate(accept, "ACCEPT")
             if get_transport(plan.transport).reuses_control != (accept["data_port"] is None):
-                raise ProtocolError("ACCEPT: 'data_port' must be null for tcp and a port for any other transport")
+                raise ProtocolError("ACCEPT: 'data_port' must be null for a transport that runs on the control "
+                                    "connection and a port for any other")
         except ProtocolError as exc:
             raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
 
     @staticmethod
-    def _check_tail(reply, plan: P.Plan) -> None:
+    def _check_tail(reply: Any, plan: P.Plan) -> None:
         """The bytes of a reply after the K ids are zero (docs/PROTOCOL.md); checked on
         the last reply, after the loop, so it costs nothing per cycle."""
         tail = np.frombuffer(memoryview(reply).cast("B"), dtype=np.uint8)[plan.k * plan.id_bytes:]
@@ -233,7 +235,7 @@ class Session:
             raise ProtocolError(f"the server's reply carries non-zero bytes after the {plan.k} ids "
                                 f"(first at offset {plan.k * plan.id_bytes + int(np.argmax(tail != 0))})")
 
-    def _cycles(self, data, plan: P.Plan, reply_host, loop: Callable[[], int]) -> int:
+    def _cycles(self, data: Channel, plan: P.Plan, reply_host: Any, loop: Callable[[], int]) -> int:
         """Run the timed loop; turn a server's abort on the data stream into its reason,
         and abort the plan towards the server when this end stops it (a wrong reply,
         Ctrl-C), so the server logs why and serves on."""
@@ -256,13 +258,13 @@ class Session:
             raise
 
     @staticmethod
-    def _abort(data, plan: P.Plan, reason: str) -> None:
+    def _abort(data: Channel, plan: P.Plan, reason: str) -> None:
         try:
             P.send_abort(data, reason, plan.request_bytes)
         except Exception:  # best effort: the peer may be gone
             pass
 
-    def _gpu_buffers(self, plan: P.Plan, m: Measurement):
+    def _gpu_buffers(self, plan: P.Plan, m: Measurement) -> Any:
         """Device + pinned buffers for a plan whose client end is in CUDA memory."""
         if not plan.uses_gpu:
             return None
@@ -284,17 +286,10 @@ class Session:
         that sends anything after BYE, or does not close, broke the protocol."""
         P.send_msg(self.control, P.BYE)
         self._bye_sent = True
-        sock = self.control.socket  # the control connection is TCP (hopbench.core.control)
-        sock.settimeout(wait_s)
-        try:
-            extra = sock.recv(1)
-        except TimeoutError:
+        extra = control.await_close(self.control, wait_s)
+        if extra is None:
             raise ProtocolError(f"the server at {self.host}:{self.port} did not close the connection within "
-                                f"{wait_s:g} s of BYE") from None
-        except OSError:
-            extra = b""
-        finally:
-            self.control.close()
+                                f"{wait_s:g} s of BYE")
         if extra:
             raise ProtocolError(f"the server at {self.host}:{self.port} sent data after BYE")
 

@@ -1,8 +1,9 @@
 """The control connection (docs/PROTOCOL.md, "Connections"): TCP on the served port, with
 TCP_NODELAY, opened through the transport registry like every channel. It is a TCP
-channel by the protocol's definition, so two TCP-specific parts are used here and only
+channel by the protocol's definition, so its TCP-specific parts are used here and only
 here: shutdown() (the server's handshake watchdog and signal handling wake a blocked
-call with it) and the socket (the path MTU doctor reads)."""
+call with it) and the socket (the path MTU doctor reads; the close a client awaits after
+BYE)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def path_mtu(channel: Any) -> int | None:
         return int(channel.socket.getsockopt(socket.IPPROTO_IP, 14))  # IP_MTU (Linux)
     except OSError:
         return None
+
+
+def await_close(channel: Any, wait_s: float) -> bytes | None:
+    """After BYE: what the peer sent before closing (b"" = it closed cleanly), or None when
+    it did not close within wait_s. The channel is closed either way."""
+    sock = channel.socket
+    sock.settimeout(wait_s)
+    try:
+        return bytes(sock.recv(1))
+    except TimeoutError:
+        return None
+    except OSError:
+        return b""
+    finally:
+        channel.close()

@@ -39,7 +39,7 @@ class GpuUnavailable(TransportUnavailable):
 _cp = None
 
 
-def load():
+def load() -> Any:
     """Import CuPy and check that a CUDA device exists; GpuUnavailable otherwise."""
     global _cp
     if _cp is not None:
@@ -61,7 +61,7 @@ def load():
     return cupy
 
 
-def check_choice(memories: tuple[str, ...], path: str, transport: Any = None, settings: dict | None = None) -> None:
+def check_choice(memories: tuple[str, ...], path: str, transport: Any = None, settings: dict[str, Any] | None = None) -> None:
     """Each end's memory, the path, and whether the transport (a registry Transport, when
     known) can take that path with these settings (it says so: check_device_path)."""
     for memory in memories:
@@ -92,7 +92,7 @@ class Staging:
     `host` is what a staged path hands the transport; `device` is what a direct path
     hands it (UCX reads __cuda_array_interface__). Nothing is allocated per cycle."""
 
-    def __init__(self, nbytes: int, stream=None):
+    def __init__(self, nbytes: int, stream: Any = None):
         cp = load()
         self.nbytes = nbytes
         self.device = cp.zeros(max(nbytes, 1), dtype=cp.uint8)[:nbytes]

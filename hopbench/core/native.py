@@ -83,7 +83,7 @@ def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int,
     raise err
 
 
-def may_share_cpu(mine: dict | None, peer: dict | None) -> bool:
+def may_share_cpu(mine: dict[str, Any] | None, peer: dict[str, Any] | None) -> bool:
     """Whether the peer process may run on one of this process's CPUs: the same host (by
     hostname) and CPU sets that overlap, or anything unknown. A busy-polling loop then yields
     every few empty polls so the peer gets the CPU; otherwise it spins as ucx_perftest does

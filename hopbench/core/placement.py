@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hopbench.errors import ConfigError
 
@@ -40,7 +41,7 @@ def pin(text: str | None) -> None:
                           f"{sorted(os.sched_getaffinity(0))}") from None
 
 
-def affinity() -> dict:
+def affinity() -> dict[str, Any]:
     """The mask of the process and of each of its threads, as the kernel reports them."""
     threads = {}
     for status in Path("/proc/self/task").glob("*/status"):
@@ -62,7 +63,7 @@ class Placement:
     client_cpu: str | None
     poll: str
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "server_cpu": self.server_cpu, "client_cpu": self.client_cpu, "poll": self.poll}
 
 

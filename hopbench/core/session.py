@@ -219,7 +219,8 @@ class ServerSession:
         except BaseException:
             data.close()
             raise
-        return data
+        opened: Channel = data
+        return opened
 
     def _serve(self, path: ServingPath, chan: Channel, plan: P.Plan, ctx: PlanContext) -> None:
         try:

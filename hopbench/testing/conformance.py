@@ -1,5 +1,7 @@
 """The transport conformance suite: what every transport must do (hopbench.core.transport
-is the contract). Each check takes a registered transport's name and raises
+is the contract). Each check of CHECKS takes a `Maker` (trio's check_two_way_stream(maker):
+the transport and a factory of connected channel pairs; `maker_for(name)` builds one from
+the registry, a transport under development may hand its own) and raises
 AssertionError (or the unexpected error) when the transport breaks the contract, or
 `NotApplicable` when a check does not apply to it (a byte stream has no message length
 to mismatch). A transport whose library is absent raises TransportUnavailable with its
@@ -12,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from hopbench.core.transport import TransportOptions, get_transport
@@ -24,9 +27,15 @@ class NotApplicable(Exception):
     """The check does not apply to this transport (the reason is the message)."""
 
 
-def connected(name: str, timeout_s: float = 5.0, settings: dict | None = None, poll: str = "auto") -> tuple[Any, Any]:
-    """A connected (client, server) channel pair of transport `name` on loopback."""
-    t = get_transport(name)
+def connected(name: str, timeout_s: float = 5.0, settings: dict[str, Any] | None = None,
+              poll: str = "auto") -> tuple[Any, Any]:
+    """A connected (client, server) channel pair of the registered transport `name` on loopback."""
+    return connected_with(get_transport(name), timeout_s, settings, poll)
+
+
+def connected_with(t: Any, timeout_s: float = 5.0, settings: dict[str, Any] | None = None,
+                   poll: str = "auto") -> tuple[Any, Any]:
+    """A connected (client, server) channel pair of transport object `t` on loopback."""
     opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=5.0, settings=settings or {}, poll=poll)
     listener = t.listen("127.0.0.1", 0, opts)
     box: dict[str, Any] = {}
@@ -47,6 +56,28 @@ def connected(name: str, timeout_s: float = 5.0, settings: dict | None = None, p
     if "error" in box:
         raise box["error"]
     return client, box["chan"]
+
+
+@dataclass(frozen=True)
+class Maker:
+    """What CHECKS run against: a transport (its declared traits, listen/connect for the
+    address checks) and `pair(timeout_s)`, a connected (client, server) channel pair."""
+
+    transport: Any
+    make_pair: Callable[[float], tuple[Any, Any]]
+
+    @property
+    def name(self) -> str:
+        return str(self.transport.name)
+
+    def pair(self, timeout_s: float = 5.0) -> tuple[Any, Any]:
+        return self.make_pair(timeout_s)
+
+
+def maker_for(name: str) -> Maker:
+    """The Maker of a registered transport: loopback pairs from its own listen/connect."""
+    t = get_transport(name)
+    return Maker(t, lambda timeout_s: connected_with(t, timeout_s))
 
 
 def _serve(chan: Any, plan: list[tuple[int, int]], errors: list) -> None:
@@ -83,8 +114,8 @@ def exchange(pair: tuple[Any, Any], plan: list[tuple[int, int]]) -> None:
     assert not errors, errors
 
 
-def _with_pair(name: str, fn: Callable[[Any, Any], None], timeout_s: float = 5.0) -> None:
-    client, server = connected(name, timeout_s)
+def _with_pair(maker: Maker, fn: Callable[[Any, Any], None], timeout_s: float = 5.0) -> None:
+    client, server = maker.pair(timeout_s)
     try:
         fn(client, server)
     finally:
@@ -92,26 +123,26 @@ def _with_pair(name: str, fn: Callable[[Any, Any], None], timeout_s: float = 5.0
         server.close()
 
 
-def check_byte_exact_sizes(name: str) -> None:
-    _with_pair(name, lambda c, s: exchange((c, s), [(n, n) for n in SIZES]))
+def check_byte_exact_sizes(maker: Maker) -> None:
+    _with_pair(maker, lambda c, s: exchange((c, s), [(n, n) for n in SIZES]))
 
 
-def check_asymmetric_replies(name: str) -> None:
-    _with_pair(name, lambda c, s: exchange((c, s), [(184320, 8)] * 20 + [(8, 1 << 20), (61440, 8), (4 << 20, 16)]))
+def check_asymmetric_replies(maker: Maker) -> None:
+    _with_pair(maker, lambda c, s: exchange((c, s), [(184320, 8)] * 20 + [(8, 1 << 20), (61440, 8), (4 << 20, 16)]))
 
 
-def check_info_and_alloc(name: str) -> None:
+def check_info_and_alloc(maker: Maker) -> None:
     def run(client: Any, server: Any) -> None:
-        assert isinstance(client.info, dict) and client.info.get("transport") == name
-        if name == "tcp":
+        assert isinstance(client.info, dict) and client.info.get("transport") == maker.name
+        if "tcp_nodelay" in client.info:  # a channel that reports Nagle's switch has it off, both ends
             assert client.info["tcp_nodelay"] is True and server.info["tcp_nodelay"] is True
         buf = client.alloc(100)
         assert len(memoryview(buf).cast("B")) == 100 and not memoryview(buf).readonly
 
-    _with_pair(name, run)
+    _with_pair(maker, run)
 
 
-def check_peer_close_is_peer_closed(name: str) -> None:
+def check_peer_close_is_peer_closed(maker: Maker) -> None:
     def run(client: Any, server: Any) -> None:
         exchange((client, server), [(64, 8)])
         server.close()
@@ -121,19 +152,19 @@ def check_peer_close_is_peer_closed(name: str) -> None:
             return
         raise AssertionError("a receive after the peer closed did not raise PeerClosed")
 
-    _with_pair(name, run)
+    _with_pair(maker, run)
 
 
-def check_close_is_idempotent(name: str) -> None:
-    client, server = connected(name)
+def check_close_is_idempotent(maker: Maker) -> None:
+    client, server = maker.pair()
     client.close()
     client.close()  # never raises
     server.close()
     server.close()
 
 
-def check_send_after_close_raises(name: str) -> None:
-    client, server = connected(name)
+def check_send_after_close_raises(maker: Maker) -> None:
+    client, server = maker.pair()
     client.close()
     try:
         client.send(bytearray(8))
@@ -144,9 +175,9 @@ def check_send_after_close_raises(name: str) -> None:
     raise AssertionError("send on a closed channel did not raise a HopbenchError")
 
 
-def check_length_mismatch_is_protocol_error(name: str) -> None:
-    if not getattr(get_transport(name), "message_framed", True):
-        raise NotApplicable(f"{name} is a byte stream: a message has no length of its own")
+def check_length_mismatch_is_protocol_error(maker: Maker) -> None:
+    if not getattr(maker.transport, "message_framed", True):
+        raise NotApplicable(f"{maker.name} is a byte stream: a message has no length of its own")
 
     def run(client: Any, server: Any) -> None:
         server.send(bytearray(16))
@@ -156,10 +187,10 @@ def check_length_mismatch_is_protocol_error(name: str) -> None:
             return
         raise AssertionError("a 16-byte message received into 8 bytes did not raise ProtocolError")
 
-    _with_pair(name, run)
+    _with_pair(maker, run)
 
 
-def check_receive_timeout(name: str) -> None:
+def check_receive_timeout(maker: Maker) -> None:
     def run(client: Any, server: Any) -> None:
         t0 = time.monotonic()
         try:
@@ -169,12 +200,12 @@ def check_receive_timeout(name: str) -> None:
             return
         raise AssertionError("a receive nothing answers did not time out")
 
-    _with_pair(name, run, timeout_s=0.3)
+    _with_pair(maker, run, timeout_s=0.3)
 
 
-def check_send_timeout(name: str) -> None:
-    if not getattr(get_transport(name), "bounded_send", True):
-        raise NotApplicable(f"{name} queues every send without bound (in memory)")
+def check_send_timeout(maker: Maker) -> None:
+    if not getattr(maker.transport, "bounded_send", True):
+        raise NotApplicable(f"{maker.name} queues every send without bound (in memory)")
 
     def run(client: Any, server: Any) -> None:
         # The server never reads. Large messages fill socket buffers (tcp) or wait for the
@@ -194,11 +225,11 @@ def check_send_timeout(name: str) -> None:
             return
         raise AssertionError("64 MiB + 5000 messages nobody reads did not time out")
 
-    _with_pair(name, run, timeout_s=0.5)
+    _with_pair(maker, run, timeout_s=0.5)
 
 
-def check_dead_port_is_connect_failed(name: str) -> None:
-    t = get_transport(name)
+def check_dead_port_is_connect_failed(maker: Maker) -> None:
+    t = maker.transport
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -210,8 +241,8 @@ def check_dead_port_is_connect_failed(name: str) -> None:
     raise AssertionError("connecting to a dead port did not raise ConnectFailed")
 
 
-def check_port_in_use_is_connect_failed(name: str) -> None:
-    t = get_transport(name)
+def check_port_in_use_is_connect_failed(maker: Maker) -> None:
+    t = maker.transport
     first = t.listen("127.0.0.1", 0, TransportOptions())
     try:
         t.listen("127.0.0.1", first.address[1], TransportOptions())
@@ -223,17 +254,17 @@ def check_port_in_use_is_connect_failed(name: str) -> None:
     raise AssertionError("listening on a port in use did not raise ConnectFailed")
 
 
-def check_unknown_setting_is_refused(name: str) -> None:
+def check_unknown_setting_is_refused(maker: Maker) -> None:
     from hopbench.errors import ConfigError
 
     try:
-        get_transport(name).check_settings({"NO_SUCH_SETTING_X": "1"})
+        maker.transport.check_settings({"NO_SUCH_SETTING_X": "1"})
     except ConfigError:
         return
     raise AssertionError("an unknown setting was accepted")
 
 
-CHECKS: list[Callable[[str], None]] = [
+CHECKS: list[Callable[[Maker], None]] = [
     check_byte_exact_sizes, check_asymmetric_replies, check_info_and_alloc, check_peer_close_is_peer_closed,
     check_close_is_idempotent, check_send_after_close_raises, check_length_mismatch_is_protocol_error,
     check_receive_timeout, check_send_timeout, check_dead_port_is_connect_failed,
