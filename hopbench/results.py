@@ -8,11 +8,13 @@ import io
 import os
 import tempfile
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 from hopbench.errors import HopbenchError
+from hopbench.version import __version__
 
 SCHEMA = "hopbench.run"
 # Schema history (report.json `schema_version`; sweep.json has its own, same numbers):
@@ -224,6 +226,61 @@ SWEEP_RECORD = {**_COMMON, "kind": Field(str), "fallback": Field(str),
                 "shape": Field(dict, fields={"bytes_per_token": Field(int)}),
                 "config": Field(dict, fields={"operating_tokens": Field(int), "path": Field(str)}),
                 "rungs": Field(dict), "failed_cells": Field(list), "preflight": Field(dict)}
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The header of a run's report.json (RUN_RECORD, docs/RESULTS.md), written once the
+    server has accepted the plan list; the run's writer adds payloads, summary and status.
+    `extra`: what a caller records beside it (doctor's pre-flight, a sweep cell's identity)."""
+
+    peer: str
+    config: dict[str, Any]
+    client_env: dict[str, Any]
+    server_env: dict[str, Any]
+    server_software: str | None = None
+    server_caps: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    created_utc: str = field(default_factory=lambda: utc_iso())
+    result_id: str = field(default_factory=lambda: new_result_id())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
+                "created_utc": self.created_utc, "result_id": self.result_id, "peer": self.peer,
+                "config": self.config, "client_env": self.client_env, "server_env": self.server_env,
+                "server_software": self.server_software, "server_caps": self.server_caps, **self.extra}
+
+
+@dataclass(frozen=True)
+class ShapeRecord:
+    """The hop's shape as a sweep or matrix records it (what its analysis reads back)."""
+
+    bytes_per_token: int
+    k: int
+    id_bytes: int
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """sweep.json's record when a sweep or a matrix starts (SWEEP_RECORD); its writer then
+    keeps status, rungs and failed_cells current. `kind`: "sweep" or "matrix" (a matrix's
+    cells are a sweep's, so both are read by one reader). `extra`: what only that kind
+    records (a sweep's fingerprint and placements, a matrix's nodes and pair config)."""
+
+    kind: str
+    seed: int
+    config: dict[str, Any]
+    shape: ShapeRecord
+    preflight: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    created_utc: str = field(default_factory=lambda: utc_iso())
+    result_id: str = field(default_factory=lambda: new_result_id())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SWEEP_SCHEMA, "schema_version": SCHEMA_VERSION, "kind": self.kind, "status": "running",
+                "created_utc": self.created_utc, "result_id": self.result_id, "seed": self.seed,
+                "config": self.config, "shape": vars(self.shape).copy(), "rungs": {}, "failed_cells": [],
+                "preflight": self.preflight, **self.extra}
 
 
 class FolderLock:

@@ -139,3 +139,23 @@ def test_transports_import_only_what_the_allow_list_names():
     assert ("transports.tcp", "hopbench.core.transport") in imported  # the graph sees the imports
     found = {(m, i) for m, i in imported if i not in allowed and not i.startswith("hopbench.transports")}
     assert not found, sorted(found)
+
+
+def test_result_headers_are_typed_records():
+    """A run's and a sweep's (or matrix's) header are built by results.RunReport /
+    SweepReport, which the readers' schema checks accept; no writer spells the header as a
+    dict literal of its own."""
+    from hopbench import results as R
+
+    run = R.RunReport(peer="h:1", config={"rung": "r"}, client_env={}, server_env={}, extra={"doctor": {}}).to_dict()
+    R.check_record({**run, "payloads": []}, R.RUN_RECORD, "run")
+    assert run["schema"] == R.SCHEMA and run["doctor"] == {} and len(run["result_id"]) == 32
+    for kind in ("sweep", "matrix"):
+        top = R.SweepReport(kind=kind, seed=1, config={"operating_tokens": 3}, shape=R.ShapeRecord(61440, 2, 4),
+                            preflight={}).to_dict()
+        R.check_record(top, R.SWEEP_RECORD, kind)
+        assert top["kind"] == kind and top["shape"]["bytes_per_token"] == 61440
+    literal = re.compile(r"""["']schema["']\s*:\s*R\.(SCHEMA|SWEEP_SCHEMA)""")
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "hopbench" / "orchestration").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert not found, found

@@ -210,13 +210,13 @@ def _run_matrix(agents: Agents, cfg: MatrixConfig, folder: Path, log: Callable[[
     else:
         if any(p.name != ".lock" for p in folder.iterdir()):
             raise ConfigError(f"{folder} is not empty and holds no matrix; refusing to write into it")
-        top = {"schema": R.SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "kind": "matrix", "status": "running",
-               "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "seed": cfg.seed,
-               "config": {"name": "matrix", "profile": "matrix", "path": None, "operating_tokens": cfg.operating_tokens,
-                          "repeats": cfg.repeats, "transports": list(cfg.transports), "command": cfg.command},
-               "shape": {"bytes_per_token": cfg.bytes_per_token, "k": cfg.k, "id_bytes": cfg.id_bytes},
-               "rungs": {}, "failed_cells": [], "preflight": {"local": {}, "rungs": {}},
-               "matrix": {"config": _cfg_dict(cfg), "nodes": {}, "left": {}}}
+        # the config keys a sweep's readers use (the rest of a matrix's is under matrix.config)
+        top = R.SweepReport(
+            kind="matrix", seed=cfg.seed,
+            config={"name": "matrix", "profile": "matrix", "path": None, "operating_tokens": cfg.operating_tokens,
+                    "repeats": cfg.repeats, "transports": list(cfg.transports), "command": cfg.command},
+            shape=R.ShapeRecord(cfg.bytes_per_token, cfg.k, cfg.id_bytes), preflight={"local": {}, "rungs": {}},
+            extra={"matrix": {"config": _cfg_dict(cfg), "nodes": {}, "left": {}}}).to_dict()
     lock = threading.Lock()
 
     def save(status: str) -> None:

@@ -17,7 +17,6 @@ from hopbench.core.client import Measurement, Session
 from hopbench.core.stats import summarize
 from hopbench.errors import HopbenchError, Refused
 from hopbench.records import Payload, RunConfig
-from hopbench.version import __version__
 
 
 @contextlib.contextmanager
@@ -174,13 +173,9 @@ def run_session(
     except BaseException:
         session.close()
         raise
-    header = {
-        "schema": R.SCHEMA, "schema_version": R.SCHEMA_VERSION, "software": f"hopbench {__version__}",
-        "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}", "config": cfg.to_dict(),
-        "client_env": client_env, "server_env": session.server_env,
-        "server_software": session.server_hello.get("software"), "server_caps": session.server_hello.get("caps"),
-        **(extra or {}),
-    }
+    header = R.RunReport(peer=f"{host}:{port}", config=cfg.to_dict(), client_env=client_env,
+                         server_env=session.server_env, server_software=session.server_hello.get("software"),
+                         server_caps=session.server_hello.get("caps"), extra=extra or {}).to_dict()
     writer = RunWriter(folder, header)
     status, error = "complete", None
     try:

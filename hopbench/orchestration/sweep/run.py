@@ -179,14 +179,10 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     places = {n: _placement(n) for n in resolved}
     cells = plan_cells(cfg, rungs, shape, seed, resolved)
     by_rung = {r.name: r for r in rungs}
-    report: dict[str, Any] = {
-        "schema": R.SWEEP_SCHEMA, "schema_version": R.SCHEMA_VERSION, "status": "running", "created_utc": R.utc_iso(),
-        "result_id": R.new_result_id(),
-        "fingerprint": _fingerprint(cfg), "seed": seed, "config": asdict(cfg), "fallback": fallback,
-        "shape": {"bytes_per_token": shape.bytes_per_token, "k": cfg.k, "id_bytes": id_bytes},
-        "rungs": {}, "cells_total": len(cells), "failed_cells": [], "preflight": preflight,
-        "placements_resolved": resolved, "placement_calibration": calibration,
-    }
+    report: dict[str, Any] = R.SweepReport(
+        kind="sweep", seed=seed, config=asdict(cfg), shape=R.ShapeRecord(shape.bytes_per_token, cfg.k, id_bytes),
+        preflight=preflight, extra={"fingerprint": _fingerprint(cfg), "fallback": fallback, "cells_total": len(cells),
+                                    "placements_resolved": resolved, "placement_calibration": calibration}).to_dict()
 
     def save(status: str) -> None:
         report["status"] = status
