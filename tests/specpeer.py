@@ -1,4 +1,4 @@
-"""A client and a server written only from docs/PROTOCOL.md (version 2), importing nothing
+"""A client and a server written only from docs/PROTOCOL.md (version 3), importing nothing
 from hopbench. CI runs them against the real `hopbench serve` and `hopbench run`
 (tests/test_protocol_contract.py), error cases included. Stdlib only, tcp transport."""
 
@@ -12,9 +12,9 @@ import socket
 import struct
 import threading
 
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("<4sHHII")
-HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH = 1, 2, 3, 4, 5, 6, 7
+HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH, DONE, ENV = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 
 def mac(secret: str, *parts: str) -> str:
@@ -22,13 +22,34 @@ def mac(secret: str, *parts: str) -> str:
 
 
 class Wire:
+    """Frames; after authentication each is followed by its 32-byte tag (Session binding)."""
+
+    role = b"c"
+
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self.key: bytes | None = None
+        self.sent = self.received = 0
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def bind(self, secret: str, challenge: str, nonce: str) -> None:
+        self.key = hmac.new(secret.encode(), f"session|{challenge}|{nonce}".encode(), hashlib.sha256).digest()
+
+    def tag(self, direction: bytes, counter: int, frame: bytes) -> bytes:
+        assert self.key is not None
+        return hmac.new(self.key, direction + struct.pack("<Q", counter) + frame, hashlib.sha256).digest()
+
+    def proof(self, role: str, plan_no: int) -> bytes:
+        assert self.key is not None
+        return hmac.new(self.key, f"data|{role}|{plan_no}".encode(), hashlib.sha256).digest()
 
     def send_frame(self, t: int, obj=None, raw: bytes | None = None, version: int = VERSION) -> None:
         body = raw if raw is not None else (json.dumps(obj).encode() if obj is not None else b"")
-        self.sock.sendall(HEADER.pack(b"HOPB", version, t, len(body), 0) + body)
+        frame = HEADER.pack(b"HOPB", version, t, len(body), 0) + body
+        if self.key is not None:
+            frame += self.tag(self.role, self.sent, frame)
+            self.sent += 1
+        self.sock.sendall(frame)
 
     def recv_exact(self, n: int) -> bytes:
         buf = b""
@@ -40,9 +61,15 @@ class Wire:
         return buf
 
     def recv_frame(self) -> tuple[int, dict]:
-        magic, ver, t, n, _ = HEADER.unpack(self.recv_exact(16))
+        header = self.recv_exact(16)
+        magic, ver, t, n, _ = HEADER.unpack(header)
         assert magic == b"HOPB" and ver == VERSION, (magic, ver)
-        return t, (json.loads(self.recv_exact(n)) if n else {})
+        body = self.recv_exact(n) if n else b""
+        if self.key is not None:
+            want = self.tag(b"s" if self.role == b"c" else b"c", self.received, header + body)
+            self.received += 1
+            assert hmac.compare_digest(self.recv_exact(32), want), "a frame failed the session's tag"
+        return t, (json.loads(body) if n else {})
 
     def closed(self, timeout: float = 5.0) -> bool:
         """True when the peer closes (EOF or reset) without sending more."""
@@ -85,15 +112,23 @@ class SpecClient(Wire):
         if secret is not None:
             assert ch, "a client holding a secret refuses a server that does not authenticate"
             nonce = os.urandom(16).hex()
-            self.send_frame(AUTH, {"nonce": nonce, "mac": mac(secret, "client", ch, nonce), "env": {}})
+            self.send_frame(AUTH, {"nonce": nonce, "mac": mac(secret, "client", ch, nonce)})
             t, auth = self.recv_frame()
             assert t == AUTH and hmac.compare_digest(auth["mac"], mac(secret, "server", nonce, ch))
+            self.bind(secret, ch, nonce)
+            self.send_frame(ENV, {"env": {}})
         return server_hello
 
     def plan(self, request_bytes=184320, reply_bytes=8, k=2, id_bytes=4, cycles=20, warmup=3) -> tuple[int, dict]:
         self.send_frame(PLAN, {"transport": "tcp", "request_bytes": request_bytes, "reply_bytes": reply_bytes,
                                "k": k, "id_bytes": id_bytes, "cycles": cycles, "warmup": warmup})
         return self.recv_frame()
+
+    def done(self) -> int:
+        """DONE after a plan's last reply: the cycles the server served."""
+        t, obj = self.recv_frame()
+        assert t == DONE, (t, obj)
+        return obj["cycles"]
 
     def cycles(self, request_bytes: int, reply_bytes: int, k: int, id_bytes: int, total: int) -> None:
         req = bytearray(request_bytes)
@@ -108,6 +143,7 @@ class SpecClient(Wire):
 
 
 class SpecServer(Wire):
+    role = b"s"
     """One session at a time in a thread. `mode`: "normal"; "impostor" (never offers
     authentication, measures anyway); "abort" (aborts the plan after 5 round trips);
     "tail" (non-zero bytes after the ids); "linger" (stays open after BYE)."""
@@ -153,6 +189,10 @@ class SpecServer(Wire):
                 self.send_frame(REFUSE, {"reason": "authentication failed: wrong or missing secret"})
                 return
             self.send_frame(AUTH, {"mac": mac(self.secret, "server", auth["nonce"], ch), "env": {"hostname": "spec"}})
+            self.bind(self.secret, ch, auth["nonce"])
+            t, env = self.recv_frame()
+            self.seen.append((t, env))
+            assert t == ENV
         while True:
             t, obj = self.recv_frame()
             self.seen.append((t, obj))
@@ -164,7 +204,8 @@ class SpecServer(Wire):
             self.send_frame(ACCEPT, {"data_port": None, "transport_info": {}})
             k, w, n = obj["k"], obj["id_bytes"], obj["reply_bytes"]
             code = {2: "H", 4: "I", 8: "Q"}[w]
-            for seq in range(1 + obj["warmup"] + obj["cycles"]):
+            total = 1 + obj["warmup"] + obj["cycles"]
+            for seq in range(total):
                 req = self.recv_exact(obj["request_bytes"])
                 if req[:4] == b"HOPB":
                     self.seen.append((ERROR, {"reason": self.read_abort(req, obj["request_bytes"])}))
@@ -177,6 +218,8 @@ class SpecServer(Wire):
                 if self.mode == "tail" and n > k * w:
                     reply[-1] = 0x5A
                 self.sock.sendall(reply)
+            else:
+                self.send_frame(DONE, {"cycles": total})
 
     def close(self) -> None:
         self.listener.close()

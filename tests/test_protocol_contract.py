@@ -29,6 +29,7 @@ def test_spec_client_against_the_real_server(server_factory):
         t, accept = c.plan()
         assert t == P.ACCEPT and accept["data_port"] is None
         c.cycles(184320, 8, 2, 4, 1 + 3 + 20)
+        assert c.done() == 1 + 3 + 20  # DONE: the server served every cycle
         c.send_frame(P.BYE)
         assert c.closed(), "the server closes after BYE"
 
@@ -43,6 +44,8 @@ def test_real_client_against_the_spec_server():
         spec.close()
         hello = spec.seen[0][1]
         assert ("env" in hello) == (secret is None)  # a secret holder sends only a minimal HELLO
+        if secret:  # nothing about the client before the server's proof: AUTH has no env, ENV follows it
+            assert [t for t, _ in spec.seen[:3]] == [P.HELLO, P.AUTH, P.ENV] and set(spec.seen[1][1]) == {"nonce", "mac"}
 
 
 def test_an_impostor_server_is_refused_before_anything_crosses():
@@ -265,3 +268,168 @@ def test_barrage_of_malformed_frames_against_a_real_server():
                        capture_output=True, text=True, timeout=300, cwd=root)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "tracebacks in the server's stderr: 0" in r.stdout
+
+
+class Relay:
+    """A man in the middle without the secret: passes bytes both ways until the client's
+    ENV has gone through, then cuts the server off and answers as `mode` says:
+    "control" answers the PLAN itself (ACCEPT, then the tcp cycles); "cycles" passes the
+    control frames on but answers the tcp cycles itself."""
+
+    def __init__(self, upstream: tuple[str, int], mode: str):
+        import threading
+
+        self.upstream, self.mode = upstream, mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _frame(self, sock) -> bytes:
+        head = _exact(sock, 16)
+        _, _, t, n, _ = P.HEADER.unpack(head)
+        return head + _exact(sock, n + P.TAG_BYTES)  # past AUTH every frame carries its tag
+
+    def _run(self) -> None:
+        import struct
+
+        client, _ = self.listener.accept()
+        server = socket.create_connection(self.upstream)
+        try:
+            for src, dst in ((client, server), (server, client), (client, server), (server, client)):
+                head = _exact(src, 16)  # HELLO, HELLO, AUTH, AUTH (untagged), relayed
+                dst.sendall(head + _exact(src, P.HEADER.unpack(head)[3]))
+            server.sendall(self._frame(client))  # ENV, relayed
+            plan_frame = self._frame(client)
+            plan = json.loads(plan_frame[16:-P.TAG_BYTES])
+            if self.mode == "control":  # answers the plan itself, with no valid tag
+                body = json.dumps({"data_port": None, "transport_info": {}}).encode()
+                client.sendall(P.pack_header(P.ACCEPT, len(body)) + body + bytes(P.TAG_BYTES))
+            else:
+                server.sendall(plan_frame)
+                client.sendall(self._frame(server))  # the real, tagged ACCEPT
+            k = plan["k"]
+            for _ in range(1 + plan["warmup"] + plan["cycles"]):  # the cycles, answered here
+                req = _exact(client, plan["request_bytes"])
+                reply = bytearray(plan["reply_bytes"])
+                struct.pack_into(f"<{k}I", reply, 0, *((struct.unpack_from("<Q", req)[0] * k + i) for i in range(k)))
+                client.sendall(reply)
+            _exact(client, 1)
+        except (OSError, EOFError):
+            pass
+        finally:
+            client.close()
+            server.close()
+
+
+def _exact(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+@pytest.mark.parametrize("mode,match", [("control", "ACCEPT failed the session's tag"),
+                                        ("cycles", "did not confirm the plan .* [(]a relay between the ends[)]")])
+def test_a_relay_without_the_secret_is_refused(server_factory, mode, match):
+    """Issue 30: a relay that passes HELLO/AUTH through to the real server cannot then answer
+    for it: its ACCEPT fails the session's tag, or (answering only the cycles) the server's
+    tagged DONE never comes; either way one line, and no complete measurement."""
+    srv = server_factory(secret=SECRET)
+    relay = Relay((srv.host, srv.port), mode)
+    s = Session("127.0.0.1", relay.port, secret=SECRET, timeout_s=2.0)
+    try:
+        with pytest.raises(ProtocolError, match=match) as info:
+            s.measure(small_plan(cycles=10))
+        assert "\n" not in str(info.value)
+    finally:
+        s.close()
+    relay.listener.close()
+
+
+def test_the_document_and_the_code_agree_on_errors(server):
+    """What the document says is an ERROR is one: a HELLO whose env is no object, a protocol
+    number that is no JSON integer in range, duplicate keys, nesting beyond 32, out-of-range
+    plan values; a well-formed HELLO of another version is a REFUSE; the absent spec is not
+    sent; the test-only transport is refused by a real server."""
+    def answer(hello, plan=None):
+        c = SpecClient(server.host, server.port)
+        if isinstance(hello, bytes):
+            c.send_frame(P.HELLO, raw=hello)
+        else:
+            c.send_frame(P.HELLO, hello)
+        t, obj = c.recv_frame()
+        if plan is not None and t == P.HELLO:
+            c.send_frame(P.PLAN, plan)
+            t, obj = c.recv_frame()
+        return t, obj.get("reason", "")
+
+    base = {"protocol": P.VERSION, "role": "client", "software": "x"}
+    assert answer({**base, "env": []})[0] == P.ERROR
+    assert answer({**base, "protocol": -1})[0] == P.ERROR
+    assert answer({**base, "protocol": 99})[0] == P.REFUSE
+    assert answer(b'{"protocol": 3, "protocol": 3, "role": "client", "software": "x"}') == \
+        (P.ERROR, "control body is not valid JSON (duplicate key 'protocol')")
+    deep = b'{"protocol": 3, "role": "client", "software": "x", "env": ' + b'{"a": ' * 40 + b"1" + b"}" * 41
+    assert answer(deep) == (P.ERROR, "control body nests deeper than 32 levels")
+    plan = {"transport": "tcp", "request_bytes": 64, "reply_bytes": 8, "k": 2, "id_bytes": 3, "cycles": 5, "warmup": 0}
+    assert answer(base, plan) == (P.ERROR, "PLAN: id_bytes must be one of [2, 4, 8]")
+    assert answer(base, {**plan, "id_bytes": 4, "k": 0}) == (P.ERROR, "PLAN: k must be between 1 and 64")
+    assert answer(base, {**plan, "id_bytes": 4, "request_bytes": 1 << 40})[0] == P.REFUSE  # over a cap
+    assert "spec" not in small_plan().to_wire()
+
+
+def test_a_slow_but_steady_sender_is_not_dropped(server_factory):
+    """Issue 30: the idle timeout is on progress, not on the whole request. A client that
+    trickles a 2 MiB request over ~2.5 s (far slower than the 1 s timeout allows for the
+    whole message, each chunk well within it: a slow link, emulated) is served; one that
+    goes silent is dropped after the timeout."""
+    import time
+
+    srv = server_factory(idle_timeout_s=1.0)
+    c = SpecClient(srv.host, srv.port)
+    c.handshake()
+    n = 2 << 20
+    t, _ = c.plan(request_bytes=n, reply_bytes=8, cycles=1, warmup=0)
+    assert t == P.ACCEPT
+    req = bytearray(n)
+    t0 = time.monotonic()
+    for seq in range(2):
+        P.SEQ.pack_into(req, 0, seq)
+        for i in range(0, n, n // 25):  # 25 chunks, 0.1 s apart: the pace of a ~6 Mbit/s link
+            c.sock.sendall(req[i:i + n // 25])
+            time.sleep(0.05)
+        assert len(c.recv_exact(8)) == 8
+    assert time.monotonic() - t0 > 2.0  # each request took longer than the timeout
+    assert c.done() == 2
+    c.send_frame(P.BYE)
+    assert c.closed()
+    c = SpecClient(srv.host, srv.port)  # silent mid-request: dropped
+    c.handshake()
+    c.plan(request_bytes=n, reply_bytes=8, cycles=1, warmup=0)
+    c.sock.sendall(req[:1000])
+    t0 = time.monotonic()
+    assert c.closed(timeout=10)
+    assert time.monotonic() - t0 >= 0.9  # dropped for its silence, after the timeout
+
+
+def test_a_real_server_refuses_the_test_only_transport():
+    import subprocess
+    import sys
+
+    from hopbench.orchestration.serverproc import ready_port
+
+    proc = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--once"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        c = SpecClient("127.0.0.1", ready_port(proc))
+        c.handshake()
+        c.send_frame(P.PLAN, {"transport": "fake", "request_bytes": 64, "reply_bytes": 8, "k": 2, "id_bytes": 4,
+                              "cycles": 5, "warmup": 0})
+        t, obj = c.recv_frame()
+        assert t == P.REFUSE and "server cannot serve transport 'fake'" in obj["reason"]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -41,6 +41,7 @@ static int tcp_send(hb_ctx *c, void *self, const uint8_t *p, size_t n, int64_t *
         ssize_t r = send(e->fd, p + sent, n - sent, MSG_NOSIGNAL);
         if (r >= 0) {
             sent += (size_t)r;
+            w.deadline = 0; /* progress: the timeout counts from the last byte that moved */
             continue;
         }
         int t = again(c, e, &w, detail);
@@ -58,8 +59,9 @@ static int tcp_recv(hb_ctx *c, void *self, uint8_t *p, size_t n, int64_t *detail
         ssize_t r = recv(e->fd, p + got, n - got, e->busy ? 0 : MSG_WAITALL);
         if (r > 0) {
             got += (size_t)r;
+            w.deadline = 0; /* a slow but moving message is not stuck */
             if (got < n)
-                hb_moved(c); /* a slow but moving message is not stuck */
+                hb_moved(c);
             continue;
         }
         if (r == 0) {

@@ -27,6 +27,7 @@ import array
 import errno
 import os
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -44,6 +45,10 @@ except ImportError as _exc:  # not built here (no compiler at install): the Pyth
     NATIVE_UNAVAILABLE = f"the TCP transport's C part is not built here ({_exc})"
 
 _WAITALL = socket.MSG_WAITALL
+# struct tcp_info (linux/tcp.h): tcpi_bytes_acked and tcpi_bytes_received, u64 each, at byte 120
+_TCPI_BYTES = struct.Struct("<QQ")
+_TCPI_BYTES_ACKED = 120
+_TCPI_BYTES_END = _TCPI_BYTES_ACKED + _TCPI_BYTES.size
 
 
 def _family(host: str) -> int:
@@ -129,6 +134,7 @@ class TcpChannel:
         while sent < n:
             try:
                 sent += self._sock.send(view[sent:])
+                deadline = None  # progress: the timeout counts from the last byte that moved
             except BlockingIOError:
                 now = time.monotonic()
                 if deadline is None:
@@ -237,9 +243,24 @@ class TcpChannel:
         exc = OSError(detail, os.strerror(detail))  # OSError(errno, ...) is the errno's subclass (BrokenPipeError, ...)
         return self._send_error(exc) if what == "send" else self._recv_error(exc)
 
+    def _bytes_moved(self) -> int:
+        """The kernel's count of bytes this socket received plus bytes the peer acknowledged
+        (TCP_INFO tcpi_bytes_received + tcpi_bytes_acked, Linux >= 4.1): a blocked call whose
+        message is still moving, however slowly, is not stuck."""
+        try:
+            info = self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        except OSError:
+            return 0
+        if len(info) < _TCPI_BYTES_END:
+            return 0
+        acked, received = _TCPI_BYTES.unpack_from(info, _TCPI_BYTES_ACKED)
+        return int(acked) + int(received)
+
     def _watch(self, now: float) -> None:
-        """Called by the watchdog: expire a blocking call that made no progress."""
-        ops = self._ops + self._native_ops[0]
+        """Called by the watchdog: expire a blocking call that made no progress (no call
+        completed and no byte moved on the socket) for the timeout: a silent peer, not a
+        slow one (docs/PROTOCOL.md, "Timeouts and limits")."""
+        ops = self._ops + self._native_ops[0] + self._bytes_moved()
         if not self._in_op or ops != self._seen_ops:
             self._seen_ops, self._since = ops, now
         elif now - self._since >= self._timeout:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import os
 import time
 import zlib
@@ -21,6 +22,7 @@ from hopbench.errors import (
     PeerError,
     ProtocolError,
     Refused,
+    Timeout,
     VerifyError,
 )
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
@@ -61,6 +63,8 @@ class Session:
     loop: str = "auto"  # the timed loop (hopbench.core.native): auto, native or python
 
     def __post_init__(self) -> None:
+        self.bind: P.Binding | None = None  # the session bound to its authentication (with a secret)
+        self.plans = 0  # plans accepted so far (a plan's number is in its data channel's proof)
         self.control = control.connect(self.host, self.port, timeout_s=self.timeout_s,
                                        connect_timeout_s=self.connect_timeout_s, poll=self.poll)
         try:
@@ -100,9 +104,8 @@ class Session:
             return
         if not self.secret:
             raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
-        nonce = os.urandom(16).hex()
-        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce),
-                                          "env": self.client_env})
+        nonce = os.urandom(16).hex()  # nothing about this client crosses before the server's proof
+        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce)})
         _, reply = P.recv_msg(self.control, P.AUTH)
         if not P.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
             raise Refused("the server failed to prove it knows the secret")
@@ -111,6 +114,8 @@ class Session:
         except ProtocolError as exc:
             raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
         self.server_hello["env"] = reply["env"]
+        self.bind = P.Binding(P.session_key(self.secret, challenge, nonce), "client")
+        P.send_msg(self.control, P.ENV, {"env": self.client_env}, self.bind)
 
     @property
     def server_env(self) -> dict[str, Any]:
@@ -132,17 +137,7 @@ class Session:
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
             gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
-            transport = get_transport(plan.transport)
-            P.send_msg(self.control, P.PLAN, plan.to_wire())
-            _, accept = P.recv_msg(self.control, P.ACCEPT)
-            self._check_accept(accept, plan)
-            m.server_info = accept["transport_info"]
-            if transport.reuses_control:  # tcp: the cycles run on the control connection
-                data = self.control
-            else:
-                opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
-                                        poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
-                data = transport.connect(self.host, int(accept["data_port"]), opts)
+            data, m.server_info = self._data_channel(plan)
             m.data_info = dict(data.info)  # refreshed after the cycles (below): UCX's lanes are known by then
             codec = P.ReplyCodec(plan.k, plan.id_bytes)
             if gpu_bufs is None:
@@ -178,6 +173,7 @@ class Session:
                 m.stages["server_h2d_ns"], m.stages["server_d2h_ns"] = server[:, 0], server[:, 1]
                 if "transfer_ns" in m.stages:
                     m.stages["wire_ns"] = m.stages["transfer_ns"] - server[:, 0] - server[:, 1]
+            self._confirmed(plan)
         except BaseException as exc:
             m.completed = getattr(exc, "completed_cycles", 0)
             m.error = str(exc) or exc.__class__.__name__
@@ -199,23 +195,61 @@ class Session:
         the data channel's settings. A server's abort is reported with its reason."""
         from hopbench.core import spec as S
 
-        transport = get_transport(plan.transport)
-        P.send_msg(self.control, P.PLAN, plan.to_wire())
-        _, accept = P.recv_msg(self.control, P.ACCEPT)
-        self._check_accept(accept, plan)
-        data = self.control
-        if not transport.reuses_control:
-            opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
-                                    poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
-            data = transport.connect(self.host, int(accept["data_port"]), opts)
+        data, _ = self._data_channel(plan)
         try:
             rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock)
+            self._confirmed(plan)
             return rows, dict(data.info)
         except VerifyError as exc:
             raise PeerError(f"the drafter broke the plan: {exc}") from None
         finally:
             if data is not self.control:
                 data.close()
+
+    def _data_channel(self, plan: P.Plan) -> tuple[Channel, dict[str, Any]]:
+        """PLAN, ACCEPT, and the plan's data channel (the control connection itself for a
+        transport that runs on it), proven in a bound session; the server's channel info."""
+        transport = get_transport(plan.transport)
+        P.send_msg(self.control, P.PLAN, plan.to_wire(), self.bind)
+        _, accept = P.recv_msg(self.control, P.ACCEPT, bind=self.bind)
+        self._check_accept(accept, plan)
+        plan_no, self.plans = self.plans, self.plans + 1  # the server numbers every accepted plan alike
+        if transport.reuses_control:
+            return self.control, accept["transport_info"]
+        opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
+                                poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
+        data = transport.connect(self.host, int(accept["data_port"]), opts)
+        if self.bind is not None:  # the server proves itself first, then this client
+            try:
+                got = bytearray(32)
+                data.recv_into(got)
+                if not hmac.compare_digest(bytes(got), self.bind.data_proof("server", plan_no)):
+                    raise P.SessionMismatch(f"the data channel at {self.host}:{accept['data_port']} failed the "
+                                            "session's proof: not the server that authenticated (a relay between "
+                                            "the ends)")
+                data.send(bytearray(self.bind.data_proof("client", plan_no)))
+            except BaseException:
+                data.close()
+                raise
+        return data, accept["transport_info"]
+
+    def _confirmed(self, plan: P.Plan) -> None:
+        """DONE: the server confirms it served every cycle (in a bound session, tagged: a relay
+        that answered the cycles itself is caught here)."""
+        try:
+            _, done = P.recv_msg(self.control, P.DONE, bind=self.bind)
+        except Timeout:
+            who = (": the cycles were answered by another peer than the one that authenticated (a relay between "
+                   "the ends)") if self.bind is not None else ""
+            raise ProtocolError(f"the server at {self.host}:{self.port} did not confirm the plan (no DONE within "
+                                f"{self.timeout_s:g} s of the last reply){who}") from None
+        try:
+            P.validate(done, "DONE")
+        except ProtocolError as exc:
+            raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
+        if done["cycles"] != plan.total:
+            raise P.SessionMismatch(f"the server confirms {done['cycles']} cycles where {plan.total} were answered: "
+                                    "another peer answered them")
 
     def _check_accept(self, accept: dict[str, Any], plan: P.Plan) -> None:
         try:
@@ -284,7 +318,7 @@ class Session:
     def bye(self, wait_s: float = 2.0) -> None:
         """End the session as the protocol says: BYE, then the server closes. A server
         that sends anything after BYE, or does not close, broke the protocol."""
-        P.send_msg(self.control, P.BYE)
+        P.send_msg(self.control, P.BYE, None, self.bind)
         self._bye_sent = True
         extra = control.await_close(self.control, wait_s)
         if extra is None:
@@ -296,7 +330,7 @@ class Session:
     def close(self) -> None:
         if not getattr(self, "_bye_sent", False):
             try:
-                P.send_msg(self.control, P.BYE)
+                P.send_msg(self.control, P.BYE, None, self.bind)
             except Exception:
                 pass
         self.control.close()

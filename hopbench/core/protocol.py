@@ -26,16 +26,22 @@ MAGIC = b"HOPB"
 # The header's version and the HELLO body's "protocol" are the same number. Any change to
 # frames, keys or their meaning increments it; peers of different versions refuse each
 # other (docs/PROTOCOL.md, "Versioning"). 2: minimal HELLO before authentication, the
-# environment in AUTH, abort frames on the data stream, strict keys.
-VERSION = 2
+# environment in AUTH, abort frames on the data stream, strict keys. 3: the session bound
+# to the authentication (a tag on every later frame, a proof on each data channel), the
+# client's environment only after the server's proof (ENV), each plan confirmed (DONE),
+# out-of-range plans and malformed JSON (duplicate keys, deep nesting) answered ERROR.
+VERSION = 3
 HEADER = struct.Struct("<4sHHII")
 HEADER_BYTES = HEADER.size  # 16
 MAX_BODY = 65536  # control bodies are small JSON objects; never allocate more than this
 SEQ = struct.Struct("<Q")
 SEQ_BYTES = SEQ.size
 
-HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH = 1, 2, 3, 4, 5, 6, 7
-TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR", AUTH: "AUTH"}
+HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH, DONE, ENV = 1, 2, 3, 4, 5, 6, 7, 8, 9
+TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR", AUTH: "AUTH",
+              DONE: "DONE", ENV: "ENV"}
+TAG_BYTES = 32  # HMAC-SHA256 of a frame in a bound session (docs/PROTOCOL.md, "Session binding")
+MAX_DEPTH = 32  # JSON nesting a body may have (objects and arrays)
 ID_CODES = {2: "H", 4: "I", 8: "Q"}
 
 
@@ -65,12 +71,32 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"duplicate key {key[:40]!r}")
+        obj[key] = value
+    return obj
+
+
+def _depth(v: Any) -> int:
+    """Nesting of objects and arrays (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (dict, list)):
+            deepest = max(deepest, d)
+            stack.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
 def decode_body(body: bytes) -> dict[str, Any]:
     """One UTF-8 JSON object, or ProtocolError (never another exception): not UTF-8, not
-    JSON, NaN/Infinity, numbers beyond Python's digit limit, nesting deeper than the
-    parser's recursion limit, anything but an object."""
+    JSON, NaN/Infinity, a duplicate key, numbers beyond Python's digit limit, nesting deeper
+    than MAX_DEPTH (or the parser's recursion limit), anything but an object."""
     try:
-        obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+        obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique)
     except UnicodeDecodeError:
         raise ProtocolError("control body is not UTF-8") from None
     except RecursionError:
@@ -79,6 +105,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise ProtocolError(f"control body is not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"control body is a JSON {type(obj).__name__}, not an object")
+    if _depth(obj) > MAX_DEPTH:
+        raise ProtocolError(f"control body nests deeper than {MAX_DEPTH} levels")
     return obj
 
 
@@ -120,6 +148,12 @@ def _check(kind: Any, v: Any) -> bool:
     raise AssertionError(kind)
 
 
+def is_protocol_number(v: Any) -> bool:
+    """A HELLO's `protocol` that names a version (a JSON integer 0..2^63-1): another one is
+    answered REFUSE whatever else that version's HELLO holds; anything else is an ERROR."""
+    return _check("int", v)
+
+
 def _describe(kind: Any) -> str:
     if isinstance(kind, tuple):
         return " or ".join(_describe(k) for k in kind)
@@ -141,8 +175,10 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
                      "caps": ("obj", True), "auth": (("obj", None), True), "env": ("obj", False)},
     "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True)},
     "auth challenge": {"challenge": ("hex32", True)},
-    "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True), "env": ("obj", False)},
+    "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True)},
     "AUTH server": {"mac": ("hex64", True), "env": ("obj", True)},
+    "ENV": {"env": ("obj", True)},
+    "DONE": {"cycles": ("int", True)},
     "PLAN": {"transport": ("str", True), "request_bytes": ("int", True), "reply_bytes": ("int", True),
              "k": ("int", True), "id_bytes": ("int", True), "cycles": ("int", True), "warmup": ("int", True),
              "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
@@ -175,36 +211,98 @@ def validate(obj: dict[str, Any], name: str) -> dict[str, Any]:
     return obj
 
 
-def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None) -> None:
+class SessionMismatch(ProtocolError):
+    """A frame or a data channel that fails the session's tag: not the authenticated peer
+    (a relay that passed the handshake through, or a tampered connection)."""
+
+
+class Binding:
+    """A session bound to its authentication (docs/PROTOCOL.md, "Session binding"): the key
+    both ends derive from the secret and both nonces, and one frame counter per direction.
+    Every frame after the AUTH exchange carries tag = HMAC-SHA256(key, direction | counter
+    u64 LE | header | body), 32 bytes after the body."""
+
+    def __init__(self, key: bytes, role: str):
+        self.key, self.role = key, role
+        self.sent = self.received = 0
+
+    def _tag(self, direction: bytes, counter: int, frame: bytes) -> bytes:
+        import hashlib
+        import hmac
+
+        return hmac.new(self.key, direction + counter.to_bytes(8, "little") + frame, hashlib.sha256).digest()
+
+    def seal(self, frame: bytes) -> bytes:
+        tag = self._tag(self.role[:1].encode(), self.sent, frame)
+        self.sent += 1
+        return tag
+
+    def check(self, frame: bytes, tag: bytes) -> None:
+        import hmac
+
+        peer = b"s" if self.role == "client" else b"c"
+        want = self._tag(peer, self.received, frame)
+        self.received += 1
+        if not hmac.compare_digest(want, bytes(tag)):
+            kind = TYPE_NAMES.get(int.from_bytes(frame[6:8], "little"), "frame")
+            raise SessionMismatch(f"the peer's {kind} failed the session's tag: it does not come from the peer that "
+                                  "authenticated (a relay between the ends, or a tampered connection)")
+
+    def data_proof(self, role: str, plan_no: int) -> bytes:
+        """The 32 bytes each end sends first on a plan's data channel (server first)."""
+        import hashlib
+        import hmac
+
+        return hmac.new(self.key, f"data|{role}|{plan_no}".encode(), hashlib.sha256).digest()
+
+
+def session_key(secret: str, challenge: str, nonce: str) -> bytes:
+    """The bound session's key: HMAC-SHA256(secret, "session|C|N"), 32 raw bytes."""
+    import hashlib
+    import hmac
+
+    return hmac.new(secret.encode(), f"session|{challenge}|{nonce}".encode(), hashlib.sha256).digest()
+
+
+def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None, bind: Binding | None = None) -> None:
     body = encode_body(obj) if obj is not None else b""
     if len(body) > MAX_BODY:
         raise ProtocolError(f"control message too large ({len(body)} bytes)")
-    channel.send(pack_header(msg_type, len(body)))
+    header = pack_header(msg_type, len(body))
+    channel.send(header)
     if body:
         channel.send(body)
+    if bind is not None:
+        channel.send(bind.seal(header + body))
 
 
-def recv_frame(channel: Any) -> tuple[int, dict[str, Any]]:
-    """Receive one control frame (header, then body): (type, body object). ProtocolError
-    for anything that is not a well-formed frame; REFUSE/ERROR are returned, not raised.
-    BYE must have an empty body (length 0)."""
+def recv_frame(channel: Any, bind: Binding | None = None) -> tuple[int, dict[str, Any]]:
+    """Receive one control frame (header, then body, then its tag in a bound session):
+    (type, body object). ProtocolError for anything that is not a well-formed frame,
+    SessionMismatch for a tag that fails; REFUSE/ERROR are returned, not raised. BYE must
+    have an empty body (length 0)."""
     header = bytearray(HEADER_BYTES)
     channel.recv_into(header)
     msg_type, length = unpack_header(bytes(header))
+    body = bytearray(length)
+    if length:
+        channel.recv_into(body)
+    if bind is not None:
+        tag = bytearray(TAG_BYTES)
+        channel.recv_into(tag)
+        bind.check(bytes(header) + bytes(body), bytes(tag))
     obj: dict[str, Any] = {}
     if length:
-        body = bytearray(length)
-        channel.recv_into(body)
         obj = decode_body(bytes(body))
         if msg_type == BYE:
             raise ProtocolError("BYE must have an empty body")
     return msg_type, obj
 
 
-def recv_msg(channel: Any, *expected: int) -> tuple[int, dict[str, Any]]:
+def recv_msg(channel: Any, *expected: int, bind: Binding | None = None) -> tuple[int, dict[str, Any]]:
     """Receive one control frame. REFUSE and ERROR become exceptions; a type outside
     `expected` is a ProtocolError."""
-    msg_type, obj = recv_frame(channel)
+    msg_type, obj = recv_frame(channel, bind)
     if msg_type == REFUSE and REFUSE not in expected:
         raise Refused(f"server refused: {_reason(obj)}")
     if msg_type == ERROR and ERROR not in expected:
@@ -252,9 +350,26 @@ class Plan:
         return 1 + self.warmup + self.cycles
 
     def to_wire(self) -> dict[str, Any]:
+        """The PLAN body: only the keys docs/PROTOCOL.md lists (an absent spec is not sent)."""
         d = asdict(self)
         d["transport_settings"] = d["transport_settings"] or {}
+        if d["spec"] is None:
+            del d["spec"]
         return d
+
+    def range_error(self) -> str | None:
+        """Why these values cannot describe a plan at all (an ERROR, not a REFUSE), or None."""
+        if self.request_bytes < SEQ_BYTES:
+            return f"request_bytes {self.request_bytes} is below the {SEQ_BYTES}-byte sequence header"
+        if self.id_bytes not in ID_CODES:
+            return f"id_bytes must be one of {sorted(ID_CODES)}"
+        if not 1 <= self.k <= 64:
+            return "k must be between 1 and 64"
+        if self.reply_bytes < self.k * self.id_bytes:
+            return f"reply_bytes {self.reply_bytes} cannot hold {self.k} ids of {self.id_bytes} bytes"
+        if self.cycles < 1:
+            return "cycles must be at least 1"
+        return None
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> "Plan":
@@ -264,7 +379,7 @@ class Plan:
             raise ProtocolError("PLAN: 'payload_crc32' must be null or an unsigned 32-bit integer")
         if obj.get("verify") and crc is None:
             raise ProtocolError("PLAN: 'verify' is true but 'payload_crc32' is null")
-        return cls(
+        plan = cls(
             transport=obj["transport"], request_bytes=obj["request_bytes"], reply_bytes=obj["reply_bytes"],
             k=obj["k"], id_bytes=obj["id_bytes"], cycles=obj["cycles"], warmup=obj["warmup"],
             verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(obj.get("gap_ms", 0.0)),
@@ -272,6 +387,10 @@ class Plan:
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
             gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if obj.get("spec") else None,
         )
+        wrong = plan.range_error()
+        if wrong:
+            raise ProtocolError(f"PLAN: {wrong}")
+        return plan
 
 
 @dataclass(frozen=True)
@@ -283,21 +402,15 @@ class Caps:
     max_cycles: int = MAX_CYCLES
 
     def check(self, plan: Plan) -> str | None:
-        """Return a refusal reason, or None when the plan is acceptable."""
-        if plan.request_bytes < SEQ_BYTES:
-            return f"request_bytes {plan.request_bytes} is below the {SEQ_BYTES}-byte sequence header"
+        """A refusal reason (a well-formed plan over a cap), or None when it is acceptable.
+        Values that cannot describe a plan at all are Plan.range_error's (an ERROR)."""
+        wrong = plan.range_error()
+        if wrong:
+            return wrong
         if plan.request_bytes > self.max_request_bytes:
             return f"request_bytes {plan.request_bytes} exceeds the server cap of {self.max_request_bytes} (--max-request-bytes)"
-        if plan.id_bytes not in ID_CODES:
-            return f"id_bytes must be one of {sorted(ID_CODES)}"
-        if not 1 <= plan.k <= 64:
-            return "k must be between 1 and 64"
-        if plan.reply_bytes < plan.k * plan.id_bytes:
-            return f"reply_bytes {plan.reply_bytes} cannot hold {plan.k} ids of {plan.id_bytes} bytes"
         if plan.reply_bytes > self.max_reply_bytes:
             return f"reply_bytes {plan.reply_bytes} exceeds the server cap of {self.max_reply_bytes}"
-        if plan.cycles < 1:
-            return "cycles must be at least 1"
         if plan.total > self.max_cycles:
             return f"{plan.total} round trips exceed the server cap of {self.max_cycles} per plan (--max-cycles)"
         return None

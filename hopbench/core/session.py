@@ -1,7 +1,11 @@
 """One client's session on the server: a state machine (docs/PROTOCOL.md, "States").
 
-    AWAIT_HELLO --HELLO--> [AWAIT_AUTH --AUTH-->] READY --PLAN--> SERVING --(done)--> READY
-                                                 READY --BYE--> CLOSED
+    AWAIT_HELLO --HELLO--> [AWAIT_AUTH --AUTH--> AWAIT_ENV --ENV-->] READY --PLAN--> SERVING
+    SERVING --(all cycles, DONE sent)--> READY;  READY --BYE--> CLOSED
+
+With a secret, every frame after the AUTH exchange is bound to it (protocol.Binding: a tag
+per frame, a proof first on each data channel), so a relay that passed the handshake
+through cannot answer for the server; the client's environment arrives only then (ENV).
 
 Every frame is read through `_expect(state, allowed...)`: a frame the state does not allow
 is a ProtocolError naming both. A plan is negotiated (caps, transport, its serving path's
@@ -29,6 +33,7 @@ from hopbench.version import __version__
 class State(enum.Enum):
     AWAIT_HELLO = "AWAIT_HELLO"
     AWAIT_AUTH = "AWAIT_AUTH"
+    AWAIT_ENV = "AWAIT_ENV"
     READY = "READY"
     SERVING = "SERVING"
     CLOSED = "CLOSED"
@@ -43,16 +48,14 @@ class SessionStats:
     error: str | None = None
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 class ServerSession:
     def __init__(self, chan: Channel, config: ServerConfig, env: dict[str, Any], clock: Callable[[], int],
                  log: Callable[[str], None]):
         self.chan, self.config, self.env, self.clock, self.log = chan, config, env, clock, log
         self.state = State.AWAIT_HELLO
         self.client_env: dict[str, Any] | None = None
+        self.bind: P.Binding | None = None  # set once the client has authenticated
+        self.plans = 0
         self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
 
     def run(self) -> SessionStats:
@@ -83,13 +86,13 @@ class ServerSession:
 
     def _tell(self, reason: str) -> None:
         try:
-            P.send_msg(self.chan, P.ERROR, {"reason": reason})
+            P.send_msg(self.chan, P.ERROR, {"reason": reason}, self.bind)
         except Exception:  # it no longer listens
             pass
 
     def _expect(self, *allowed: int) -> tuple[int, dict[str, Any]]:
         """The next frame, if this state allows it; an ERROR from the client ends the session."""
-        msg_type, obj = P.recv_frame(self.chan)
+        msg_type, obj = P.recv_frame(self.chan, self.bind)
         if msg_type in allowed:
             return msg_type, obj
         if msg_type == P.ERROR:
@@ -99,7 +102,7 @@ class ServerSession:
         raise ProtocolError(f"unexpected {P.TYPE_NAMES[msg_type]} in state {self.state.value} (expected {want})")
 
     def _refuse(self, reason: str) -> None:
-        P.send_msg(self.chan, P.REFUSE, {"reason": reason})
+        P.send_msg(self.chan, P.REFUSE, {"reason": reason}, self.bind)
         raise Ended(f"refused: {reason}")
 
     def _handshake(self) -> None:
@@ -121,9 +124,10 @@ class ServerSession:
     def _hello(self) -> None:
         cfg = self.config
         _, hello = self._expect(P.HELLO)
-        if _is_int(hello.get("protocol")) and hello["protocol"] != P.VERSION:
-            self._refuse(f"protocol version {hello['protocol']} not supported (server speaks {P.VERSION})")
-        P.validate(hello, "HELLO client")
+        version = hello.get("protocol")
+        if P.is_protocol_number(version) and version != P.VERSION:  # another version's HELLO: REFUSE
+            self._refuse(f"protocol version {version} not supported (server speaks {P.VERSION})")
+        P.validate(hello, "HELLO client")  # ours, malformed (no integer protocol, env no object): ERROR
         self.client_env = hello.get("env") if isinstance(hello.get("env"), dict) else None
         challenge = os.urandom(16).hex() if cfg.secret else None
         reply: dict[str, Any] = {
@@ -140,9 +144,12 @@ class ServerSession:
             P.validate(auth, "AUTH client")
             if not P.auth_ok(cfg.secret, auth["mac"], "client", challenge, auth["nonce"]):
                 self._refuse("authentication failed: wrong or missing secret")
-            self.client_env = auth.get("env") if isinstance(auth.get("env"), dict) else None
             P.send_msg(self.chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", auth["nonce"], challenge),
                                            "env": self._env_for()})
+            self.bind = P.Binding(P.session_key(cfg.secret, challenge, auth["nonce"]), "server")
+            self.state = State.AWAIT_ENV  # the client's environment, now that this server proved itself
+            _, env = self._expect(P.ENV)
+            self.client_env = P.validate(env, "ENV")["env"]
         self.state = State.READY
 
     def _env_for(self) -> dict[str, Any]:
@@ -201,8 +208,10 @@ class ServerSession:
         self.stats.plans += 1
         self.stats.transports.add(plan.transport)
         self.state = State.SERVING
+        plan_no, self.plans = self.plans, self.plans + 1
         if transport.reuses_control:
-            P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop}})
+            P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop}},
+                       self.bind)
             self._serve(path, self.chan, plan, ctx)
             return None
         options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
@@ -210,11 +219,12 @@ class ServerSession:
         listener = transport.listen(self.config.host, 0, options)
         try:
             P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],
-                                             "transport_info": {**listener.info, "loop": ctx.loop}})
+                                             "transport_info": {**listener.info, "loop": ctx.loop}}, self.bind)
             data = listener.accept(self.config.data_accept_timeout_s)
         finally:
             listener.close()
         try:
+            self._prove_data(data, plan_no)
             self._serve(path, data, plan, ctx)
         except BaseException:
             data.close()
@@ -222,10 +232,26 @@ class ServerSession:
         opened: Channel = data
         return opened
 
+    def _prove_data(self, data: Channel, plan_no: int) -> None:
+        """In a bound session each end proves itself first on the data channel (server first)."""
+        if self.bind is None:
+            return
+        data.send(bytearray(self.bind.data_proof("server", plan_no)))
+        got = bytearray(32)
+        data.recv_into(got)
+        import hmac
+
+        if not hmac.compare_digest(bytes(got), self.bind.data_proof("client", plan_no)):
+            raise P.SessionMismatch("the data channel's peer failed the session's proof: not the client that "
+                                    "authenticated (a relay between the ends)")
+
     def _serve(self, path: ServingPath, chan: Channel, plan: P.Plan, ctx: PlanContext) -> None:
         try:
-            self.stats.cycles += path.serve(chan, plan, ctx)
+            done = path.serve(chan, plan, ctx)
         except BaseException as exc:
             self.stats.cycles += int(getattr(exc, "completed_cycles", 0) or 0)
             raise
+        self.stats.cycles += done
+        if done == plan.total:  # every cycle served: confirmed on the control connection
+            P.send_msg(self.chan, P.DONE, {"cycles": done}, self.bind)
         self.state = State.READY
