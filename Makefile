@@ -1,3 +1,4 @@
+SHELL := /bin/bash
 # hopbench: `make sweep` (the main job) and `make test` each create .venv and install
 # what they need first.
 PYTHON ?= python3
@@ -7,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs
+.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
@@ -73,7 +74,7 @@ bench-transports: install
 # Executable rules: style (ruff), types (mypy, strict on the core and transports), and who
 # may import whom (import-linter contracts in pyproject.toml; docs/ARCHITECTURE.md).
 lint: install-dev
-	$(VENV)/bin/ruff check hopbench transports tests benchmarks docs/examples
+	$(VENV)/bin/ruff check hopbench transports tests benchmarks docs/examples fuzz
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -120,3 +121,14 @@ bench-protocol: install
 # tokens/s (configs/spec.toml; about 3 minutes; docs/SPEC.md).
 spec-rungs: install system-tools
 	$(HB) spec-rungs configs/spec.toml
+
+# Coverage-guided fuzzing (atheris) of everything hopbench parses from outside, a target per
+# parser (fuzz/targets.py), each for FUZZ_RUNS inputs from seeds of real frames and files;
+# `make test` runs a short campaign (tests/test_fuzz.py). A crash stops with its input saved.
+FUZZ_RUNS ?= 100000
+FUZZ_TARGETS ?= frame_server frame_client session abort config cli_values result
+fuzz: install-dev
+	@for t in $(FUZZ_TARGETS); do echo "== $$t ($(FUZZ_RUNS) inputs)"; \
+	  $(PY) fuzz/run.py $$t -runs=$(FUZZ_RUNS) -max_len=4096 -print_final_stats=1 2>&1 | \
+	    grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|cov:.*(DONE|INITED)|Uncaught|ERROR" ; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; done

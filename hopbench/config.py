@@ -43,6 +43,10 @@ def load_toml(path: str | Path, allowed: set[str] | None = None) -> dict[str, An
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # found by fuzz/ (target config): TOML is UTF-8 text
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     if allowed is not None:
         check_keys(data, allowed, str(path))
     return data

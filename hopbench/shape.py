@@ -123,6 +123,9 @@ def parse_bytes_grid(text: str, shape_cfg: ShapeConfig) -> list[int]:
         parts = text.split(":")[1:]
         if len(parts) != 3:
             raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
-        lo, hi, n = parse_int_list(",".join(parts), "--bytes")
+        values = parse_int_list(",".join(parts), "--bytes")
+        if len(values) != 3 or "" in parts:  # found by fuzz/ (target cli_values): "log::4:40965"
+            raise ConfigError(f"--bytes {text!r}: expected log:LO:HI:POINTS")
+        lo, hi, n = values
         return log_grid(lo, hi, n)
     return parse_int_list(text, "--bytes")

@@ -1,0 +1,210 @@
+"""Fuzz targets: everything hopbench parses from outside (docs/PROTOCOL.md, docs/SECURITY.md).
+
+Each target takes the fuzzer's bytes and either returns or raises one of the errors the
+document promises for bad input (hopbench.errors: ProtocolError and its kinds, PeerClosed
+for a stream that ends, ConfigError/HopbenchError for files and flags). Anything else (a
+traceback, an internal error, a hang past the input's bound) is a crash: fuzz/run.py reports
+it and saves the input; each crash found becomes a regression test (tests/test_fuzz.py).
+
+  frame_server   a control frame as the server reads it, then its body as the server checks it
+  frame_client   a control frame as the client reads it, then its body as the client checks it
+  session        a whole client byte stream against a real ServerSession (with and without a
+                 secret): handshake, authentication, binding, plans, cycles, aborts
+  abort          an abort on the data stream (reply-sized messages), as either end reads it
+  config         a TOML file as configs/shape.toml, a sweep config and a rung config
+  cli_values     the CLI's value parsers (HOST:PORT, int lists, byte grids, quantities, hops)
+  result         a report.json (and a sweep.json) as the result readers load them
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+# every module a target reaches, imported here so that fuzz/run.py instruments them all
+# for coverage (a module first imported inside a target would be fuzzed blind)
+from hopbench import config_sweep, results, shape  # noqa: F401
+from hopbench.analysis import data as _data  # noqa: F401
+from hopbench.analysis import verdict as _verdict  # noqa: F401
+from hopbench.core import protocol as P
+from hopbench.core import serving as _serving  # noqa: F401
+from hopbench.core import session as _session  # noqa: F401
+from hopbench.errors import HopbenchError, PeerClosed, ProtocolError
+
+#: the exceptions a target may raise for bad input: the documented answers
+EXPECTED: tuple[type[BaseException], ...] = (HopbenchError,)
+
+
+class BytesChannel:
+    """A byte-stream channel reading from the fuzzer's bytes (PeerClosed at their end) and
+    collecting what is sent: the control connection as a peer would present it."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+        self.out: list[bytes] = []
+        self.info: dict[str, Any] = {"transport": "tcp", "peer": "?"}
+
+    def recv_into(self, buf: Any) -> None:
+        view = memoryview(buf).cast("B")
+        n = len(view)
+        if self.pos + n > len(self.data):
+            got = len(self.data) - self.pos
+            self.pos = len(self.data)
+            raise PeerClosed("peer closed the connection" if got == 0 else
+                             f"peer closed the connection mid-message ({got} of {n} bytes)")
+        view[:] = self.data[self.pos:self.pos + n]
+        self.pos += n
+
+    def send(self, buf: Any) -> None:
+        self.out.append(bytes(memoryview(buf).cast("B")))
+
+    def alloc(self, n: int) -> bytearray:
+        return bytearray(n)
+
+    def shutdown(self) -> None:
+        self.pos = len(self.data)
+
+    def close(self) -> None:
+        pass
+
+
+SERVER_BODIES = {P.HELLO: "HELLO client", P.AUTH: "AUTH client", P.ENV: "ENV", P.REFUSE: "REFUSE", P.ERROR: "ERROR"}
+CLIENT_BODIES = {P.HELLO: "HELLO server", P.AUTH: "AUTH server", P.ACCEPT: "ACCEPT", P.DONE: "DONE",
+                 P.REFUSE: "REFUSE", P.ERROR: "ERROR"}
+
+
+def frame_server(data: bytes) -> None:
+    t, obj = P.recv_frame(BytesChannel(data))
+    if t == P.PLAN:
+        plan = P.Plan.from_wire(obj)
+        P.Caps().check(plan)
+    elif t in SERVER_BODIES:
+        P.validate(obj, SERVER_BODIES[t])
+
+
+def frame_client(data: bytes) -> None:
+    chan = BytesChannel(data)
+    t, obj = P.recv_frame(chan)
+    if t in CLIENT_BODIES:
+        P.validate(obj, CLIENT_BODIES[t])
+        if t == P.HELLO:
+            P.validate(obj["caps"], "caps")
+            if obj["auth"] is not None:
+                P.validate(obj["auth"], "auth challenge")
+
+
+_session_ready = False
+
+
+def _session_setup() -> None:
+    """Only tcp is served in the harness (a zmq/ucx plan would open real listeners per input:
+    the transports' own parsing is the conformance suite's); the session is otherwise real."""
+    global _session_ready
+    if _session_ready:
+        return
+    from hopbench.core import session as S
+    from hopbench.core.transport import get_transport
+    from hopbench.errors import TransportUnavailable
+
+    def only_tcp(name: str) -> Any:
+        if name != "tcp":
+            raise TransportUnavailable(f"transport {name!r} is not served by the fuzz harness")
+        return get_transport(name)
+
+    S.get_transport = only_tcp  # type: ignore[assignment]
+    _session_ready = True
+
+
+def session(data: bytes) -> None:
+    """The first byte picks the server's mode (bit 0: a secret); the rest is the client's
+    stream. The session must end the way docs/PROTOCOL.md says for every input: its run()
+    returns (never raises) and records no internal error."""
+    from hopbench.core.serving import ServerConfig
+    from hopbench.core.session import ServerSession
+
+    _session_setup()
+    if not data:
+        return
+    secret = "fuzz" if data[0] & 1 else None
+    cfg = ServerConfig(secret=secret, handshake_timeout_s=30.0,
+                       caps=P.Caps(max_request_bytes=4096, max_reply_bytes=4096, max_cycles=64))
+    stats = ServerSession(BytesChannel(data[1:]), cfg, {}, lambda: 0, lambda line: None).run()
+    if stats.error and stats.error.startswith("internal error"):
+        raise AssertionError(stats.error)
+
+
+def abort(data: bytes) -> None:
+    """An abort in messages of the size the first byte picks (8..263 bytes)."""
+    if not data:
+        return
+    size = 8 + data[0]
+    chan = BytesChannel(data[1:])
+    first = bytearray(size)
+    chan.recv_into(first)
+    if P.is_abort(first):
+        P.read_abort(chan, first)
+
+
+def _in_file(data: bytes, name: str, fn: Callable[[Path], Any]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / name
+        path.write_bytes(data)
+        fn(path)
+
+
+def config(data: bytes) -> None:
+    from hopbench.config_sweep import load_sweep
+    from hopbench.shape import load_shape
+
+    _in_file(data, "shape.toml", load_shape)
+    _in_file(data, "sweep.toml", load_sweep)
+
+
+def cli_values(data: bytes) -> None:
+    from hopbench.analysis.verdict import parse_hops, parse_quantity
+    from hopbench.config import parse_hostport, parse_int_list
+    from hopbench.shape import load_shape, parse_bytes_grid, reply_size
+
+    text = data.decode("utf-8", "replace")
+    for fn in (lambda: parse_hostport(text, default_port=5201), lambda: parse_int_list(text, "--x"),
+               lambda: parse_bytes_grid(text, load_shape()), lambda: parse_quantity(text, "--x"),
+               lambda: parse_hops(text), lambda: reply_size(text, 2, 4)):
+        try:
+            fn()
+        except HopbenchError:
+            pass
+
+
+def result(data: bytes) -> None:
+    from hopbench.analysis.data import read_folder
+    from hopbench.results import RUN_FILE, SWEEP_FILE
+
+    for name in (RUN_FILE, SWEEP_FILE):
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / name).write_bytes(data)
+            try:
+                read_folder(d)
+            except HopbenchError:
+                pass
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "frame_server": frame_server, "frame_client": frame_client, "session": session, "abort": abort,
+    "config": config, "cli_values": cli_values, "result": result,
+}
+
+
+def check(name: str, data: bytes) -> None:
+    """Run one input; re-raise anything that is not a documented answer."""
+    try:
+        TARGETS[name](data)
+    except EXPECTED:
+        pass
+    except RecursionError:  # a parser that recursed on input: not a documented answer
+        raise
+
+
+os.environ.setdefault("HOPBENCH_FUZZ", "1")
+__all__ = ["TARGETS", "check", "ProtocolError"]
