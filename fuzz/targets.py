@@ -95,42 +95,35 @@ def frame_client(data: bytes) -> None:
                 P.validate(obj["auth"], "auth challenge")
 
 
-_session_ready = False
-
-
-def _session_setup() -> None:
-    """Only tcp is served in the harness (a zmq/ucx plan would open real listeners per input:
-    the transports' own parsing is the conformance suite's); the session is otherwise real."""
-    global _session_ready
-    if _session_ready:
-        return
-    from hopbench.core import session as S
+def _only_tcp(name: str) -> Any:
+    """The harness serves tcp only (a zmq/ucx plan would open real listeners per input; the
+    transports' own parsing is the conformance suite's): every other name is unavailable."""
     from hopbench.core.transport import get_transport
     from hopbench.errors import TransportUnavailable
 
-    def only_tcp(name: str) -> Any:
-        if name != "tcp":
-            raise TransportUnavailable(f"transport {name!r} is not served by the fuzz harness")
-        return get_transport(name)
-
-    S.get_transport = only_tcp  # type: ignore[assignment]
-    _session_ready = True
+    if name != "tcp":
+        raise TransportUnavailable(f"transport {name!r} is not served by the fuzz harness")
+    return get_transport(name)
 
 
 def session(data: bytes) -> None:
     """The first byte picks the server's mode (bit 0: a secret); the rest is the client's
     stream. The session must end the way docs/PROTOCOL.md says for every input: its run()
     returns (never raises) and records no internal error."""
+    from hopbench.core import session as S
     from hopbench.core.serving import ServerConfig
     from hopbench.core.session import ServerSession
 
-    _session_setup()
     if not data:
         return
     secret = "fuzz" if data[0] & 1 else None
     cfg = ServerConfig(secret=secret, handshake_timeout_s=30.0,
                        caps=P.Caps(max_request_bytes=4096, max_reply_bytes=4096, max_cycles=64))
-    stats = ServerSession(BytesChannel(data[1:]), cfg, {}, lambda: 0, lambda line: None).run()
+    saved, S.get_transport = S.get_transport, _only_tcp  # type: ignore[assignment]
+    try:  # restored after each input: the harness must not change the process it runs in
+        stats = ServerSession(BytesChannel(data[1:]), cfg, {}, lambda: 0, lambda line: None).run()
+    finally:
+        S.get_transport = saved  # type: ignore[assignment]
     if stats.error and stats.error.startswith("internal error"):
         raise AssertionError(stats.error)
 

@@ -28,6 +28,15 @@ def test_the_seeds_are_answered_and_real(name):
         T.check(name, data)
 
 
+def test_the_harness_leaves_the_process_as_it_found_it():
+    from hopbench.core import session as S
+
+    before = S.get_transport
+    for data in seeds("session"):
+        T.check("session", data)
+    assert S.get_transport is before
+
+
 def test_a_target_fails_on_what_is_not_a_documented_answer(monkeypatch):
     """The harness cannot pass everything: an exception outside the documented answers is a crash."""
     monkeypatch.setitem(T.TARGETS, "boom", lambda data: {}["missing"])
