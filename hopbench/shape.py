@@ -107,8 +107,13 @@ def reply_size(text: str | None, k: int, id_bytes: int) -> int | str:
     return parse_int_list(text, "--reply-bytes")[0]
 
 
+MAX_GRID_POINTS = 10_000  # a size grid larger than this is a typo, not a plan (each size is a cell)
+
+
 def log_grid(lo: int, hi: int, points: int) -> list[int]:
     """`points` log-spaced sizes from lo to hi inclusive, rounded to whole bytes, deduplicated."""
+    if points > MAX_GRID_POINTS:  # found by fuzz/ (target cli_values): log:5:6:51946544 took 28 s
+        raise ConfigError(f"a grid of {points} sizes: at most {MAX_GRID_POINTS}")
     if points < 2 or lo <= 0 or hi <= lo:
         return sorted({max(1, lo), max(1, hi)})
     step = (math.log(hi) - math.log(lo)) / (points - 1)

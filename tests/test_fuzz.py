@@ -53,3 +53,16 @@ def test_short_campaign(name, tmp_path):
     crash = [p.name for p in tmp_path.glob("crash-*")]
     assert r.returncode == 0 and not crash, (crash, r.stderr[-3000:])
     assert "Done 3000 runs" in r.stderr
+
+
+def test_a_huge_size_grid_is_refused_at_once():
+    """Found by the long campaign as a slow unit (28 s and 51 M sizes for one flag)."""
+    import time
+
+    from hopbench.errors import ConfigError
+    from hopbench.shape import load_shape, parse_bytes_grid
+
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="at most 10000"):
+        parse_bytes_grid("log:5:6:51946544", load_shape())
+    assert time.monotonic() - t0 < 5
