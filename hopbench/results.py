@@ -241,8 +241,8 @@ class RunReport:
     server_software: str | None = None
     server_caps: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    created_utc: str = field(default_factory=lambda: utc_iso())
-    result_id: str = field(default_factory=lambda: new_result_id())
+    created_utc: str = field(default_factory=utc_iso)
+    result_id: str = field(default_factory=new_result_id)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
@@ -273,8 +273,8 @@ class SweepReport:
     shape: ShapeRecord
     preflight: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
-    created_utc: str = field(default_factory=lambda: utc_iso())
-    result_id: str = field(default_factory=lambda: new_result_id())
+    created_utc: str = field(default_factory=utc_iso)
+    result_id: str = field(default_factory=new_result_id)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SWEEP_SCHEMA, "schema_version": SCHEMA_VERSION, "kind": self.kind, "status": "running",

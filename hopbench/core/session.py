@@ -16,6 +16,7 @@ its client's environment, its counts); the server hands it only frozen things.""
 from __future__ import annotations
 
 import enum
+import hmac
 import os
 import threading
 from dataclasses import dataclass, field
@@ -239,8 +240,6 @@ class ServerSession:
         data.send(bytearray(self.bind.data_proof("server", plan_no)))
         got = bytearray(32)
         data.recv_into(got)
-        import hmac
-
         if not hmac.compare_digest(bytes(got), self.bind.data_proof("client", plan_no)):
             raise P.SessionMismatch("the data channel's peer failed the session's proof: not the client that "
                                     "authenticated (a relay between the ends)")
