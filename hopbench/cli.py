@@ -153,6 +153,8 @@ def run(
     gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).")] = GpuPath.staged,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).")] = False,
     loop: LoopOpt = Loop.auto,
+    codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).")] = "none",
+    payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of [tokens, layers, hidden]; default synthetic.")] = None,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -164,7 +166,8 @@ def run(
         cycles=cycles, time_s=time_s, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value, timeout_s=timeout,
         out=out, name=name, results_dir=results_dir, shape=shape, opt=tuple(opt or ()), secret=secret or None,
         interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
-        memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value)
+        memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value,
+        codec=codec, payload_from=payload_from)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:

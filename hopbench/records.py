@@ -31,10 +31,17 @@ def gap_label(rung: str, gap_ms: float) -> str:
 
 @dataclass(frozen=True)
 class Payload:
-    label: str  # "T3" or "B65536"
+    label: str  # "T3" or "B65536"; a codec's payload "T3+fp8" (codec_label)
     tokens: int | None
     request_bytes: int
     reply_bytes: int
+    codec: str = "none"  # the payload crosses encoded (docs/CODECS.md)
+
+
+def codec_label(name: str, codec: str) -> str:
+    """A transport or payload as analysis names it under a codec: "tcp" -> "tcp+fp8" (its own
+    series: its own fit, verdict and table row); unchanged for "none"."""
+    return name if not codec or codec == "none" else f"{name}+{codec}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,11 @@ class RunConfig:
     reply_bytes: str | None = None  # the --reply-bytes the user gave (None = K ids)
     cpu: str | None = None
     shape_file: str | None = None
+    # payload codecs (docs/CODECS.md): the codecs measured (each payload under each, "none"
+    # = the raw bytes), the hidden states they encode (None = synthetic), the values per scale
+    codecs: tuple[str, ...] = ("none",)
+    payload_from: str | None = None
+    hidden: int = 6144
 
     @property
     def memory(self) -> tuple[str, str]:
@@ -76,7 +88,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["tokens"], d["bytes"] = list(self.tokens), list(self.bytes)
+        d["tokens"], d["bytes"], d["codecs"] = list(self.tokens), list(self.bytes), list(self.codecs)
         return d
 
     @classmethod
@@ -92,6 +104,7 @@ class RunConfig:
         kw.setdefault("warmup", 0)
         for key in ("tokens", "bytes"):
             kw[key] = tuple(kw.get(key) or ())
+        kw["codecs"] = tuple(kw.get("codecs") or ("none",))
         return cls(**kw)
 
 

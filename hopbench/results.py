@@ -41,8 +41,16 @@ GPU_COLUMNS = ["client_memory", "server_memory", "gpu_path"]
 STAGE_COLUMNS = ["d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "wire_ns"]
 
 
-def sample_columns(gpu: bool) -> list[str]:
-    return SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else SAMPLE_COLUMNS
+#: codec plans (--codec, docs/CODECS.md) add the codec, the per-cycle encode (client) and
+#: decode (server) times, the rest of the round trip, and the bytes that crossed
+CODEC_COLUMNS = ["codec", "payload_source"]
+CODEC_STAGE_COLUMNS = ["encode_ns", "decode_ns", "codec_wire_ns"]
+CODEC_SUMMARY = ["wire_bytes_mean", "ratio"]
+
+
+def sample_columns(gpu: bool, codec: bool = False) -> list[str]:
+    cols = SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else list(SAMPLE_COLUMNS)
+    return cols + CODEC_COLUMNS + CODEC_STAGE_COLUMNS + ["wire_bytes"] if codec else cols
 
 
 def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
@@ -51,10 +59,11 @@ def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
     return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
 
 
-def summary_columns(gpu: bool) -> list[str]:
-    if not gpu:
-        return SUMMARY_COLUMNS
-    return SUMMARY_COLUMNS + GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)]
+def summary_columns(gpu: bool, codec: bool = False) -> list[str]:
+    cols = SUMMARY_COLUMNS + (GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)] if gpu else [])
+    if codec:
+        cols = cols + CODEC_COLUMNS + CODEC_SUMMARY + [k for s in CODEC_STAGE_COLUMNS for k in stage_summary_keys(s)]
+    return cols
 
 
 def utc_stamp() -> str:

@@ -96,9 +96,13 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     if folder is not None:
         show(placement_note(load_groups(folder)[1]))
     show(V.format_table(vs, inputs, floors))
+    codecs = V.codec_calls(vs)
+    for c in codecs:
+        show(c["line"])
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,
-                                                                "verdicts": [v.to_dict() for v in vs]}, indent=1) + "\n")
+                                                                "verdicts": [v.to_dict() for v in vs], "codecs": codecs},
+                                                               indent=1) + "\n")
         groups, _ = load_groups(folder)
         pairs = C.gap_pairs(groups)
         if pairs:

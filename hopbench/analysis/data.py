@@ -15,7 +15,7 @@ import numpy as np
 
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
-from hopbench.records import CellKey
+from hopbench.records import CellKey, codec_label
 from hopbench.results import (
     RUN_RECORD,
     SAMPLES_FILE,
@@ -270,7 +270,8 @@ def _read_folder(folder: Path) -> Folder:
             verify_files(rp, run)
             cell = (run.get("sweep") or {}).get("cell") or {}
             ident = (run.get("rung"), cell.get("repeat"), tuple(sorted(
-                (p["plan"]["transport"], p["payload"], float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
+                (codec_label(p["plan"]["transport"], p["plan"].get("codec") or "none"), p["payload"],
+                 float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
             if kind == "sweep" and ident in seen:
                 raise HopbenchError(f"{rp}: the same cell and repeat as {seen[ident]} (a duplicated cell)")
             seen[ident] = rp
@@ -318,10 +319,11 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             if not s.get("complete") or not s.get("n") or s.get("p50_ns") is None:
                 continue
             plan = p["plan"]
-            key = (rung, plan["transport"], p["payload"], float(plan.get("gap_ms") or 0.0))
+            series = codec_label(plan["transport"], plan.get("codec") or "none")  # a codec is its own series
+            key = (rung, series, p["payload"], float(plan.get("gap_ms") or 0.0))
             g = groups.get(key)
             if g is None:
-                g = groups[key] = Group(rung, plan["transport"], p["payload"], p.get("tokens"), plan["request_bytes"],
+                g = groups[key] = Group(rung, series, p["payload"], p.get("tokens"), plan["request_bytes"],
                                         plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
             repeat = ((run.get("sweep") or {}).get("cell") or {}).get("repeat")  # checked: an int or absent/null

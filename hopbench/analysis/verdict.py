@@ -228,3 +228,22 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
                          "tok/s 95% CI", "gain", "gain 95% CI", "call"], rows, right=set(range(2, 13)), call_column=13))
     lines.append("n = repeats r / timed cycles c; vs b-e = hop / break-even - 1")
     return "\n".join(lines)
+
+
+def codec_calls(vs: "list[Verdict]") -> list[dict]:
+    """Per codec series ("tcp+fp8"), whether the codec pays on its rung: its hop (the codec's
+    encode and decode included) against the same transport's raw hop, and the gains."""
+    raw = {(v.rung, v.transport): v for v in vs if "+" not in v.transport}
+    out = []
+    for v in vs:
+        base_name, _, codec = v.transport.partition("+")
+        base = raw.get((v.rung, base_name))
+        if not codec or base is None:
+            continue
+        pays = v.hop_ms < base.hop_ms
+        out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
+                    "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
+                    "line": (f"codec {codec} on {v.rung} ({base_name}): hop {v.hop_ms:.3f} ms = {v.hop_ms / base.hop_ms:.2f}x "
+                             f"the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against {base.gain:+.1%} raw: "
+                             + ("the codec pays" if pays else "the codec does not pay (it costs more time than it saves)"))})
+    return out

@@ -18,6 +18,7 @@ from hopbench.core import protocol as P
 from hopbench.core.timing import run_cycles
 from hopbench.core.transport import Channel, TransportOptions, get_transport
 from hopbench.errors import (
+    ConfigError,
     HopbenchError,
     PeerError,
     ProtocolError,
@@ -43,6 +44,8 @@ class Measurement:
     #: staged) and wire_ns = transfer - the server's copies (both staged)
     stages: dict[str, np.ndarray] = field(default_factory=dict)
     gpu_info: dict[str, Any] | None = None
+    #: a codec plan's codec (canonical name, library and version, lossless) and payload source
+    codec_info: dict[str, Any] | None = None
 
     @property
     def timed(self) -> np.ndarray:
@@ -123,16 +126,21 @@ class Session:
         return env
 
     def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns,
-                gap_s: float = 0.0) -> Measurement:
+                gap_s: float = 0.0, source: Any = None) -> Measurement:
         """Run one plan. Transport/verify errors and Ctrl-C propagate with
-        `exc.measurement` attached (the samples measured before it)."""
+        `exc.measurement` attached (the samples measured before it). A codec plan's request
+        bodies are windows of `source` (hopbench.core.hidden.Source)."""
         data = None
         loop_info: dict[str, str] = {}  # which timed loop ran (hopbench.core.native)
         started = time.time()
         samples = np.zeros(plan.total, dtype=np.int64)
         m = Measurement(plan, samples, 0, {}, {}, started)
         body = None
-        if plan.verify:  # a random body, fixed for the plan; the server checks its CRC-32 per cycle
+        coded = None
+        if plan.codec:
+            coded = self._codec_setup(plan, m, source)
+            plan = m.plan
+        elif plan.verify:  # a random body, fixed for the plan; the server checks its CRC-32 per cycle
             body = os.urandom(plan.request_bytes - P.SEQ_BYTES)
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
@@ -140,7 +148,9 @@ class Session:
             data, m.server_info = self._data_channel(plan)
             m.data_info = dict(data.info)  # refreshed after the cycles (below): UCX's lanes are known by then
             codec = P.ReplyCodec(plan.k, plan.id_bytes)
-            if gpu_bufs is None:
+            if coded is not None:
+                m.completed = self._codec_cycles(data, plan, m, coded, codec, clock, gap_s, loop_info)
+            elif gpu_bufs is None:
                 request, reply = data.alloc(plan.request_bytes), data.alloc(plan.reply_bytes)
                 if body is not None:
                     memoryview(request).cast("B")[P.SEQ_BYTES:] = body
@@ -188,6 +198,44 @@ class Session:
                 data.close()
             m.data_info.update(loop_info)
         return m
+
+    def _codec_setup(self, plan: P.Plan, m: Measurement, source: Any) -> Any:
+        """The codec and this plan's request bodies (windows of the source) with the CRC-32 each
+        must decode to (a lossy codec's reconstruction), made before anything is timed."""
+        from hopbench.core import codecs
+
+        if source is None:
+            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+        codec = codecs.parse(plan.codec or "none", plan.codec_group)
+        body_bytes = plan.request_bytes - P.SEQ_BYTES
+        per_token = source.bits.shape[1] * 2
+        tokens = body_bytes // per_token if body_bytes % per_token == 0 else None
+        bodies = source.bodies(body_bytes, tokens, min(plan.total, -(-source.tokens // (tokens or 1))))
+        crcs = codecs.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
+        if plan.verify:
+            m.plan = dataclasses.replace(plan, payload_crc32=crcs[0])
+        m.codec_info = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
+                        "source": source.record, "bodies": len(bodies)}
+        return codec, bodies, crcs
+
+    def _codec_cycles(self, data: Channel, plan: P.Plan, m: Measurement, coded: Any, reply_codec: P.ReplyCodec,
+                      clock: Callable[[], int], gap_s: float, loop_info: dict[str, str]) -> int:
+        from hopbench.core import codecs
+
+        codec, bodies, crcs = coded
+        stages = codecs.CodecStages(np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64))
+        m.stages["encode_ns"], m.stages["wire_bytes"] = stages.encode_ns, stages.wire_bytes
+        wrapped = codecs.CodecClientChannel(data, codec, bodies, crcs, stages, clock)
+        request, reply = data.alloc(plan.request_bytes), data.alloc(plan.reply_bytes)
+        done = self._cycles(data, plan, reply, lambda: run_cycles(
+            wrapped, request, reply, reply_codec, m.samples_ns, clock=clock, gap_s=gap_s, loop="python",
+            info=loop_info))
+        self._check_tail(reply, plan)
+        decode = np.zeros(plan.total, dtype=np.int64)  # the server's decode times follow the last reply
+        data.recv_into(decode.view(np.uint8).reshape(-1))
+        m.stages["decode_ns"] = decode
+        m.stages["codec_wire_ns"] = m.samples_ns - stages.encode_ns - decode
+        return done
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
                  clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, dict[str, Any]]:
@@ -294,7 +342,7 @@ class Session:
     @staticmethod
     def _abort(data: Channel, plan: P.Plan, reason: str) -> None:
         try:
-            P.send_abort(data, reason, plan.request_bytes)
+            P.send_abort(data, reason, plan.request_frame_bytes)
         except Exception:  # best effort: the peer may be gone
             pass
 

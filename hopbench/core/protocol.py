@@ -36,6 +36,9 @@ HEADER_BYTES = HEADER.size  # 16
 MAX_BODY = 65536  # control bodies are small JSON objects; never allocate more than this
 SEQ = struct.Struct("<Q")
 SEQ_BYTES = SEQ.size
+#: a codec plan's request frame header: seq u64, encoded length u32, CRC-32 of the decoded body u32
+CODEC_FRAME = struct.Struct("<QII")
+CODEC_FRAME_BYTES = CODEC_FRAME.size
 
 HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH, DONE, ENV = 1, 2, 3, 4, 5, 6, 7, 8, 9
 TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR", AUTH: "AUTH",
@@ -184,7 +187,8 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
              "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
              "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
              "server_memory": (frozenset({"host", "cuda"}), False),
-             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": (("obj", None), False)},
+             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": (("obj", None), False),
+             "codec": ("str", False), "codec_group": ("int", False)},
     "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
              "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
              "scale": ("num", False)},
@@ -334,6 +338,8 @@ class Plan:
     server_memory: str = "host"
     gpu_path: str = "staged"  # "staged" (explicit pinned copies) or "direct" (CUDA-aware transport)
     spec: dict[str, Any] | None = None  # a speculative plan (docs/PROTOCOL.md "Speculative plans")
+    codec: str | None = None  # a codec plan (docs/PROTOCOL.md "Codec plans"): requests cross encoded
+    codec_group: int = 0  # a lossy codec's values per scale (one token's layer: the hidden width)
 
     @property
     def uses_gpu(self) -> bool:
@@ -345,6 +351,12 @@ class Plan:
         return self.server_memory == "cuda" and self.gpu_path == "staged"
 
     @property
+    def request_frame_bytes(self) -> int:
+        """The size of the client's first data message of a cycle (its aborts are cut to it):
+        a codec plan's frame header, else the whole request."""
+        return CODEC_FRAME_BYTES if self.codec else self.request_bytes
+
+    @property
     def total(self) -> int:
         """Round trips on the wire: 1 untimed + warm-up + timed."""
         return 1 + self.warmup + self.cycles
@@ -353,8 +365,11 @@ class Plan:
         """The PLAN body: only the keys docs/PROTOCOL.md lists (an absent spec is not sent)."""
         d = asdict(self)
         d["transport_settings"] = d["transport_settings"] or {}
-        if d["spec"] is None:
-            del d["spec"]
+        for key in ("spec", "codec"):
+            if d[key] is None:
+                del d[key]
+        if d["codec_group"] == 0:
+            del d["codec_group"]
         return d
 
     def range_error(self) -> str | None:
@@ -369,6 +384,10 @@ class Plan:
             return f"reply_bytes {self.reply_bytes} cannot hold {self.k} ids of {self.id_bytes} bytes"
         if self.cycles < 1:
             return "cycles must be at least 1"
+        if self.codec is not None and (self.spec is not None or self.uses_gpu):
+            return "a codec plan is a host-memory echo plan (no spec, no cuda memory)"
+        if self.codec is not None and not 1 <= self.codec_group <= 1 << 20:
+            return "a codec plan's codec_group must be between 1 and 1048576"
         return None
 
     @classmethod
@@ -386,6 +405,7 @@ class Plan:
             transport_settings=obj.get("transport_settings") or {},
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
             gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if obj.get("spec") else None,
+            codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
         )
         wrong = plan.range_error()
         if wrong:

@@ -18,7 +18,7 @@ from hopbench.core import native
 from hopbench.core import protocol as P
 from hopbench.core.timing import echo_cycles
 from hopbench.core.transport import Channel, Transport
-from hopbench.errors import HopbenchError
+from hopbench.errors import HopbenchError, ProtocolError
 from hopbench.records import TIMEOUT_S
 
 
@@ -217,8 +217,53 @@ class SpecDrafter(ServingPath):
         return done
 
 
+class CodecEcho(ServingPath):
+    """A codec plan (hopbench.core.codecs): a channel wrapper receives each frame and decodes
+    it into the request buffer, timed with the server's clock, before the echo loop checks
+    seq and (with --verify) the decoded body's CRC; the decode times, an int64 per round
+    trip, follow the last reply. A frame that does not decode aborts the plan; the client's
+    abort ends the plan and the session goes on."""
+
+    name = "codec echo"
+    python_only = "a codec plan decodes in Python (the codec's library)"
+
+    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        from hopbench.core import codecs
+
+        try:
+            codecs.parse(str(plan.codec), plan.codec_group)
+        except HopbenchError as exc:
+            return f"server cannot decode this plan: {exc}"
+        return None
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        import numpy as np
+
+        from hopbench.core import codecs
+
+        request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
+        reply_codec = P.ReplyCodec(plan.k, plan.id_bytes)
+        decode_ns = np.zeros(plan.total, dtype=np.int64)
+        wrapped = codecs.CodecServerChannel(
+            chan, codecs.parse(str(plan.codec), plan.codec_group), plan.request_bytes - P.SEQ_BYTES, decode_ns,
+            ctx.clock, plan.verify, lambda seq: reply_codec.pack(reply, seq, corrupt=True))
+        try:
+            done = echo_cycles(wrapped, request, reply, reply_codec, plan.total,
+                               on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python")
+        except codecs.ClientAborted as exc:
+            ctx.log(f"client aborted plan at seq {exc.seq}: {str(exc)[:200]}")
+            return exc.seq
+        except ProtocolError as exc:
+            abort(chan, str(exc), plan)
+        if done == plan.total:
+            chan.send(decode_ns.view(np.uint8).reshape(-1))
+        return done
+
+
 def path_for(plan: P.Plan) -> ServingPath:
     """The one serving path of this plan's kind."""
+    if plan.codec is not None:
+        return CodecEcho()
     if plan.spec is not None:
         return SpecDrafter()
     if plan.server_memory == "cuda":

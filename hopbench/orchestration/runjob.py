@@ -5,6 +5,7 @@ The CLI only builds a RunRequest and calls `run`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from hopbench.config import parse_int_list
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import pct
-from hopbench.records import Payload, RunConfig
+from hopbench.records import Payload, RunConfig, codec_label
 from hopbench.shape import ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
 
 
@@ -52,6 +53,8 @@ class RunRequest:
     memory: tuple[str, str] = ("host", "host")
     gpu_path: str = "staged"
     loop: str = "auto"
+    codec: str = "none"  # a list: each payload is measured under each codec, in the same session
+    payload_from: str | None = None
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -86,14 +89,31 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     sizes = parse_bytes_grid(req.bytes, scfg) if req.bytes else []
     if not tokens and not sizes:
         tokens = list(scfg.tokens)
-    loads = payloads(sh.bytes_per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
+    codecs = check_codecs(req.codec, sh.hidden, req.memory)
+    loads = [dataclasses.replace(p, label=codec_label(p.label, c), codec=c)
+             for p in payloads(sh.bytes_per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
+             for c in codecs]
     cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=req.cycles, warmup=req.warmup,
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=sh.bytes_per_token, tokens=tuple(tokens),
-                    bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path)
+                    bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
+                    codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden)
     return loads, cfg
+
+
+def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host")) -> list[str]:
+    """--codec's list, each checked and spelled one way (zstd -> zstd:1), before connecting:
+    an unknown codec or option is a ConfigError with the list, a missing library its install line."""
+    from hopbench.core import codecs as C
+
+    names = [C.canonical(part.strip(), width) for part in text.split(",") if part.strip()] or ["none"]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--codec {text}: a codec is listed twice")
+    if "cuda" in memory and names != ["none"]:
+        raise ConfigError("--codec with --memory cuda: the GPU codecs are not built yet; codecs run on host memory")
+    return names
 
 
 class RunConsole:
@@ -117,6 +137,10 @@ class RunConsole:
         stages = [(n, s.get(f"{n}_p50_ns")) for n in self.STAGES]
         if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
             note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
+        if s.get("ratio"):  # a codec: its two stages and what it saved on the wire
+            src = " (synthetic data)" if s.get("payload_source") == "synthetic" else f" ({s.get('payload_source')})"
+            note = (f"encode {s['encode_p50_ns'] / 1e3:.1f} decode {s['decode_p50_ns'] / 1e3:.1f} ratio "
+                    f"{s['ratio']:.2f}{src}" + (f"  {note}" if note else ""))
         if s.get("n"):
             self.say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                      f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
@@ -141,6 +165,11 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     from hopbench.orchestration.runner import naming_what_was_kept, run_session
 
     loads, cfg = plan(req)
+    source = None
+    if any(p.codec != "none" for p in loads):  # the hidden states, read and checked before connecting
+        from hopbench.core.hidden import source_for
+
+        source = source_for(req.payload_from, (cfg.bytes_per_token or 0) // (2 * cfg.hidden), cfg.hidden)
     pre = preflight(req.host, req.interface, req.rate)
     for finding in pre.warnings:
         console.warn(finding.message)
@@ -157,7 +186,8 @@ def run(req: RunRequest, console: RunConsole) -> Path:
 
     with naming_what_was_kept(made):
         w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=console.row,
-                        on_warning=console.warn, secret=req.secret, extra={"doctor": pre.to_dict()}, floor=req.floor)
+                        on_warning=console.warn, secret=req.secret, extra={"doctor": pre.to_dict()}, floor=req.floor,
+                        source=source)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
 

@@ -40,9 +40,14 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
             "request_bytes": plan.request_bytes, "reply_bytes": plan.reply_bytes}
     if plan.uses_gpu:
         base.update(client_memory=plan.client_memory, server_memory=plan.server_memory, gpu_path=plan.gpu_path)
+    if m.codec_info:
+        src = m.codec_info["source"]
+        base.update(codec=m.codec_info["codec"],
+                    payload_source="synthetic" if src.get("synthetic") else Path(str(src.get("file"))).name)
     rows = []
     first_timed = 1 + plan.warmup
-    stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS if name in m.stages]
+    stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
+                   if name in m.stages]
     for seq in range(m.completed):
         phase = "untimed" if seq == 0 else ("warmup" if seq < first_timed else "timed")
         row = {**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed), "rtt_ns": int(m.samples_ns[seq])}
@@ -53,6 +58,11 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
                "complete": m.error is None and m.completed == plan.total}
     last = max(first_timed, m.completed)
     for name, arr in stage_items:  # per-stage medians with their order-statistic CI
+        if name == "wire_bytes":  # what crossed per cycle: its mean, and the codec's ratio
+            mean = float(np.mean(arr[first_timed:last])) if last > first_timed else None
+            summary["wire_bytes_mean"] = mean
+            summary["ratio"] = (plan.request_bytes - P.SEQ_BYTES) / (mean - P.CODEC_FRAME_BYTES) if mean else None
+            continue
         st = summarize(arr[first_timed:last])
         for key, stat in zip(R.stage_summary_keys(name), ("p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns")):
             summary[key] = st.get(stat)
@@ -77,6 +87,7 @@ class RunWriter:
                               "completed_cycles": m.completed, "error": m.error, "started_unix": m.started_unix,
                               "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary,
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
+                              **({"codec": m.codec_info} if m.codec_info else {}),
                               **({"duration_probe": probe} if probe else {})})
         return summary
 
@@ -87,8 +98,10 @@ class RunWriter:
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
         gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
-        R.ResultFolder(self.folder).write_run(report, {R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu), self.samples),
-                                                       R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu), self.summaries)})
+        codec = any("codec" in s for s in self.summaries)  # codec columns only where a plan used a codec
+        R.ResultFolder(self.folder).write_run(report, {
+            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec), self.samples),
+            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
@@ -131,14 +144,14 @@ def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
 PROBE_CYCLES = 20  # a duration run's probe per payload: its median sets the timed cycle count
 
 
-def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig) -> tuple[int, dict]:
+def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig, source: Any = None) -> tuple[int, dict]:
     """Timed cycles that take about cfg.duration_s at this payload (iperf3's -t): a probe of
     PROBE_CYCLES (its samples not kept: more warm-up) gives the cycle time, gap included;
     clamped to at least 10 and to the server's max_cycles cap. Returns the count and what
     sized it (recorded as the payload's `duration_probe`)."""
     import math
 
-    probe = session.measure(dataclasses.replace(plan, cycles=PROBE_CYCLES), gap_s=cfg.gap_ms / 1000.0)
+    probe = session.measure(dataclasses.replace(plan, cycles=PROBE_CYCLES), gap_s=cfg.gap_ms / 1000.0, source=source)
     p50_ns = float(np.median(probe.timed))
     per_cycle_s = p50_ns / 1e9 + cfg.gap_ms / 1000.0
     cap = int((session.server_hello.get("caps") or {}).get("max_cycles") or 10**9) - plan.warmup - 1
@@ -150,6 +163,7 @@ def run_session(
     host: str, port: int, payloads: list[Payload], cfg: RunConfig, *, folder: Path | Callable[[], Path],
     extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
     on_warning: Callable[[str], None] | None = None, secret: str | None = None, floor: bool = False,
+    source: Any = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -157,15 +171,22 @@ def run_session(
     answered and accepted the whole plan list, so a run that never connects (or that the
     server's caps refuse) leaves nothing on disk. Errors propagate after the files are
     written (status "incomplete" / "error")."""
+    if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
+        from hopbench.core.hidden import source_for
+
+        source = source_for(cfg.payload_from, (cfg.bytes_per_token or 2 * cfg.hidden) // (2 * cfg.hidden), cfg.hidden)
     client_env = envmod.collect(peer_host=host)
     session = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
                       transport_settings=cfg.transport_settings, client_env=client_env, secret=secret, loop=cfg.loop)
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
+        coded = p.codec != "none"
         return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,
                       id_bytes=cfg.id_bytes, cycles=cycles or cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
                       gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
-                      server_memory=cfg.server_memory, gpu_path=cfg.gpu_path)
+                      server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
+                      codec_group=cfg.hidden if coded else 0)
+
 
     try:
         check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
@@ -180,10 +201,10 @@ def run_session(
     status, error = "complete", None
     try:
         for p in payloads:
-            cycles, probe = duration_cycles(session, plan_for(p), cfg) if cfg.duration_s else (None, None)
+            cycles, probe = duration_cycles(session, plan_for(p), cfg, source) if cfg.duration_s else (None, None)
             plan = plan_for(p, cycles)
             try:
-                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0)
+                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source)
             except BaseException as exc:
                 mm = getattr(exc, "measurement", None)
                 if mm is not None:
