@@ -8,16 +8,16 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs
+.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[zmq,ucx,plot,analysis]'
+	$(PY) -m pip install -q -e '.[zmq,ucx,plot,analysis,codecs]'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot,analysis]'
+	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot,analysis,codecs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -64,6 +64,11 @@ sweep: install system-tools
 
 sweep-quick: install system-tools
 	$(HB) sweep $(SWEEP) --quick $(SWEEP_ARGS)
+
+# Payload codecs (issue 31): the codec stage vs its library alone, each codec's hop vs the
+# raw hop of the same session on emu-100m and emu-unshaped, and the verdicts (docs/CODECS.md).
+bench-codecs: install system-tools
+	$(PY) benchmarks/bench_codecs.py
 
 bench-core: install
 	$(PY) benchmarks/bench_core.py

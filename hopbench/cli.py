@@ -558,6 +558,22 @@ def doctor(
 
 
 @app.command()
+def codecs(
+    file: Annotated[Optional[str], typer.Argument(help="Hidden states (.safetensors FILE or FILE:TENSOR, or .npy) of [tokens, layers, hidden]; default synthetic.")] = None,
+    tokens: Annotated[int, typer.Option(help="Tokens per body (the payload T).")] = 3,
+    codec: Annotated[Optional[str], typer.Option(help="Codecs to profile (a list); default all.")] = None,
+    reps: Annotated[int, typer.Option(min=1, help="Repetitions (p50 reported).")] = 20,
+    shape: ShapeOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Each payload codec on this CPU, off the wire: ratio, encode/decode GB/s, a lossy codec's
+    error, and the link rate below which it pays (docs/CODECS.md)."""
+    from hopbench.orchestration.codecs import profile_command
+
+    profile_command(file, tokens, codec, reps, shape, json_out, print)
+
+
+@app.command()
 def transports(json_out: JsonOpt = False):
     """List the transports, whether they import here, and how to install them."""
     from hopbench.core import native

@@ -84,12 +84,15 @@ class Codec:
     @property
     def library(self) -> str:
         """The library and its version (recorded with every codec result)."""
-        mod = LIBRARY.get(self.name.split(":")[0])
-        if mod is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        dist = LIBRARY.get(self.name.split(":")[0])
+        if dist is None:
             return "-"
-        lib = _lib(mod)
-        root = _lib(mod.split(".")[0]) if "." in mod else lib
-        return f"{mod} {getattr(root, '__version__', getattr(root, 'VERSION', '?'))}"
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            return f"{dist} (version unknown)"
 
 
 class Zstd(Codec):
@@ -377,7 +380,7 @@ class CodecServerChannel:
             self.decode_ns[self._i] = t1 - t0
         self._i += 1
         P.SEQ.pack_into(buf, 0, seq)
-        if self.verify and zlib.crc32(memoryview(body)) != crc:
+        if self.verify and zlib.crc32(body.data) != crc:
             self.on_bad_crc(seq)
 
     def alloc(self, nbytes: int) -> Any:
@@ -393,9 +396,68 @@ def expected_crcs(codec: Codec, bodies: list[np.ndarray]) -> list[int]:
     out = []
     for body in bodies:
         if codec.lossless:
-            out.append(zlib.crc32(memoryview(body)))
+            out.append(zlib.crc32(body.data))
         else:
             back = np.empty_like(body)
             codec.decode(codec.encode(body), back)
-            out.append(zlib.crc32(memoryview(back)))
+            out.append(zlib.crc32(back.data))
+    return out
+
+
+# ---- `hopbench codecs [FILE]`: each codec on this CPU, off the wire ------------------------
+
+ALL = ("zstd:1", "zstd:3", "lz4", "blosc2:shuffle+zstd:1", "blosc2:bitshuffle+lz4:1", "fp8", "int8")
+
+
+def _floats(body: np.ndarray) -> np.ndarray:
+    return (body[:body.size // 2 * 2].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20) -> dict[str, Any]:
+    """One codec on these bodies: ratio, encode and decode GB/s (of the raw bytes, p50 over
+    reps), the error of a lossy codec (relative RMS, max absolute, cosine similarity per
+    token-layer row: min and median), and the link rate below which it pays: it pays while
+    encode + decode < bytes saved / rate, so break-even = 8 x bytes saved / (encode + decode)."""
+    import time
+
+    codec = parse(spec, width)
+    raw = sum(b.size for b in bodies)
+    enc_ns, dec_ns, wire = [], [], 0
+    worst: dict[str, float] = {"rel_rms": 0.0, "max_abs": 0.0}
+    cosines: list[np.ndarray] = []
+    for rep in range(reps):
+        e_t = d_t = 0
+        for body in bodies:
+            back = np.empty_like(body)
+            t0 = time.perf_counter_ns()
+            enc = codec.encode(body)
+            t1 = time.perf_counter_ns()
+            codec.decode(enc, back)
+            t2 = time.perf_counter_ns()
+            e_t, d_t = e_t + t1 - t0, d_t + t2 - t1
+            if rep == 0:
+                wire += len(memoryview(enc).cast("B"))
+                if codec.lossless:
+                    if not np.array_equal(back, body):
+                        raise ProtocolError(f"{codec.name} did not round-trip byte-exact")
+                else:
+                    x, y = _floats(body), _floats(back)
+                    worst["rel_rms"] = max(worst["rel_rms"], float(np.sqrt(np.mean((x - y) ** 2) / max(np.mean(x ** 2), 1e-30))))
+                    worst["max_abs"] = max(worst["max_abs"], float(np.max(np.abs(x - y))))
+                    rows = x.size // width
+                    xr, yr = x[:rows * width].reshape(rows, width), y[:rows * width].reshape(rows, width)
+                    cosines.append(np.sum(xr * yr, axis=1) / np.maximum(
+                        np.linalg.norm(xr, axis=1) * np.linalg.norm(yr, axis=1), 1e-30))
+        enc_ns.append(e_t)
+        dec_ns.append(d_t)
+    e, d = float(np.median(enc_ns)), float(np.median(dec_ns))
+    saved = raw - wire
+    out: dict[str, Any] = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
+                           "raw_bytes": raw, "wire_bytes": wire, "ratio": raw / wire, "encode_gb_s": raw / e,
+                           "decode_gb_s": raw / d, "encode_ns": e, "decode_ns": d,
+                           "pays_below_mbit": saved * 8 / (e + d) * 1e3 if saved > 0 else 0.0}
+    if not codec.lossless:
+        cos = np.concatenate(cosines) if cosines else np.array([1.0])
+        out.update(rel_rms=worst["rel_rms"], max_abs=worst["max_abs"], cosine_min=float(cos.min()),
+                   cosine_median=float(np.median(cos)))
     return out

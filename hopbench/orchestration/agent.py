@@ -1,6 +1,7 @@
-"""A client worker for sweeps: runs inside a rung's client namespace, reads one cell per
-line of JSON on stdin, measures it with run_session, answers one JSON line on stdout.
-Long-lived, so a sweep pays Python's start-up (and UCX's) once per rung, not per cell."""
+"""A client worker for sweeps: runs inside a rung's client namespace, reads one cell (or a
+list of payloads, measured in one session) per line of JSON on stdin, measures it with
+run_session, answers one JSON line on stdout. Long-lived, so a sweep pays Python's
+start-up (and UCX's) once per rung, not per cell."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def main() -> None:
         try:
             folder = Path(job["folder"])
             folder.mkdir(parents=True)
-            run_session(job["host"], job["port"], [Payload(**job["payload"])], RunConfig.from_dict(job["config"]),
-                        folder=folder, extra=job.get("extra"))
+            loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: one session, in order
+            run_session(job["host"], job["port"], loads, RunConfig.from_dict(job["config"]), folder=folder,
+                        extra=job.get("extra"))
             answer: dict[str, object] = {"ok": True}
         except HopbenchError as exc:
             answer = {"ok": False, "error": str(exc)}

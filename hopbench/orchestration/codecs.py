@@ -1,0 +1,49 @@
+"""`hopbench codecs [FILE]`: every payload codec on this CPU, on the user's hidden states
+(or the synthetic ones, said so), off the wire (docs/CODECS.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from hopbench.core import codecs as C
+from hopbench.core.hidden import source_for
+from hopbench.errors import ConfigError
+from hopbench.shape import load_shape
+
+ACCEPTANCE = ("A lossy codec's effect on acceptance is not measured here: it needs the drafter. To measure it, run "
+              "the drafter on hidden states passed through the codec (the study's harness: quantize the aux hidden "
+              "states with the same per-token-layer scale before the draft forward) and compare the acceptance length "
+              "with the raw run's; hopbench measures the hop, not the model.")
+
+
+def profile_command(file: str | None, tokens: int, codec: str | None, reps: int, shape: Path | None, json_out: bool,
+                    say: Callable[[str], None]) -> list[dict]:
+    sh = load_shape(shape).shape
+    if tokens < 1:
+        raise ConfigError("--tokens must be at least 1")
+    names = [c.strip() for c in codec.split(",") if c.strip() and c.strip() != "none"] if codec else list(C.ALL)
+    layers = len(sh.aux_layers)
+    src = source_for(file, layers, sh.hidden)
+    bodies = src.bodies(tokens * sh.bytes_per_token, tokens, max(1, src.tokens // tokens))
+    rows = [C.profile(n, bodies, sh.hidden, reps) for n in names]
+    data = "synthetic hidden states (docs/CODECS.md: a ratio on them is not a claim about any model)" if src.synthetic \
+        else f"{src.label} (sha256 {src.record['sha256'][:12]}, {src.record['tokens']} tokens)"
+    if json_out:
+        say(json.dumps({"schema": "hopbench.codecs", "schema_version": 1, "source": src.record, "tokens": tokens,
+                        "bodies": len(bodies), "codecs": rows, "acceptance": ACCEPTANCE}, indent=1))
+        return rows
+    say(f"codecs on this CPU, T = {tokens} ({tokens * sh.bytes_per_token:,} B per body, {len(bodies)} bodies), {data}")
+    say(f"{'codec':24s} {'ratio':>6s} {'enc GB/s':>9s} {'dec GB/s':>9s} {'pays below':>12s}  {'rel RMS':>8s} "
+        f"{'max abs':>8s} {'cos min':>8s}  library")
+    for r in rows:
+        err = (f"{r['rel_rms']:8.4f} {r['max_abs']:8.3g} {r['cosine_min']:8.5f}" if not r["lossless"]
+               else f"{'exact':>8s} {'':8s} {'':8s}")
+        pays = f"{r['pays_below_mbit'] / 1000:9.2f} Gb" if r["pays_below_mbit"] else f"{'never':>12s}"
+        say(f"{r['codec']:24s} {r['ratio']:6.3f} {r['encode_gb_s']:9.2f} {r['decode_gb_s']:9.2f} {pays:>12s}  {err}  "
+            f"{r['library']}")
+    say("pays below = the link rate under which encode + decode cost less than the bytes saved take on the wire "
+        "(one core each end; the hop's own measurement, run --codec, is the answer for your link)")
+    say(ACCEPTANCE)
+    return rows
