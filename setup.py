@@ -5,16 +5,17 @@ wheel-check` installs the wheel outside the checkout and imports every module.
 
 The compiled loops are optional: where they cannot be built (no C compiler or Python
 headers) the install still succeeds and hopbench uses its Python loop, saying so
-(`hopbench transports`, report.json `loop`). Three extensions, one ABI
+(`hopbench transports`, report.json `loop`). Four extensions: three share one ABI
 (hopbench/core/hb_endpoint.h): the core's loops (hopbench/core/_native.c) and each
-transport's bytes (transports/_tcp.c, transports/_ucx.c). None needs UCX headers or
+transport's bytes (transports/_tcp.c, transports/_ucx.c); the fourth is the lossy codecs'
+per-value loops (hopbench/core/_codec.c). None needs UCX headers or
 libraries to build: the ucp functions are resolved at run time from the libucp ucxx loads."""
 
 from setuptools import Extension, find_namespace_packages, find_packages, setup
 
 ABI_HEADER = "hopbench/core/hb_endpoint.h"
 NATIVE = {"hopbench._native": "hopbench/core/_native.c", "hopbench.transports._tcp": "transports/_tcp.c",
-          "hopbench.transports._ucx": "transports/_ucx.c"}
+          "hopbench.transports._ucx": "transports/_ucx.c", "hopbench._codec": "hopbench/core/_codec.c"}
 MAPPED = {"hopbench.transports": "transports", "hopbench.configs": "configs"}
 packages = find_packages(include=["hopbench", "hopbench.*"])
 for name, folder in MAPPED.items():  # configs/rungs holds TOML only: a namespace package of data
@@ -22,8 +23,8 @@ for name, folder in MAPPED.items():  # configs/rungs holds TOML only: a namespac
 
 setup(packages=packages,
       package_dir=MAPPED,
-      package_data={"hopbench": ["py.typed", "_native.pyi"], "hopbench.transports": ["*.pyi"], "hopbench.configs": ["*.toml"],
+      package_data={"hopbench": ["py.typed", "_native.pyi", "_codec.pyi"], "hopbench.transports": ["*.pyi"], "hopbench.configs": ["*.toml"],
                     "hopbench.configs.rungs": ["*.toml"]},
       ext_modules=[Extension(name, sources=[source], depends=[ABI_HEADER], include_dirs=["hopbench/core"],
-                             optional=True, extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE"], libraries=["dl"])
+                             optional=True, extra_compile_args=["-O3" if name == "hopbench._codec" else "-O2", "-std=c11", "-D_GNU_SOURCE"], libraries=["dl"])
                    for name, source in NATIVE.items()])

@@ -34,6 +34,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def cpu_times() -> list[int]:
+    """/proc/stat's cpu line: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def steal_since(before: list[int]) -> float:
+    """The share of CPU time the hypervisor took (steal) since `before`: a number that
+    explains a noisy run on a shared VM (a neighbour's load lowers every hop's floor)."""
+    d = [b - a for a, b in zip(before, cpu_times())]
+    return d[7] / max(1, sum(d))
+
+
 def library_alone(codec_name: str, body: np.ndarray, reps: int) -> float:
     """p50 ns of encode + decode of `body` by the codec's library, called directly."""
     import ml_dtypes
@@ -187,9 +200,13 @@ def main() -> None:
     ap.add_argument("--payload-from", default=None)
     a = ap.parse_args()
     codecs = a.codecs.split(",")
+    t0 = cpu_times()
     fails = part1(codecs, max(a.cycles, 200))
+    print(f"  (CPU steal during part 1: {steal_since(t0):.1%})")
     for rung in filter(None, a.rungs.split(",")):
+        t0 = cpu_times()
         fails += part2(rung, codecs, a.repeats, a.cycles, a.payload_from)
+        print(f"  (CPU steal during {rung}: {steal_since(t0):.1%}; above a few % the hops carry a neighbour's load)")
     print("\nall targets met" if not fails else f"\ntargets missed: {'; '.join(fails)}")
     sys.exit(1 if fails else 0)
 

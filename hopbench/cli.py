@@ -204,6 +204,8 @@ def spec(
     rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), recorded.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
+    codec: Annotated[str, typer.Option(help="The hidden states cross encoded with this codec, inside the hop (docs/CODECS.md): none, zstd[:LEVEL], lz4, blosc2[:...], fp8, int8.")] = "none",
+    payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes (.safetensors / .npy); default synthetic.")] = None,
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
     _pin(cpu)
@@ -214,7 +216,8 @@ def spec(
                      modes=tuple(m for m in modes.split(",") if m), transport=transport, k=k, accept=accept,
                      verify=verify, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
-                     transport_settings=split_options(opt), rung=rung, rate_mbit=rate)
+                     transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
+                     payload_from=payload_from, hidden=sh.hidden)
     host, port = _address(peer, port) if peer else (None, None)
     try:
         run_spec_cli(host, port, cfg, out, results_dir, secret=secret or None)

@@ -13,7 +13,7 @@ RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interfac
              "placement"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
               "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
-              "placements"}
+              "placements", "codecs", "payload_from"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class SweepConfig:
     gaps_ms: tuple[float, ...]
     operating_tokens: int
     placements: tuple[str, ...] = ("auto",)
+    codecs: tuple[str, ...] = ("none",)  # payload codecs (docs/CODECS.md): an axis like the transports
+    payload_from: str | None = None  # the hidden states the codecs encode (None: synthetic)
     path: str = ""
     profile: str = "default"
 
@@ -98,6 +100,7 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
             min_cycles=int(s["min_cycles"]), max_cycles=int(s["max_cycles"]), warmup=int(s["warmup"]),
             seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
             operating_tokens=int(s["operating_tokens"]), placements=tuple(s.get("placements", ["auto"])),
+            codecs=tuple(str(c) for c in s.get("codecs", ["none"])), payload_from=s.get("payload_from"),
             path=f, profile="quick" if quick else "default")
     except KeyError as exc:
         raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None

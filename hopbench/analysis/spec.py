@@ -103,7 +103,11 @@ def format_table(report: dict[str, Any], results: list[ModeResult]) -> str:
         f"modelled: verify {report['work']['verify']['spec']}, local draft {report['work']['draft_local']['spec']}, "
         f"remote draft {cfg['draft_remote']} (time scale {cfg['time_scale']:g}); acceptance {acc['spec']} "
         f"(E[tokens/cycle] = {acc['mean_tokens']:.3f}), K = {cfg['k']}, fan-out {cfg['fanout']}",
-        f"measured: {cfg['transport']} to {report.get('peer') or '-'}; {cfg['repeats']} repeats x {cfg['cycles']} cycles "
+        f"measured: {cfg['transport']}"
+        + (f" with the hidden states encoded by {cfg['codec']} inside the hop ("
+           + ("synthetic data" if (report.get("payload_source") or {}).get("synthetic") else
+              str((report.get("payload_source") or {}).get("file"))) + ")" if cfg.get("codec", "none") != "none" else "")
+        + f" to {report.get('peer') or '-'}; {cfg['repeats']} repeats x {cfg['cycles']} cycles "
         f"per mode, modes interleaved; tok/s = tokens / time over each repeat; [interval] = "
         + (pct(results[0].tok_s.level) if results and results[0].tok_s.level else "-") + " over repeats",
     ]

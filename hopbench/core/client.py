@@ -215,7 +215,7 @@ class Session:
         if plan.verify:
             m.plan = dataclasses.replace(plan, payload_crc32=crcs[0])
         m.codec_info = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
-                        "source": source.record, "bodies": len(bodies)}
+                        "kernel": getattr(codec, "kernel", "library"), "source": source.record, "bodies": len(bodies)}
         return codec, bodies, crcs
 
     def _codec_cycles(self, data: Channel, plan: P.Plan, m: Measurement, coded: Any, reply_codec: P.ReplyCodec,
@@ -238,14 +238,31 @@ class Session:
         return done
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> tuple[np.ndarray, dict[str, Any]]:
+                 clock: Callable[[], int] = time.perf_counter_ns, source: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
-        the data channel's settings. A server's abort is reported with its reason."""
+        the data channel's settings. A server's abort is reported with its reason. A codec
+        plan's hidden states are windows of `source`, encoded inside the hop."""
         from hopbench.core import spec as S
 
+        send_states = None
+        if plan.codec:
+            from hopbench.core import codecs
+
+            if source is None:
+                raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+            codec = codecs.parse(plan.codec, plan.codec_group)
+            by_tokens = {t: source.bodies(t * info.bytes_per_token, t, max(1, source.tokens // t))
+                         for t in range(1, info.k + 2)}
+            header = bytearray(codecs.FRAME_BYTES)
+            codecs.steady_heap()
         data, _ = self._data_channel(plan)
+        if plan.codec:
+            def send_states(seq: int, tokens: int) -> None:
+                bodies = by_tokens[tokens]
+                codecs.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
         try:
-            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock)
+            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock,
+                                send_states)
             self._confirmed(plan)
             return rows, dict(data.info)
         except VerifyError as exc:

@@ -153,37 +153,88 @@ class Blosc2(Codec):
             raise ProtocolError(f"blosc2 chunk decodes to {n} B, expected {out.size}")
 
 
+def _compiled() -> Any:
+    """hopbench._codec (hopbench/core/_codec.c) where it was built, else None (NumPy)."""
+    try:
+        from hopbench import _codec
+    except ImportError:
+        return None
+    return _codec
+
+
+class _Scratch:
+    """The working arrays of one body size, made once (per plan: a codec is made per plan) and
+    reused every cycle: a fresh array per cycle costs page faults that cost more than the
+    arithmetic (seen: 1.4 ms instead of 0.2 ms for an int8 decode of 184 KB)."""
+
+    def __init__(self, n: int, groups: int):
+        self.wide = np.empty(n, dtype=np.uint32)  # BF16 bits widened, then the float32 values
+        self.key = np.empty(n, dtype=np.uint32)
+        self.low = np.empty(n, dtype=np.uint32)
+        self.flag = np.empty(n, dtype=bool)
+        self.mag = np.empty(n, dtype=np.uint16)
+        self.inv = np.empty(groups, dtype=np.float32)
+
+
 class _Scaled(Codec):
     """A lossy codec: one float32 scale per group of `width` values, then a byte per value;
-    on the wire: scales (4 B per group), codes (a byte per value), an odd trailing byte raw."""
+    on the wire: scales (4 B per group), codes (a byte per value), an odd trailing byte raw.
+    Every step writes into working arrays made once per body size (_Scratch)."""
 
     lossless = False
     qmax = 1.0
 
+    def __init__(self, width: int, kernel: str = "auto"):
+        super().__init__(width)
+        self._scratch: dict[int, _Scratch] = {}
+        #: the per-value loops: "compiled" (hopbench/core/_codec.c) where built, else "numpy"
+        self.kernel = "numpy" if kernel == "numpy" or _compiled() is None else "compiled"
+
     def _groups(self, n_vals: int) -> int:
         return -(-n_vals // self.width)
+
+    def _work(self, n: int) -> _Scratch:
+        w = self._scratch.get(n)
+        if w is None:
+            w = self._scratch[n] = _Scratch(n, self._groups(n))
+        return w
 
     def bound(self, body_bytes: int) -> int:
         n = body_bytes // 2
         return self._groups(n) * 4 + n + body_bytes % 2
 
+    def _rows(self, n: int) -> list[tuple[int, int, int]]:
+        """(first value, end, rows) of the full groups and of a short last group."""
+        full = n // self.width
+        parts = [(0, full * self.width, full)] if full else []
+        return parts + ([(full * self.width, n, 1)] if n % self.width else [])
+
     def encode(self, body: np.ndarray) -> Any:
         n = body.size // 2
         bits = body[:2 * n].view(np.uint16)
         g = self._groups(n)
-        out = np.empty(g * 4 + n + body.size % 2, dtype=np.uint8)
+        out = np.empty(g * 4 + n + body.size % 2, dtype=np.uint8)  # the message itself: the channel takes it
         scales = out[:g * 4].view(np.float32)
         codes = out[g * 4:g * 4 + n]
-        full = n // self.width
-        for lo, hi, rows in ((0, full * self.width, full), (full * self.width, n, 1 if n % self.width else 0)):
-            if rows:
-                x = (bits[lo:hi].astype(np.uint32) << 16).view(np.float32).reshape(rows, -1)
-                s = scales[lo // self.width:lo // self.width + rows]
-                amax = np.abs(x).max(axis=1)
-                s[:] = np.where(amax > 0, amax / self.qmax, 1.0)
-                self._quantize(x, (1.0 / s)[:, None], codes[lo:hi].reshape(rows, -1))
         if body.size % 2:
             out[-1] = body[-1]
+        if self.kernel == "compiled":
+            _compiled().encode(bits, self.width, self.qmax, self._table(), scales, codes)
+            return out
+        w = self._work(n)
+        np.bitwise_and(bits, 0x7FFF, out=w.mag)  # |x| as BF16 bits: ordered like the values (finite ones)
+        np.copyto(w.wide, bits)
+        np.left_shift(w.wide, 16, out=w.wide)
+        x = w.wide.view(np.float32)
+        for lo, hi, rows in self._rows(n):
+            g0 = lo // self.width
+            amax = (w.mag[lo:hi].reshape(rows, -1).max(axis=1).astype(np.uint32) << 16).view(np.float32)
+            s = scales[g0:g0 + rows]
+            s[:] = np.where(amax > 0, amax / self.qmax, 1.0)
+            inv = w.inv[g0:g0 + rows]
+            np.divide(1.0, s, out=inv)
+            np.multiply(x[lo:hi].reshape(rows, -1), inv[:, None], out=x[lo:hi].reshape(rows, -1))
+        self._quantize(x, codes, w)
         return out
 
     def decode(self, enc: Any, out: np.ndarray) -> None:
@@ -193,30 +244,39 @@ class _Scaled(Codec):
         if buf.size != self.bound(out.size):
             raise ProtocolError(f"{self.name} frame is {buf.size} B, expected {self.bound(out.size)}")
         scales = buf[:g * 4].view(np.float32)
-        codes = buf[g * 4:g * 4 + n]
-        vals = self._dequantize(codes)
-        full = n // self.width
-        y = np.empty(n, dtype=np.float32)
-        if full:
-            np.multiply(vals[:full * self.width].reshape(full, -1), scales[:full, None],
-                        out=y[:full * self.width].reshape(full, -1))
-        if n % self.width:
-            np.multiply(vals[full * self.width:], scales[full], out=y[full * self.width:])
-        out[:2 * n].view(np.uint16)[:] = _bf16_bits(y)
         if out.size % 2:
             out[-1] = buf[-1]
+        if self.kernel == "compiled":
+            _compiled().decode(buf[g * 4:g * 4 + n], scales, self.width, self._lut(), out[:2 * n])
+            return
+        w = self._work(n)
+        y = w.wide.view(np.float32)
+        self._dequantize(buf[g * 4:g * 4 + n], y)
+        for lo, hi, rows in self._rows(n):
+            g0 = lo // self.width
+            np.multiply(y[lo:hi].reshape(rows, -1), scales[g0:g0 + rows, None], out=y[lo:hi].reshape(rows, -1))
+        # float32 -> BF16 bits, round to nearest even (ml_dtypes' cast, for finite values)
+        u, t = w.wide, w.key
+        np.right_shift(u, 16, out=t)
+        np.bitwise_and(t, 1, out=t)
+        np.add(t, 0x7FFF, out=t)
+        np.add(t, u, out=t)
+        np.right_shift(t, 16, out=t)
+        np.copyto(out[:2 * n].view(np.uint16), t, casting="unsafe")
 
-    def _quantize(self, x: np.ndarray, inv: np.ndarray, codes: np.ndarray) -> None:
+    def _table(self) -> Any:
+        """The encode table (fp8), or None (int8 rounds arithmetically)."""
+        return None
+
+    def _lut(self) -> Any:
+        """The decode table (fp8), or None (int8 codes are the values)."""
+        return None
+
+    def _quantize(self, x: np.ndarray, codes: np.ndarray, w: _Scratch) -> None:
         raise NotImplementedError
 
-    def _dequantize(self, codes: np.ndarray) -> np.ndarray:
+    def _dequantize(self, codes: np.ndarray, y: np.ndarray) -> None:
         raise NotImplementedError
-
-
-def _bf16_bits(y: np.ndarray) -> np.ndarray:
-    """float32 -> BF16 bits, round to nearest even (what ml_dtypes' cast does, for finite values)."""
-    u = y.view(np.uint32)
-    return ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
 
 
 class Fp8(_Scaled):
@@ -224,43 +284,77 @@ class Fp8(_Scaled):
     ml_dtypes' e4m3 code for each BF16-truncated float32, indexed by the top 16 bits with
     the low 16 folded into a sticky bit (the same round-to-nearest-even as the cast itself:
     e4m3 rounds at a higher bit, so the table sees ties exactly; tests check it equals
-    ml_dtypes' own cast). The cast itself costs ~5x the table on this CPU (docs/CODECS.md)."""
+    ml_dtypes' own cast)."""
 
     name = "fp8"
     qmax = FP8_MAX
 
-    def __init__(self, width: int):
-        super().__init__(width)
+    def __init__(self, width: int, kernel: str = "auto"):
+        super().__init__(width, kernel)
         ml = _lib("ml_dtypes")
         keys = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
         with np.errstate(invalid="ignore", over="ignore"):
             self._enc = keys.astype(ml.float8_e4m3fn).view(np.uint8)
         self._dec = np.arange(256, dtype=np.uint8).view(ml.float8_e4m3fn).astype(np.float32)
 
-    def _quantize(self, x: np.ndarray, inv: np.ndarray, codes: np.ndarray) -> None:
-        u = (x * inv).view(np.uint32)
-        key = (u >> 16) | ((u & 0xFFFF) != 0)
+    def _table(self) -> Any:
+        return self._enc
+
+    def _lut(self) -> Any:
+        return self._dec
+
+    def _quantize(self, x: np.ndarray, codes: np.ndarray, w: _Scratch) -> None:
+        n = x.size
+        u, key, low, flag = x.view(np.uint32), w.key[:n], w.low[:n], w.flag[:n]
+        np.right_shift(u, 16, out=key)
+        np.bitwise_and(u, 0xFFFF, out=low)
+        np.not_equal(low, 0, out=flag)
+        np.bitwise_or(key, flag, out=key)
         np.take(self._enc, key, out=codes)
 
-    def _dequantize(self, codes: np.ndarray) -> np.ndarray:
-        return np.take(self._dec, codes)
+    def _dequantize(self, codes: np.ndarray, y: np.ndarray) -> None:
+        np.take(self._dec, codes, out=y)
 
 
 class Int8(_Scaled):
     name = "int8"
     qmax = 127.0
 
-    def _quantize(self, x: np.ndarray, inv: np.ndarray, codes: np.ndarray) -> None:
-        codes[:] = np.rint(x * inv).astype(np.int8).view(np.uint8)
+    def _quantize(self, x: np.ndarray, codes: np.ndarray, w: _Scratch) -> None:
+        np.rint(x, out=x)
+        np.copyto(codes.view(np.int8), x, casting="unsafe")
 
-    def _dequantize(self, codes: np.ndarray) -> np.ndarray:
-        return codes.view(np.int8).astype(np.float32)
+    def _dequantize(self, codes: np.ndarray, y: np.ndarray) -> None:
+        np.copyto(y, codes.view(np.int8))
 
 
 def _level(spec: str, text: str, lo: int, hi: int) -> int:
     if not text.isdigit() or not lo <= int(text) <= hi:
         raise _fail(spec, f"level {text!r} must be an integer {lo}..{hi}")
     return int(text)
+
+
+_HEAP_STEADY: list[bool] = []
+
+
+def steady_heap() -> bool:
+    """Keep glibc from handing large blocks back to the kernel between cycles: a codec
+    library returns a fresh buffer per call (zstd's, lz4's output), and with glibc's defaults
+    each one is a new mmap whose pages fault in again every cycle (measured: a decode of
+    184 KB at 5x its cost). Raising the mmap and trim thresholds (32 MiB / 64 MiB) makes
+    them reuse the heap, as a serving process's allocator would after warm-up. Once per
+    process; False where there is no glibc mallopt."""
+    if not _HEAP_STEADY:
+        ok = False
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            ok = bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 64 << 20))  # M_MMAP_, M_TRIM_THRESHOLD
+        except (OSError, AttributeError):
+            pass
+        _HEAP_STEADY.append(ok)
+    return _HEAP_STEADY[0]
 
 
 def parse(spec: str, width: int) -> Codec:
@@ -297,37 +391,18 @@ class CodecStages:
     wire_bytes: np.ndarray
 
 
-class CodecClientChannel:
-    """The client's side: send() encodes this cycle's body (seq i takes body i mod n, so the
-    cycles go through the source's tokens), timed with the client's clock, then sends the
-    frame header and the encoded body; recv_into() is the transport's."""
-
-    def __init__(self, inner: Any, codec: Codec, bodies: list[np.ndarray], crcs: list[int],
-                 stages: CodecStages, clock: Callable[[], int]):
-        self.inner, self.codec, self.bodies, self.crcs, self.stages, self.clock = inner, codec, bodies, crcs, stages, clock
-        self.info = inner.info
-        self.header = bytearray(FRAME_BYTES)
-        self.recv_into = inner.recv_into
-
-    def send(self, buf: Any) -> None:
-        seq = P.SEQ.unpack_from(buf, 0)[0]
-        j = seq % len(self.bodies)
-        clock = self.clock
-        t0 = clock()
-        enc = self.codec.encode(self.bodies[j])
-        t1 = clock()
-        n = len(memoryview(enc).cast("B"))
-        FRAME.pack_into(self.header, 0, seq, n, self.crcs[j])
-        self.inner.send(self.header)
-        self.inner.send(enc)
-        self.stages.encode_ns[seq] = t1 - t0
-        self.stages.wire_bytes[seq] = FRAME_BYTES + n
-
-    def alloc(self, nbytes: int) -> Any:
-        return self.inner.alloc(nbytes)
-
-    def close(self) -> None:
-        self.inner.close()
+def send_frame(channel: Any, codec: Codec, body: np.ndarray, seq: int, crc: int, header: bytearray,
+               clock: Callable[[], int]) -> tuple[int, int]:
+    """Encode `body` (timed with `clock`) and send the frame header and the encoded body;
+    returns (encode ns, bytes on the wire)."""
+    t0 = clock()
+    enc = codec.encode(body)
+    t1 = clock()
+    n = len(memoryview(enc).cast("B"))
+    FRAME.pack_into(header, 0, seq, n, crc)
+    channel.send(header)
+    channel.send(enc)
+    return t1 - t0, FRAME_BYTES + n
 
 
 class ClientAborted(Exception):
@@ -338,46 +413,85 @@ class ClientAborted(Exception):
         self.seq = seq
 
 
-class CodecServerChannel:
-    """The server's side: recv_into(request) receives the frame header and the encoded body,
-    decodes into the request body timed with the server's clock (decode_ns[i]), writes the
-    seq; with --verify a decoded body failing the frame's CRC calls on_bad_crc(seq) (the
-    echo loop's corrupted reply). A frame longer than the codec's bound, or one that does
-    not decode, raises ProtocolError; the client's abort raises ClientAborted."""
+class FrameReceiver:
+    """The receiving side of codec frames: recv(channel, body) receives a frame header and
+    its encoded body and decodes into `body` (a uint8 array), timed with `clock`; returns
+    (seq, the header's CRC, decode ns). A frame longer than the codec's bound for the body,
+    or one that does not decode, raises ProtocolError; the client's abort ClientAborted."""
 
-    def __init__(self, inner: Any, codec: Codec, body_bytes: int, decode_ns: np.ndarray, clock: Callable[[], int],
-                 verify: bool, on_bad_crc: Callable[[int], None]):
-        self.inner, self.codec, self.decode_ns, self.clock = inner, codec, decode_ns, clock
-        self.verify, self.on_bad_crc = verify, on_bad_crc
-        self.info = inner.info
+    def __init__(self, codec: Codec, max_body: int, clock: Callable[[], int]):
+        self.codec, self.clock = codec, clock
         self.header = bytearray(FRAME_BYTES)
-        self.limit = codec.bound(body_bytes)
-        self.enc = bytearray(self.limit)
-        self.send = inner.send
-        self._i = 0
+        self.enc = bytearray(codec.bound(max_body))
+        steady_heap()
 
-    def recv_into(self, buf: Any) -> None:
-        self.inner.recv_into(self.header)
+    def recv(self, channel: Any, body: np.ndarray, index: int = 0) -> tuple[int, int, int]:
+        channel.recv_into(self.header)
         if P.is_abort(self.header):
-            raise ClientAborted(self._i, P.read_abort(self.inner, self.header))
+            raise ClientAborted(index, P.read_abort(channel, self.header))
         seq, n, crc = FRAME.unpack_from(self.header, 0)
-        if n > self.limit:
-            raise ProtocolError(f"request {seq}: a {self.codec.name} frame of {n} B, more than the {self.limit} B "
-                                "its body can encode to")
+        limit = self.codec.bound(body.size)
+        if n > limit:
+            raise ProtocolError(f"request {seq}: a {self.codec.name} frame of {n} B, more than the {limit} B its "
+                                "body can encode to")
         view = memoryview(self.enc)[:n]
-        self.inner.recv_into(view)
-        body = np.frombuffer(buf, dtype=np.uint8)[P.SEQ_BYTES:]
-        clock = self.clock
-        t0 = clock()
+        channel.recv_into(view)
+        t0 = self.clock()
         try:
             self.codec.decode(view, body)
         except ProtocolError as exc:
             raise ProtocolError(f"request {seq}: {exc}") from None
         except Exception as exc:  # a library's own error on a corrupt frame
             raise ProtocolError(f"request {seq}: the {self.codec.name} frame does not decode: {exc}") from None
-        t1 = clock()
+        return seq, crc, self.clock() - t0
+
+
+class CodecClientChannel:
+    """The client's side of an echo plan: send() encodes this cycle's body (seq i takes body
+    i mod n, so the cycles go through the source's tokens), timed with the client's clock,
+    then sends the frame; recv_into() is the transport's."""
+
+    def __init__(self, inner: Any, codec: Codec, bodies: list[np.ndarray], crcs: list[int],
+                 stages: CodecStages, clock: Callable[[], int]):
+        self.inner, self.codec, self.bodies, self.crcs, self.stages, self.clock = inner, codec, bodies, crcs, stages, clock
+        self.info = inner.info
+        self.header = bytearray(FRAME_BYTES)
+        self.recv_into = inner.recv_into
+        steady_heap()
+
+    def send(self, buf: Any) -> None:
+        seq = P.SEQ.unpack_from(buf, 0)[0]
+        j = seq % len(self.bodies)
+        ns, nbytes = send_frame(self.inner, self.codec, self.bodies[j], seq, self.crcs[j], self.header, self.clock)
+        self.stages.encode_ns[seq] = ns
+        self.stages.wire_bytes[seq] = nbytes
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.inner.alloc(nbytes)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class CodecServerChannel:
+    """The server's side of an echo plan: recv_into(request) receives a frame and decodes it
+    into the request body (decode_ns[i]), writes the seq; with --verify a decoded body
+    failing the frame's CRC calls on_bad_crc(seq) (the echo loop's corrupted reply)."""
+
+    def __init__(self, inner: Any, codec: Codec, body_bytes: int, decode_ns: np.ndarray, clock: Callable[[], int],
+                 verify: bool, on_bad_crc: Callable[[int], None]):
+        self.inner, self.decode_ns = inner, decode_ns
+        self.verify, self.on_bad_crc = verify, on_bad_crc
+        self.info = inner.info
+        self.frames = FrameReceiver(codec, body_bytes, clock)
+        self.send = inner.send
+        self._i = 0
+
+    def recv_into(self, buf: Any) -> None:
+        body = np.frombuffer(buf, dtype=np.uint8)[P.SEQ_BYTES:]
+        seq, crc, ns = self.frames.recv(self.inner, body, self._i)
         if self._i < self.decode_ns.size:
-            self.decode_ns[self._i] = t1 - t0
+            self.decode_ns[self._i] = ns
         self._i += 1
         P.SEQ.pack_into(buf, 0, seq)
         if self.verify and zlib.crc32(body.data) != crc:

@@ -60,7 +60,7 @@ class Source:
         """`count` distinct request bodies of body_bytes (capped: MAX_BODIES, MAX_BODY_MEMORY):
         consecutive windows of the pool, T tokens each for a token payload, else bytes."""
         flat = self.bits.reshape(-1).view(np.uint8)
-        step = tokens * self.bits.shape[1] * 2 if tokens else body_bytes
+        step = tokens * self.bits.shape[1] * 2 if tokens else body_bytes + body_bytes % 2  # whole BF16 values
         count = max(1, min(count, MAX_BODIES, MAX_BODY_MEMORY // max(1, body_bytes)))
         out = []
         for i in range(count):

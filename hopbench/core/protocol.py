@@ -384,8 +384,8 @@ class Plan:
             return f"reply_bytes {self.reply_bytes} cannot hold {self.k} ids of {self.id_bytes} bytes"
         if self.cycles < 1:
             return "cycles must be at least 1"
-        if self.codec is not None and (self.spec is not None or self.uses_gpu):
-            return "a codec plan is a host-memory echo plan (no spec, no cuda memory)"
+        if self.codec is not None and self.uses_gpu:
+            return "a codec plan is a host-memory plan (no cuda memory)"
         if self.codec is not None and not 1 <= self.codec_group <= 1 << 20:
             return "a codec plan's codec_group must be between 1 and 1048576"
         return None

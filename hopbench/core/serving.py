@@ -197,6 +197,10 @@ class SpecDrafter(ServingPath):
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
             S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+            if plan.codec is not None:
+                from hopbench.core import codecs
+
+                codecs.parse(plan.codec, plan.codec_group)
         except HopbenchError as exc:
             return f"cannot run this spec plan: {exc}"
         return None
@@ -213,7 +217,23 @@ class SpecDrafter(ServingPath):
         def bad(seq: int, header: Any) -> None:
             bad_request(ctx, chan, header, seq, sized)
 
-        done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, ctx.clock)
+        states = None
+        if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
+            import numpy as np
+
+            from hopbench.core import codecs
+
+            frames = codecs.FrameReceiver(codecs.parse(plan.codec, plan.codec_group), info.request_bytes, ctx.clock)
+
+            def states(tokens: int, view: Any) -> None:
+                frames.recv(chan, np.frombuffer(view, dtype=np.uint8))
+        try:
+            done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, ctx.clock,
+                                      states)
+        except ProtocolError as exc:
+            if states is None:
+                raise
+            abort(chan, str(exc), sized)  # a frame that does not decode: the target is told why
         return done
 
 
@@ -262,10 +282,10 @@ class CodecEcho(ServingPath):
 
 def path_for(plan: P.Plan) -> ServingPath:
     """The one serving path of this plan's kind."""
-    if plan.codec is not None:
-        return CodecEcho()
     if plan.spec is not None:
         return SpecDrafter()
+    if plan.codec is not None:
+        return CodecEcho()
     if plan.server_memory == "cuda":
         return GpuDirect() if plan.gpu_path == "direct" else GpuStaged()
     return HostEcho()

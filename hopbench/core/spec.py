@@ -243,10 +243,13 @@ class SpecPlanInfo:
 
 
 def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
-               codec: Any, clock: Callable[[], int] = time.perf_counter_ns) -> np.ndarray:
+               codec: Any, clock: Callable[[], int] = time.perf_counter_ns,
+               send_states: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
     array. local: `channel` is None and `local_draft` runs after each verify. The ids of
-    every reply are checked outside the timed span of the next cycle."""
+    every reply are checked outside the timed span of the next cycle. `send_states(seq,
+    tokens)` sends a cycle's hidden states (a codec plan: encoded, inside the hop); default
+    the raw bytes."""
     total = info.total
     rows = np.zeros((total, len(CYCLE_COLUMNS)), dtype=np.int64)
     header = bytearray(HEADER.size)
@@ -270,7 +273,10 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
         else:
             HEADER.pack_into(header, 0, seq, tokens, a)
             channel.send(header)
-            channel.send(views[tokens])
+            if send_states is None:
+                channel.send(views[tokens])
+            else:
+                send_states(seq, tokens)
             channel.recv_into(reply)
             t2 = clock()
             draft_ns, flags = TAIL.unpack_from(reply, info.k * info.id_bytes)
@@ -286,15 +292,19 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
 # ---- the drafter's loop (server) ------------------------------------------------------------------
 
 def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int], codec: Any,
-                on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns) -> int:
+                on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns,
+                recv_states: Callable[[int, Any], None] | None = None) -> int:
     """The drafter's side of a spec plan; returns the cycles served. sync: receive the
     header and the hidden states, draft, reply. overlap: pre-drafts are scheduled from the
     moment the drafter is ready (previous hidden states in): F of them, most likely outcome
     first, t_draft each, not preempted; a hit replies on the header, a miss waits for the
-    pre-draft in progress, receives the hidden states, drafts, replies."""
+    pre-draft in progress, receives the hidden states, drafts, replies. `recv_states(tokens,
+    view)` receives a cycle's hidden states into view (a codec plan: decoded, inside the
+    hop); default the raw bytes."""
     header = bytearray(HEADER.size)
     payload = bytearray(info.request_bytes)
     views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
+    states = recv_states or (lambda tokens, view: channel.recv_into(view))
     reply = bytearray(info.reply_bytes)
     span = info.k * info.id_bytes
     rank = {a: r for r, a in enumerate(ranked)}
@@ -322,9 +332,9 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
             codec.pack(reply, seq)
             TAIL.pack_into(reply, span, 0, flags)
             channel.send(reply)
-            channel.recv_into(views[tokens])
+            states(tokens, views[tokens])
         else:
-            channel.recv_into(views[tokens])
+            states(tokens, views[tokens])
             t0 = clock()
             draft.run(clock)
             draft_ns = clock() - t0

@@ -55,6 +55,9 @@ class SpecConfig:
     transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     rung: str | None = None
     rate_mbit: float | None = None
+    codec: str = "none"  # the hidden states cross encoded (docs/CODECS.md), inside the hop
+    payload_from: str | None = None  # the hidden states a codec encodes (None: synthetic)
+    hidden: int = 6144  # values per scale of a lossy codec (configs/shape.toml)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -72,6 +75,10 @@ class SpecConfig:
             from hopbench.core.transport import get_transport
 
             get_transport(self.transport)  # a missing extra fails here, with its install line
+        if self.codec != "none":
+            from hopbench.core import codecs
+
+            return replace(self, codec=codecs.canonical(self.codec, self.hidden))
         return self
 
     @classmethod
@@ -85,7 +92,7 @@ def run_spec_cli(host: str | None, port: int | None, cfg: SpecConfig, out: Path 
     the analysis's table at the end. An error after the folder exists names it."""
     from hopbench.analysis import spec as A
 
-    cfg.check()
+    cfg = cfg.check()
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     made: list[Path] = []
@@ -135,6 +142,11 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
     remote_modes = [m for m in cfg.modes if m != "local"]
     if remote_modes and (host is None or port is None):
         raise ConfigError(f"modes {', '.join(remote_modes)} need --peer (a hopbench serve to be the drafter)")
+    source = None
+    if cfg.codec != "none":  # read and checked before connecting
+        from hopbench.core.hidden import source_for
+
+        source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
     seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
     session = None
     client_env = envmod.collect(peer_host=host)
@@ -155,6 +167,7 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
             "measured": "the network, the cadence, the transports, the hosts",
             "client_env": client_env, "server_env": session.server_env if session else None,
+            **({"payload_source": source.record} if source is not None else {}),
             "status": "running", "runs": [],
         }
         cycles_rows: list[dict] = []
@@ -191,8 +204,10 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                                       transport_settings=cfg.transport_settings.get(cfg.transport, {}),
                                       spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
                                             "fanout": info.fanout, "seed": seed + rep, "draft": cfg.draft_remote,
-                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale})
-                        rows, channel_info = session.run_spec(plan, info, outcomes, verify)
+                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale},
+                                      codec=None if cfg.codec == "none" else cfg.codec,
+                                      codec_group=0 if cfg.codec == "none" else cfg.hidden)
+                        rows, channel_info = session.run_spec(plan, info, outcomes, verify, source=source)
                     for r in rows:
                         cycles_rows.append({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))})
                     s = _summary(rows, mode, rep)

@@ -1,4 +1,4 @@
-"""Pure planning of a sweep: the cells (rung x transport x payload x gap x placement),
+"""Pure planning of a sweep: the cells (rung x transport x payload x gap x placement x codec),
 repeated, each repeat in a seeded random order, and how many cycles each gets."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
+from hopbench.records import codec_label
 from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
@@ -24,6 +25,7 @@ class Cell:
     gap_ms: float
     repeat: int
     placement: str = ""  # set when several placements are swept: part of the rung label
+    codec: str = "none"  # the payload crosses encoded (docs/CODECS.md); the payload label says so
 
     @property
     def label(self) -> str:
@@ -56,8 +58,11 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
                 for gap in cfg.gaps_ms:
                     if gap and p.tokens != cfg.operating_tokens:
                         continue  # think time is measured at the operating payload only
-                    per_repeat.append(Cell(rung.name, tr, p.label, p.tokens, p.request_bytes, p.reply_bytes, gap, 0,
-                                           pl))
+                    for codec in cfg.codecs:
+                        if codec != "none" and gap:
+                            continue  # a codec is measured back to back (its think-time cells would add nothing new)
+                        per_repeat.append(Cell(rung.name, tr, codec_label(p.label, codec), p.tokens, p.request_bytes,
+                                               p.reply_bytes, gap, 0, pl, codec))
     rng = random.Random(seed)
     cells = []
     for rep in range(cfg.repeats):

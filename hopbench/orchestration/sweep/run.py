@@ -91,6 +91,13 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         raise ConfigError(f"nothing to measure: the sweep's transports ({', '.join(cfg.transports)}) and the rungs' "
                           + "; ".join(f"{r.name}: {', '.join(r.transports) or 'none'}" for r in rungs)
                           + " share none (nothing was created)")
+    if cfg.codecs != ("none",) or cfg.payload_from:  # checked and spelled one way before anything is made
+        from hopbench.core.hidden import source_for
+        from hopbench.orchestration.runjob import check_codecs
+
+        cfg = replace(cfg, codecs=tuple(check_codecs(",".join(cfg.codecs), shape.hidden)))
+        if cfg.payload_from:
+            source_for(cfg.payload_from, shape.bytes_per_token // (2 * shape.hidden), shape.hidden)
     problems, missing_tr = missing_requirements(cfg, rungs, analyse)
     if problems and not (skip_missing and all(p.startswith("transport ") for p in problems)):
         raise ConfigError("pre-flight found what this sweep needs and this machine lacks (nothing was measured):\n  "
@@ -220,10 +227,11 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
             run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
                                 gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
                                 transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
-                                bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None)
+                                bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
+                                codecs=(cell.codec,), payload_from=cfg.payload_from, hidden=shape.hidden)
             job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
                    "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
-                               "reply_bytes": cell.reply_bytes},
+                               "reply_bytes": cell.reply_bytes, "codec": cell.codec},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
                              "placement": runtimes[cell.label].place.describe()}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60

@@ -1,0 +1,6 @@
+"""Types of the lossy codecs' compiled loops (hopbench/core/_codec.c); hopbench.core.codecs uses them."""
+
+from typing import Any
+
+def encode(bits: Any, width: int, qmax: float, table: Any, scales: Any, codes: Any) -> None: ...
+def decode(codes: Any, scales: Any, width: int, lut: Any, out: Any) -> None: ...
