@@ -185,7 +185,7 @@ def part2(rung_name: str, codecs: list[str], repeats: int, cycles: int, payload_
             fails += [] if statistics.median(ratios) >= 1 else [f"{name} >= raw on {rung_name}"]
     for c in codec_calls(vs):
         print("  " + c["line"])
-        if not rung.rate_mbit and c["pays"]:
+        if not rung.rate_mbit and (c["pays"] or c["undecided"]):
             fails.append(f"verdict: {c['codec']} does not pay on {rung_name}")
     print(f"  (result folders: {tmp})")
     return fails

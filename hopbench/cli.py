@@ -317,6 +317,7 @@ def matrix(
     poll: Annotated[Poll, typer.Option(help="Receive path on every node.")] = Poll.auto,
     loop: LoopOpt = Loop.auto,
     shape: ShapeOpt = None,
+    codec: Annotated[str, typer.Option(help="Payload codec(s) measured beside the raw bytes (docs/CODECS.md), e.g. none,fp8.")] = "none",
     json_out: JsonOpt = False,
 ):
     """Every pair of a Ray cluster's nodes: the hop per pair, outliers named with a likely cause, heatmaps (docs/MATRIX.md)."""
@@ -335,7 +336,7 @@ def matrix(
         bytes=tuple(parse_int_list(bytes_, "--bytes")) if bytes_ and bytes_ != "none" else (),
         repeats=2 if quick else repeats, cycles=60 if quick else cycles, warmup=10 if quick else warmup,
         ordered=pairs == "ordered", concurrency=concurrency, poll=poll.value, command=M.command_line(argv),
-        transport_settings=settings))
+        transport_settings=settings, codecs=tuple(c.strip() for c in codec.split(",") if c.strip()) or ("none",)))
     folder = M.open_folder(out, new, results_dir, cfg)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     agents = M.RayAgents(ray_address, M.parse_interfaces(interface), settings, poll.value, loop.value,

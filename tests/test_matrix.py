@@ -170,3 +170,15 @@ def test_matrix_names_the_slowed_node_on_a_ray_cluster(tmp_path):
     finally:
         cluster.stop()
         assert cluster.leftovers() == []
+
+
+def test_matrix_with_a_codec_measures_it_beside_the_raw_bytes(tmp_path):
+    agents = InProcess(2)
+    cfg = M.checked(M.MatrixConfig(**{**CFG, "repeats": 1}, codecs=("none", "int8")))
+    folder = M.run_matrix(agents, cfg, tmp_path / "m", log=lambda s: None)
+    agents.close()
+    from hopbench.analysis.data import load_groups
+
+    groups, _ = load_groups(folder)
+    assert {g.transport for g in groups} == {"tcp", "tcp+int8"}
+    assert {g.payload for g in groups} == {"T1", "T3", "T1+int8", "T3+int8"}

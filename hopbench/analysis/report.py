@@ -237,6 +237,7 @@ def build_document(a: Analysed) -> dict:
                      f"to another box worth it?"),
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
+        "codecs": [{k: v for k, v in c.items() if k != "line"} for c in V.codec_calls(verdicts)],
         "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
@@ -338,6 +339,37 @@ def _verdict_section(doc: dict) -> str:
             'transport on loopback.</p></section>') if inp else ""
 
 
+def _codec_answers(doc: dict) -> list[str]:
+    """Per rung with codec cells: the best codec, and whether it pays against the raw hop of
+    the same transport (its hop includes its encode and decode)."""
+    best: dict[str, int] = {}
+    codecs = doc.get("codecs") or []
+    for i, c in enumerate(codecs):
+        if c["rung"] not in best or c["hop_ms"] < codecs[best[c["rung"]]]["hop_ms"]:
+            best[c["rung"]] = i
+    items = []
+    for rung, i in best.items():
+        c = codecs[i]
+        p = f"codecs.{i}"
+        if c["pays"]:
+            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call pays">{_esc(c["codec"])} pays</span> '
+                         f'&mdash; over {_esc(c["transport"])} it turns a {num(doc, f"{p}.raw_hop_ms", 3)} ms hop into '
+                         f'{num(doc, f"{p}.hop_ms", 3)} ms ({num(doc, f"{p}.hop_ratio", 2)}x, encode and decode '
+                         f'included): projected gain {num(doc, f"{p}.gain", 1, 100, sign=True)}% against '
+                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw. A lossy codec\'s effect on acceptance '
+                         'is not measured (docs/CODECS.md)</li>')
+        elif c.get("undecided"):
+            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call even">undecided</span> &mdash; the best, '
+                         f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
+                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread</li>')
+        else:
+            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call costs">none pays</span> &mdash; the best, '
+                         f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
+                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw: on this link its CPU time costs more '
+                         'than the bytes it saves</li>')
+    return items
+
+
 def _answer(doc: dict) -> str:
     """The verdict in a sentence per rung: its best transport's call."""
     best: dict[str, dict] = {}
@@ -373,6 +405,7 @@ def _answer(doc: dict) -> str:
                      f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
+    items += _codec_answers(doc)
     if not items:
         return ""
     inp = doc["inputs"]

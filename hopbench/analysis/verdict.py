@@ -232,7 +232,10 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
 
 def codec_calls(vs: "list[Verdict]") -> list[dict]:
     """Per codec series ("tcp+fp8"), whether the codec pays on its rung: its hop (the codec's
-    encode and decode included) against the same transport's raw hop, and the gains."""
+    encode and decode included) against the same transport's raw hop. With intervals on both
+    hops the call needs them apart: pays when the codec's upper bound is below the raw lower
+    bound, does not pay when its lower bound is above the raw upper bound, else undecided
+    (within the measured spread)."""
     raw = {(v.rung, v.transport): v for v in vs if "+" not in v.transport}
     out = []
     for v in vs:
@@ -240,10 +243,15 @@ def codec_calls(vs: "list[Verdict]") -> list[dict]:
         base = raw.get((v.rung, base_name))
         if not codec or base is None:
             continue
-        pays = v.hop_ms < base.hop_ms
+        lo, hi = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
+        rlo, rhi = base.hop_ci_ms or (base.hop_ms, base.hop_ms)
+        pays = hi < rlo
+        undecided = not pays and not lo > rhi
+        call = ("the codec pays" if pays else "undecided: the two hops' intervals overlap" if undecided
+                else "the codec does not pay (it costs more time than it saves)")
         out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
                     "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
+                    "undecided": undecided, "call": call,
                     "line": (f"codec {codec} on {v.rung} ({base_name}): hop {v.hop_ms:.3f} ms = {v.hop_ms / base.hop_ms:.2f}x "
-                             f"the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against {base.gain:+.1%} raw: "
-                             + ("the codec pays" if pays else "the codec does not pay (it costs more time than it saves)"))})
+                             f"the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against {base.gain:+.1%} raw: {call}")})
     return out

@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.orchestration.sweep.plan import Cell as SweepCell
-from hopbench.records import RunConfig
+from hopbench.records import RunConfig, codec_label
 from hopbench.shape import ShapeConfig, payloads
 
 
@@ -80,12 +80,14 @@ class MatrixConfig:
     seed: int = 0
     command: str = ""
     transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    codecs: tuple[str, ...] = ("none",)  # payload codecs (docs/CODECS.md): each payload also under each
+    hidden: int = 6144  # values per scale of a lossy codec (configs/shape.toml)
 
 
 def shape_fields(shape: ShapeConfig) -> dict[str, int]:
     """MatrixConfig's shape fields from a loaded shape config."""
     return {"k": shape.shape.k, "id_bytes": shape.shape.id_bytes, "bytes_per_token": shape.shape.bytes_per_token,
-            "operating_tokens": shape.operating_tokens}
+            "operating_tokens": shape.operating_tokens, "hidden": shape.shape.hidden}
 
 
 def checked(cfg: MatrixConfig) -> MatrixConfig:
@@ -100,6 +102,10 @@ def checked(cfg: MatrixConfig) -> MatrixConfig:
     if cfg.operating_tokens not in cfg.tokens:
         raise ConfigError(f"--tokens must include the operating payload T = {cfg.operating_tokens} (the hop is read "
                           "there)")
+    if cfg.codecs != ("none",):
+        from hopbench.orchestration.runjob import check_codecs
+
+        cfg.codecs = tuple(check_codecs(",".join(cfg.codecs), cfg.hidden))
     return cfg
 
 
@@ -166,21 +172,22 @@ def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
     batches: list[list[Cell]] = []
     for rep in range(cfg.repeats):
         for rnd in rounds(nodes, cfg.ordered):
-            combos = [(tr, p) for tr in cfg.transports for p in loads]
+            combos = [(tr, p, c) for tr in cfg.transports for p in loads for c in cfg.codecs]
             rng.shuffle(combos)
-            for tr, p in combos:
-                batches.append([Cell(pair_name(a, b), tr, p.label, p.tokens, p.request_bytes, p.reply_bytes, 0.0, rep,
-                                     client=a, server=b) for a, b in rnd])
+            for tr, p, c in combos:
+                batches.append([Cell(pair_name(a, b), tr, codec_label(p.label, c), p.tokens, p.request_bytes,
+                                     p.reply_bytes, 0.0, rep, client=a, server=b, codec=c) for a, b in rnd])
     return batches
 
 
 def _job(cell: Cell, cfg: MatrixConfig) -> dict:
     run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=cfg.id_bytes, cycles=cfg.cycles,
                         warmup=cfg.warmup, poll=cfg.poll, transport_settings=cfg.transport_settings,
-                        rung=cell.rung, bytes_per_token=cfg.bytes_per_token)
+                        rung=cell.rung, bytes_per_token=cfg.bytes_per_token, codecs=(cell.codec,),
+                        hidden=cfg.hidden)
     return {"config": run_cfg.to_dict(),
             "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
-                        "reply_bytes": cell.reply_bytes},
+                        "reply_bytes": cell.reply_bytes, "codec": cell.codec},
             "extra": {"sweep": {"cell": asdict(cell), "key": cell.key,
                                 "seed": cfg.seed},
                       "rung": cell.rung, "matrix": {"client": cell.client, "server": cell.server}}}
