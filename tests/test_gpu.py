@@ -212,3 +212,49 @@ def test_staged_server_inverts_ids_when_the_body_fails_its_crc(fake_gpu, server,
     finally:
         s.close()
     assert calls[0] == calls[1] == 184320 - 8
+
+
+# ---- codecs on the GPU (docs/CODECS.md): the same bytes as the CPU codec ------------------
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("spec", ["fp8", "int8"])
+def test_real_gpu_codec_bytes_equal_the_cpu_codec(spec):
+    import cupy as cp
+
+    from hopbench.core import codecs as C
+    from hopbench.core import gpucodec
+    from hopbench.core import hidden as H
+
+    src = H.synthetic(5, 6144)
+    cpu = C.parse(spec, 6144)
+    dev = gpucodec.GpuScaled(cpu)
+    for nbytes in (3 * 61440, 56, 100001, 2 * 6144 * 2 + 7):
+        for body in src.bodies(nbytes, None, 3):
+            want = cpu.encode(body)
+            got = np.array(dev.encode(cp.asarray(body)))
+            assert np.array_equal(got, want), (spec, nbytes)
+            out = cp.empty(body.size, dtype=cp.uint8)
+            dev.decode(want, out)  # a CPU frame decoded on the GPU
+            back = np.empty_like(body)
+            cpu.decode(want, back)
+            assert np.array_equal(out.get(), back)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("memory", [("cuda", "cuda"), ("cuda", "host"), ("host", "cuda")])
+def test_real_gpu_codec_plan_end_to_end(server, memory):
+    from hopbench.core import hidden as H
+    from hopbench.core import protocol as P
+
+    s = Session(server.host, server.port)
+    try:
+        m = s.measure(P.Plan("tcp", 8 + 3 * 61440, 8, 2, 4, 30, 3, verify=True, client_memory=memory[0],
+                             server_memory=memory[1], codec="fp8", codec_group=6144), source=H.synthetic(5, 6144))
+        s.bye()
+    finally:
+        s.close()
+    assert m.completed == m.plan.total and m.error is None
+    assert m.codec_info["kernel"] == ("cuda" if memory[0] == "cuda" else "compiled")
+    assert np.median(m.stages["encode_ns"][4:]) > 0 and np.median(m.stages["decode_ns"][4:]) > 0

@@ -144,7 +144,7 @@ class Session:
             body = os.urandom(plan.request_bytes - P.SEQ_BYTES)
             plan = m.plan = dataclasses.replace(plan, payload_crc32=zlib.crc32(body))
         try:
-            gpu_bufs = self._gpu_buffers(plan, m)  # before the transport: CUDA context first, then UCX
+            gpu_bufs = None if coded is not None else self._gpu_buffers(plan, m)  # CUDA context first, then UCX
             data, m.server_info = self._data_channel(plan)
             m.data_info = dict(data.info)  # refreshed after the cycles (below): UCX's lanes are known by then
             codec = P.ReplyCodec(plan.k, plan.id_bytes)
@@ -214,9 +214,16 @@ class Session:
         crcs = codecs.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
         if plan.verify:
             m.plan = dataclasses.replace(plan, payload_crc32=crcs[0])
-        m.codec_info = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
-                        "kernel": getattr(codec, "kernel", "library"), "source": source.record, "bodies": len(bodies)}
-        return codec, bodies, crcs
+        where: Any = codec
+        if plan.client_memory == "cuda":  # the states are born on the GPU: cast there, only the codes cross
+            from hopbench.core import gpu, gpucodec
+
+            where = gpucodec.GpuScaled(codec)  # the same bytes as the CPU codec, so the same CRCs
+            m.gpu_info = gpu.device_info()
+            bodies = [gpu.load().asarray(b) for b in bodies]
+        m.codec_info = {"codec": codec.name, "library": where.library, "lossless": codec.lossless,
+                        "kernel": getattr(where, "kernel", "library"), "source": source.record, "bodies": len(bodies)}
+        return where, bodies, crcs
 
     def _codec_cycles(self, data: Channel, plan: P.Plan, m: Measurement, coded: Any, reply_codec: P.ReplyCodec,
                       clock: Callable[[], int], gap_s: float, loop_info: dict[str, str]) -> int:

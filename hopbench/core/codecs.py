@@ -419,18 +419,19 @@ class FrameReceiver:
     (seq, the header's CRC, decode ns). A frame longer than the codec's bound for the body,
     or one that does not decode, raises ProtocolError; the client's abort ClientAborted."""
 
-    def __init__(self, codec: Codec, max_body: int, clock: Callable[[], int]):
+    def __init__(self, codec: Any, max_body: int, clock: Callable[[], int]):
         self.codec, self.clock = codec, clock
         self.header = bytearray(FRAME_BYTES)
-        self.enc = bytearray(codec.bound(max_body))
+        own = getattr(codec, "recv_buffer", None)  # a GPU codec lands frames in its pinned buffer
+        self.enc: Any = own(max_body) if own is not None else bytearray(codec.bound(max_body))
         steady_heap()
 
-    def recv(self, channel: Any, body: np.ndarray, index: int = 0) -> tuple[int, int, int]:
+    def recv(self, channel: Any, body: Any, index: int = 0) -> tuple[int, int, int]:
         channel.recv_into(self.header)
         if P.is_abort(self.header):
             raise ClientAborted(index, P.read_abort(channel, self.header))
         seq, n, crc = FRAME.unpack_from(self.header, 0)
-        limit = self.codec.bound(body.size)
+        limit = self.codec.bound(int(body.size))
         if n > limit:
             raise ProtocolError(f"request {seq}: a {self.codec.name} frame of {n} B, more than the {limit} B its "
                                 "body can encode to")
@@ -478,10 +479,11 @@ class CodecServerChannel:
     into the request body (decode_ns[i]), writes the seq; with --verify a decoded body
     failing the frame's CRC calls on_bad_crc(seq) (the echo loop's corrupted reply)."""
 
-    def __init__(self, inner: Any, codec: Codec, body_bytes: int, decode_ns: np.ndarray, clock: Callable[[], int],
-                 verify: bool, on_bad_crc: Callable[[int], None]):
+    def __init__(self, inner: Any, codec: Any, body_bytes: int, decode_ns: np.ndarray, clock: Callable[[], int],
+                 verify: bool, on_bad_crc: Callable[[int], None], device_body: Any = None):
         self.inner, self.decode_ns = inner, decode_ns
         self.verify, self.on_bad_crc = verify, on_bad_crc
+        self.device_body = device_body  # a GPU codec decodes here (the drafter's device buffer)
         self.info = inner.info
         self.frames = FrameReceiver(codec, body_bytes, clock)
         self.send = inner.send
@@ -489,13 +491,17 @@ class CodecServerChannel:
 
     def recv_into(self, buf: Any) -> None:
         body = np.frombuffer(buf, dtype=np.uint8)[P.SEQ_BYTES:]
-        seq, crc, ns = self.frames.recv(self.inner, body, self._i)
+        into = body if self.device_body is None else self.device_body
+        seq, crc, ns = self.frames.recv(self.inner, into, self._i)
         if self._i < self.decode_ns.size:
             self.decode_ns[self._i] = ns
         self._i += 1
         P.SEQ.pack_into(buf, 0, seq)
-        if self.verify and zlib.crc32(body.data) != crc:
-            self.on_bad_crc(seq)
+        if self.verify:
+            if self.device_body is not None:  # the decoded states to host for the check (after the timed decode)
+                self.device_body.get(out=body)
+            if zlib.crc32(body.data) != crc:
+                self.on_bad_crc(seq)
 
     def alloc(self, nbytes: int) -> Any:
         return self.inner.alloc(nbytes)

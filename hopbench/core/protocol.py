@@ -347,8 +347,9 @@ class Plan:
 
     @property
     def server_stages(self) -> bool:
-        """The server times its own copies and sends them after the cycles."""
-        return self.server_memory == "cuda" and self.gpu_path == "staged"
+        """The server times its own copies and sends them after the cycles (a codec plan
+        sends its decode times instead: its copies are inside the decode)."""
+        return self.codec is None and self.server_memory == "cuda" and self.gpu_path == "staged"
 
     @property
     def request_frame_bytes(self) -> int:
@@ -384,8 +385,6 @@ class Plan:
             return f"reply_bytes {self.reply_bytes} cannot hold {self.k} ids of {self.id_bytes} bytes"
         if self.cycles < 1:
             return "cycles must be at least 1"
-        if self.codec is not None and self.uses_gpu:
-            return "a codec plan is a host-memory plan (no cuda memory)"
         if self.codec is not None and not 1 <= self.codec_group <= 1 << 20:
             return "a codec plan's codec_group must be between 1 and 1048576"
         return None

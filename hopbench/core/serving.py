@@ -251,7 +251,11 @@ class CodecEcho(ServingPath):
         from hopbench.core import codecs
 
         try:
-            codecs.parse(str(plan.codec), plan.codec_group)
+            codec = codecs.parse(str(plan.codec), plan.codec_group)
+            if plan.server_memory == "cuda":
+                from hopbench.core import gpucodec
+
+                gpucodec.GpuScaled(codec)
         except HopbenchError as exc:
             return f"server cannot decode this plan: {exc}"
         return None
@@ -264,9 +268,16 @@ class CodecEcho(ServingPath):
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
         reply_codec = P.ReplyCodec(plan.k, plan.id_bytes)
         decode_ns = np.zeros(plan.total, dtype=np.int64)
+        codec: Any = codecs.parse(str(plan.codec), plan.codec_group)
+        device_body = None
+        if plan.server_memory == "cuda":  # decoded on the drafter's GPU, into its device buffer
+            from hopbench.core import gpu, gpucodec
+
+            codec = gpucodec.GpuScaled(codec)
+            device_body = gpu.load().empty(plan.request_bytes - P.SEQ_BYTES, dtype="uint8")
         wrapped = codecs.CodecServerChannel(
-            chan, codecs.parse(str(plan.codec), plan.codec_group), plan.request_bytes - P.SEQ_BYTES, decode_ns,
-            ctx.clock, plan.verify, lambda seq: reply_codec.pack(reply, seq, corrupt=True))
+            chan, codec, plan.request_bytes - P.SEQ_BYTES, decode_ns, ctx.clock, plan.verify,
+            lambda seq: reply_codec.pack(reply, seq, corrupt=True), device_body)
         try:
             done = echo_cycles(wrapped, request, reply, reply_codec, plan.total,
                                on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python")

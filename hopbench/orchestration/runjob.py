@@ -111,8 +111,10 @@ def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host
     names = [C.canonical(part.strip(), width) for part in text.split(",") if part.strip()] or ["none"]
     if len(set(names)) != len(names):
         raise ConfigError(f"--codec {text}: a codec is listed twice")
-    if "cuda" in memory and names != ["none"]:
-        raise ConfigError("--codec with --memory cuda: the GPU codecs are not built yet; codecs run on host memory")
+    lossless = [n for n in names if n != "none" and C.parse(n, width).lossless]
+    if "cuda" in memory and lossless:
+        raise ConfigError(f"--codec {','.join(lossless)} with --memory cuda: lossless codecs on GPU memory need nvCOMP, "
+                          "not built yet; fp8 and int8 run on the GPU (or keep the payload in host memory)")
     return names
 
 
