@@ -45,7 +45,7 @@ STAGE_COLUMNS = ["d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h
 #: decode (server) times, the rest of the round trip, and the bytes that crossed
 CODEC_COLUMNS = ["codec", "payload_source"]
 CODEC_STAGE_COLUMNS = ["encode_ns", "decode_ns", "codec_wire_ns"]
-CODEC_SUMMARY = ["wire_bytes_mean", "ratio"]
+CODEC_SUMMARY = ["wire_bytes_mean", "ratio", "rel_rms", "cosine_min"]
 
 
 def sample_columns(gpu: bool, codec: bool = False) -> list[str]:

@@ -200,7 +200,20 @@ def test_run_cli_codecs_side_by_side_and_analysis_series(server, tmp_path):
     for c in calls.values():  # loopback: the raw hop is tens of us, no CPU codec can pay
         assert c["pays"] == (c["hop_ms"] < c["raw_hop_ms"])
     res = runner.invoke(app, ["verdict", str(out)])
-    assert res.exit_code == 0 and "codec zstd:1 on run (tcp)" in res.output
+    assert res.exit_code == 0 and "codec zstd:1 on run (tcp (synthetic data))" in res.output, res.output
+    assert float(rows["T3+int8"]["rel_rms"]) > 0 and rows["T3+zstd:1"]["rel_rms"] == ""  # lossy error, lossless none
+    import hopbench
+
+    res = hopbench.load(out)  # the Python API reads the codec series beside the raw ones
+    assert {"tcp", "tcp+int8", "tcp+zstd:1"} <= set(res.cells["transport"])
+    for cmd in (["export", str(out), "--into", str(tmp_path / "cs.json")], ["compare", str(out), str(out)],
+                ["report", str(out), "-o", str(tmp_path / "r.html")]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0, (cmd, r.output)
+    page = (tmp_path / "r.html").read_text()
+    assert "codecs:" in page and "synthetic hidden states" in page
+    records = json.loads((tmp_path / "cs.json").read_text())["runs"]
+    assert {r["transport"] for r in records} == {"tcp", "tcp+int8", "tcp+zstd:1"}
 
 
 def test_run_refuses_a_bad_codec_before_connecting(tmp_path):
@@ -246,7 +259,7 @@ def test_sweep_codec_axis_plan_and_analysis(tmp_path):
     fit = subprocess.run([sys.executable, "-m", "hopbench", "fit", str(out)], capture_output=True, text=True)
     assert fit.returncode == 0 and "tcp+int8" in fit.stdout, fit.stdout + fit.stderr
     ver = subprocess.run([sys.executable, "-m", "hopbench", "verdict", str(out)], capture_output=True, text=True)
-    assert ver.returncode == 0 and "codec int8 on loopback (tcp)" in ver.stdout, ver.stdout + ver.stderr
+    assert ver.returncode == 0 and "codec int8 on loopback (tcp (synthetic data))" in ver.stdout, ver.stdout + ver.stderr
 
 
 def test_spec_with_a_codec(server, tmp_path):

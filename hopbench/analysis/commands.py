@@ -96,7 +96,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     if folder is not None:
         show(placement_note(load_groups(folder)[1]))
     show(V.format_table(vs, inputs, floors))
-    codecs = V.codec_calls(vs)
+    codecs = V.codec_calls(vs, V.codec_sources(load_groups(folder)[0]) if folder is not None else None)
     for c in codecs:
         show(c["line"])
     if folder is not None:

@@ -44,6 +44,8 @@ class Group:
     started_unix: list[float | None] = field(default_factory=list)  # when each repeat was measured
     n_cycles: list[int] = field(default_factory=list)  # timed cycles per repeat
     software: str | None = None  # the software that measured it (as recorded)
+    #: a codec's data: "synthetic" or the hidden-state file's name (None: no codec)
+    payload_source: str | None = None
 
     @property
     def key(self) -> CellKey:
@@ -331,6 +333,9 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             g.started_unix.append(p.get("started_unix"))
             g.n_cycles.append(int(s.get("n") or 0))
             g.software = g.software or run.get("software")
+            src = (p.get("codec") or {}).get("source")
+            if src and g.payload_source is None:
+                g.payload_source = "synthetic" if src.get("synthetic") else Path(str(src.get("file"))).name
             if p["payload"] in samples:
                 g.samples.append(samples[p["payload"]])
     if not groups:

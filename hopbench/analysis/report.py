@@ -237,7 +237,7 @@ def build_document(a: Analysed) -> dict:
                      f"to another box worth it?"),
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
-        "codecs": [{k: v for k, v in c.items() if k != "line"} for c in V.codec_calls(verdicts)],
+        "codecs": [{k: v for k, v in c.items() if k != "line"} for c in V.codec_calls(verdicts, V.codec_sources(groups))],
         "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
@@ -351,22 +351,25 @@ def _codec_answers(doc: dict) -> list[str]:
     for rung, i in best.items():
         c = codecs[i]
         p = f"codecs.{i}"
+        data = c.get("payload_source")
+        said = (" <span class=\"note\">(on synthetic hidden states: not a claim about any model)</span>" if data == "synthetic"
+                else f" <span class=\"note\">(hidden states from {_esc(data)})</span>" if data else "")
         if c["pays"]:
             items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call pays">{_esc(c["codec"])} pays</span> '
                          f'&mdash; over {_esc(c["transport"])} it turns a {num(doc, f"{p}.raw_hop_ms", 3)} ms hop into '
                          f'{num(doc, f"{p}.hop_ms", 3)} ms ({num(doc, f"{p}.hop_ratio", 2)}x, encode and decode '
                          f'included): projected gain {num(doc, f"{p}.gain", 1, 100, sign=True)}% against '
-                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw. A lossy codec\'s effect on acceptance '
-                         'is not measured (docs/CODECS.md)</li>')
+                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw{said}. A lossy codec\'s effect on '
+                         'acceptance is not measured (docs/CODECS.md)</li>')
         elif c.get("undecided"):
             items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call even">undecided</span> &mdash; the best, '
                          f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
-                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread</li>')
+                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread{said}</li>')
         else:
             items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call costs">none pays</span> &mdash; the best, '
                          f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
                          f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw: on this link its CPU time costs more '
-                         'than the bytes it saves</li>')
+                         f'than the bytes it saves{said}</li>')
     return items
 
 

@@ -230,12 +230,14 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
     return "\n".join(lines)
 
 
-def codec_calls(vs: "list[Verdict]") -> list[dict]:
+def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[str, str], str | None] | None" = None) -> list[dict]:
     """Per codec series ("tcp+fp8"), whether the codec pays on its rung: its hop (the codec's
     encode and decode included) against the same transport's raw hop. With intervals on both
     hops the call needs them apart: pays when the codec's upper bound is below the raw lower
     bound, does not pay when its lower bound is above the raw upper bound, else undecided
-    (within the measured spread)."""
+    (within the measured spread). `sources`: (rung, series) -> the data the codec encoded
+    ("synthetic" or a file's name), said with every line: a ratio on synthetic data is not
+    a claim about any model."""
     raw = {(v.rung, v.transport): v for v in vs if "+" not in v.transport}
     out = []
     for v in vs:
@@ -249,9 +251,19 @@ def codec_calls(vs: "list[Verdict]") -> list[dict]:
         undecided = not pays and not lo > rhi
         call = ("the codec pays" if pays else "undecided: the two hops' intervals overlap" if undecided
                 else "the codec does not pay (it costs more time than it saves)")
+        data = (sources or {}).get((v.rung, v.transport))
+        said = f" ({data} data)" if data == "synthetic" else f" (hidden states from {data})" if data else ""
         out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
                     "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
-                    "undecided": undecided, "call": call,
-                    "line": (f"codec {codec} on {v.rung} ({base_name}): hop {v.hop_ms:.3f} ms = {v.hop_ms / base.hop_ms:.2f}x "
-                             f"the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against {base.gain:+.1%} raw: {call}")})
+                    "undecided": undecided, "call": call, "payload_source": data,
+                    "line": (f"codec {codec} on {v.rung} ({base_name}{said}): hop {v.hop_ms:.3f} ms = "
+                             f"{v.hop_ms / base.hop_ms:.2f}x the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against "
+                             f"{base.gain:+.1%} raw: {call}")})
     return out
+
+
+def codec_sources(groups: list) -> "dict[tuple[str, str], str | None]":
+    """(rung as verdicts name it, series) -> the data a codec series encoded (hopbench.analysis.data.Group)."""
+    from hopbench.records import gap_label
+
+    return {(gap_label(g.rung, g.gap_ms), g.transport): g.payload_source for g in groups if g.payload_source}

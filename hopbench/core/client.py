@@ -215,6 +215,7 @@ class Session:
         if plan.verify:
             m.plan = dataclasses.replace(plan, payload_crc32=crcs[0])
         where: Any = codec
+        host_bodies = bodies
         if plan.client_memory == "cuda":  # the states are born on the GPU: cast there, only the codes cross
             from hopbench.core import gpu, gpucodec
 
@@ -223,6 +224,8 @@ class Session:
             bodies = [gpu.load().asarray(b) for b in bodies]
         m.codec_info = {"codec": codec.name, "library": where.library, "lossless": codec.lossless,
                         "kernel": getattr(where, "kernel", "library"), "source": source.record, "bodies": len(bodies)}
+        if not codec.lossless:  # what the lossy codec does to these states (computed untimed, on the CPU codec)
+            m.codec_info["error"] = codecs.reconstruction_error(codec, host_bodies)
         return where, bodies, crcs
 
     def _codec_cycles(self, data: Channel, plan: P.Plan, m: Measurement, coded: Any, reply_codec: P.ReplyCodec,

@@ -533,18 +533,37 @@ def _floats(body: np.ndarray) -> np.ndarray:
     return (body[:body.size // 2 * 2].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def reconstruction_error(codec: Codec, bodies: list[np.ndarray]) -> dict[str, float]:
+    """A lossy codec's error on these bodies: relative RMS and max absolute (worst body), and
+    the cosine similarity of each token-layer row (min and median)."""
+    worst = {"rel_rms": 0.0, "max_abs": 0.0}
+    cosines = []
+    width = codec.width
+    for body in bodies:
+        back = np.empty_like(body)
+        codec.decode(codec.encode(body), back)
+        x, y = _floats(body), _floats(back)
+        worst["rel_rms"] = max(worst["rel_rms"], float(np.sqrt(np.mean((x - y) ** 2) / max(np.mean(x ** 2), 1e-30))))
+        worst["max_abs"] = max(worst["max_abs"], float(np.max(np.abs(x - y))) if x.size else 0.0)
+        rows = x.size // width
+        if rows:
+            xr, yr = x[:rows * width].reshape(rows, width), y[:rows * width].reshape(rows, width)
+            cosines.append(np.sum(xr * yr, axis=1) / np.maximum(
+                np.linalg.norm(xr, axis=1) * np.linalg.norm(yr, axis=1), 1e-30))
+    cos = np.concatenate(cosines) if cosines else np.array([1.0])
+    return {**worst, "cosine_min": float(cos.min()), "cosine_median": float(np.median(cos))}
+
+
 def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20) -> dict[str, Any]:
     """One codec on these bodies: ratio, encode and decode GB/s (of the raw bytes, p50 over
-    reps), the error of a lossy codec (relative RMS, max absolute, cosine similarity per
-    token-layer row: min and median), and the link rate below which it pays: it pays while
-    encode + decode < bytes saved / rate, so break-even = 8 x bytes saved / (encode + decode)."""
+    reps), the error of a lossy codec (reconstruction_error), and the link rate below which
+    it pays: it pays while encode + decode < bytes saved / rate, so break-even = 8 x bytes
+    saved / (encode + decode)."""
     import time
 
     codec = parse(spec, width)
     raw = sum(b.size for b in bodies)
     enc_ns, dec_ns, wire = [], [], 0
-    worst: dict[str, float] = {"rel_rms": 0.0, "max_abs": 0.0}
-    cosines: list[np.ndarray] = []
     for rep in range(reps):
         e_t = d_t = 0
         for body in bodies:
@@ -557,17 +576,8 @@ def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20) -> 
             e_t, d_t = e_t + t1 - t0, d_t + t2 - t1
             if rep == 0:
                 wire += len(memoryview(enc).cast("B"))
-                if codec.lossless:
-                    if not np.array_equal(back, body):
-                        raise ProtocolError(f"{codec.name} did not round-trip byte-exact")
-                else:
-                    x, y = _floats(body), _floats(back)
-                    worst["rel_rms"] = max(worst["rel_rms"], float(np.sqrt(np.mean((x - y) ** 2) / max(np.mean(x ** 2), 1e-30))))
-                    worst["max_abs"] = max(worst["max_abs"], float(np.max(np.abs(x - y))))
-                    rows = x.size // width
-                    xr, yr = x[:rows * width].reshape(rows, width), y[:rows * width].reshape(rows, width)
-                    cosines.append(np.sum(xr * yr, axis=1) / np.maximum(
-                        np.linalg.norm(xr, axis=1) * np.linalg.norm(yr, axis=1), 1e-30))
+                if codec.lossless and not np.array_equal(back, body):
+                    raise ProtocolError(f"{codec.name} did not round-trip byte-exact")
         enc_ns.append(e_t)
         dec_ns.append(d_t)
     e, d = float(np.median(enc_ns)), float(np.median(dec_ns))
@@ -577,7 +587,5 @@ def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20) -> 
                            "decode_gb_s": raw / d, "encode_ns": e, "decode_ns": d,
                            "pays_below_mbit": saved * 8 / (e + d) * 1e3 if saved > 0 else 0.0}
     if not codec.lossless:
-        cos = np.concatenate(cosines) if cosines else np.array([1.0])
-        out.update(rel_rms=worst["rel_rms"], max_abs=worst["max_abs"], cosine_min=float(cos.min()),
-                   cosine_median=float(np.median(cos)))
+        out.update(reconstruction_error(codec, bodies))
     return out

@@ -141,8 +141,9 @@ class RunConsole:
             note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
         if s.get("ratio"):  # a codec: its two stages and what it saved on the wire
             src = " (synthetic data)" if s.get("payload_source") == "synthetic" else f" ({s.get('payload_source')})"
+            err = f" rel RMS {s['rel_rms']:.4f}" if s.get("rel_rms") is not None else ""
             note = (f"encode {s['encode_p50_ns'] / 1e3:.1f} decode {s['decode_p50_ns'] / 1e3:.1f} ratio "
-                    f"{s['ratio']:.2f}{src}" + (f"  {note}" if note else ""))
+                    f"{s['ratio']:.2f}{err}{src}" + (f"  {note}" if note else ""))
         if s.get("n"):
             self.say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                      f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "

@@ -44,6 +44,7 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
         src = m.codec_info["source"]
         base.update(codec=m.codec_info["codec"],
                     payload_source="synthetic" if src.get("synthetic") else Path(str(src.get("file"))).name)
+        err = m.codec_info.get("error") or {}
     rows = []
     first_timed = 1 + plan.warmup
     stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
@@ -56,6 +57,8 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
         rows.append(row)
     summary = {**base, "k": plan.k, **summarize(m.timed),
                "complete": m.error is None and m.completed == plan.total}
+    if m.codec_info:  # a lossy codec's reconstruction error on the bodies it sent (empty: lossless)
+        summary.update(rel_rms=err.get("rel_rms"), cosine_min=err.get("cosine_min"))
     last = max(first_timed, m.completed)
     for name, arr in stage_items:  # per-stage medians with their order-statistic CI
         if name == "wire_bytes":  # what crossed per cycle: its mean, and the codec's ratio
