@@ -58,12 +58,24 @@ def main() -> None:
     rows = []
     for tokens in (1, 3, 8):
         body = src.bodies(tokens * 61440, tokens, 1)[0]
-        for spec in ("fp8", "int8"):
+        for spec in ("fp8", "int8", "zstd:1", "lz4"):
             cpu = C.parse(spec, 6144)
             rows.append({"what": "alone", "tokens": tokens, "codec": spec, "where": "cpu",
                          "p50_us": alone(cpu, body, False) / 1e3})
+            try:
+                dev = gpucodec.for_memory(cpu, "cuda")
+            except Exception as exc:  # nvCOMP not installed: said, not measured
+                print(f"{spec} on the GPU: {exc}")
+                continue
             rows.append({"what": "alone", "tokens": tokens, "codec": spec, "where": "gpu",
-                         "p50_us": alone(gpucodec.GpuScaled(cpu), cp.asarray(body), True) / 1e3})
+                         "p50_us": alone(dev, cp.asarray(body), True) / 1e3,
+                         "ratio": body.size / len(memoryview(dev.encode(cp.asarray(body))).cast("B"))})
+    try:
+        from nvidia import nvcomp as _nv  # noqa: F401
+
+        nvcomp = True
+    except ImportError:
+        nvcomp = False
     with ServerProcess(ServerConfig(host="127.0.0.1", port=0)) as srv:
         s = Session("127.0.0.1", srv.address[1])
         try:
@@ -71,7 +83,10 @@ def main() -> None:
                 for tokens in (1, 3, 8):
                     for memory, codec in ((("host", "host"), None), (("host", "host"), "fp8"),
                                           (("cuda", "cuda"), None), (("cuda", "cuda"), "fp8"),
-                                          (("cuda", "cuda"), "int8")):
+                                          (("cuda", "cuda"), "int8"), (("cuda", "cuda"), "zstd:1"),
+                                          (("cuda", "cuda"), "lz4")):
+                        if codec in ("zstd:1", "lz4") and not nvcomp:
+                            continue
                         plan = P.Plan("tcp", 8 + tokens * 61440, 8, 2, 4, a.cycles, 30, client_memory=memory[0],
                                       server_memory=memory[1], codec=codec, codec_group=6144 if codec else 0)
                         m = s.measure(plan, source=src)
@@ -85,7 +100,8 @@ def main() -> None:
             s.bye()
         finally:
             s.close()
-    keys = ["what", "tokens", "codec", "where", "repeat", "p50_us", "encode_us", "decode_us", "d2h_us", "h2d_us"]
+    keys = ["what", "tokens", "codec", "where", "repeat", "p50_us", "ratio", "encode_us", "decode_us", "d2h_us",
+            "h2d_us"]
     for r in rows:
         print("  ".join(f"{k}={r[k]:.1f}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in keys
                         if r.get(k) is not None))

@@ -219,7 +219,10 @@ class Session:
         if plan.client_memory == "cuda":  # the states are born on the GPU: cast there, only the codes cross
             from hopbench.core import gpu, gpucodec
 
-            where = gpucodec.GpuScaled(codec)  # the same bytes as the CPU codec, so the same CRCs
+            if codec.lossless and plan.server_memory != "cuda":
+                raise ConfigError(f"--codec {codec.name} from CUDA memory: nvCOMP's bitstream needs nvCOMP at both "
+                                  "ends (--memory cuda for both); fp8 and int8 cross between GPU and CPU ends")
+            where = gpucodec.for_memory(codec, "cuda")  # fp8/int8: the CPU codec's bytes, so the same CRCs
             m.gpu_info = gpu.device_info()
             bodies = [gpu.load().asarray(b) for b in bodies]
         m.codec_info = {"codec": codec.name, "library": where.library, "lossless": codec.lossless,

@@ -15,7 +15,10 @@ to the same bytes and back (tests/test_gpu.py checks both directions on the devi
 Timed as the staged GPU path times its copies (hopbench.core.gpu): the kernel and the copy
 are issued on the codec's own non-blocking stream and the stream is synchronised before
 the clock is read, so a stage is what the hop really pays (launch + work + copy + wake-up).
-Lossless codecs on GPU memory would use nvCOMP; not built yet (refused with that reason).
+Lossless codecs on GPU memory (`zstd`, `lz4`) run through nvCOMP (`GpuNvcomp`, the
+`nvidia-nvcomp-cu12`/`-cu13` package where installed): its native bitstream, so both ends
+must hold the payload in CUDA memory with nvCOMP (a frame nvCOMP wrote is not a CPU zstd
+frame); refused otherwise with the reason and the install line.
 """
 
 from __future__ import annotations
@@ -87,8 +90,7 @@ class GpuScaled:
         from hopbench.core import gpu
 
         if not isinstance(host, C._Scaled):
-            raise ConfigError(f"--codec {host.name} with --memory cuda: lossless codecs on GPU memory need nvCOMP, "
-                              "not built yet; fp8 and int8 run on the GPU (or keep the payload in host memory)")
+            raise ConfigError(f"--codec {host.name}: not a lossy codec (the GPU kernels are fp8 and int8)")
         cp = self._cp = gpu.load()
         self.host, self.name, self.width = host, host.name, host.width
         module = cp.RawModule(code=_SOURCE, options=("-fmad=false",))
@@ -151,6 +153,100 @@ class GpuScaled:
         self.stream.synchronize()
 
 
+NVCOMP_INSTALL = "pip install nvidia-nvcomp-cu12 (or nvidia-nvcomp-cu13 on a CUDA 13 box)"
+_NVCOMP_ALGORITHMS = {"zstd": "Zstd", "lz4": "LZ4"}
+
+
+_STREAMS: list[Any] = []
+
+
+def _nvcomp_stream(cp: Any) -> Any:
+    """One stream for every nvCOMP codec of the process, alive until the process ends: an
+    nvCOMP Codec uses its stream as it is destroyed (at a plan's end), so the stream must
+    outlive every codec (a per-codec CuPy stream freed first crashed the process)."""
+    if not _STREAMS:
+        _STREAMS.append(cp.cuda.Stream(non_blocking=True))
+    return _STREAMS[0]
+
+
+class GpuNvcomp:
+    """zstd or lz4 through nvCOMP on the GPU: encode(device body) -> the compressed bytes in
+    pinned host memory (nvCOMP's native bitstream); decode(host bytes, device out). The
+    level of zstd:LEVEL is the CPU library's option; nvCOMP has its own (recorded as such)."""
+
+    lossless = True
+    kernel = "nvcomp"
+
+    def __init__(self, host: C.Codec):
+        from hopbench.core import gpu
+
+        family = host.name.split(":")[0]
+        if family not in _NVCOMP_ALGORITHMS:
+            raise ConfigError(f"--codec {host.name} with --memory cuda: nvCOMP has no {family}; on GPU memory use "
+                              "zstd, lz4, fp8 or int8")
+        try:
+            from nvidia import nvcomp
+        except ImportError:
+            raise C.CodecUnavailable(f"--codec {host.name} with --memory cuda needs nvCOMP (not installed); install it "
+                                     f"with: {NVCOMP_INSTALL}") from None
+        cp = self._cp = gpu.load()
+        self._nv = nvcomp
+        self.host, self.name, self.width = host, host.name, host.width
+        self.stream = _nvcomp_stream(cp)
+        self._codec = nvcomp.Codec(algorithm=_NVCOMP_ALGORITHMS[family], cuda_stream=self.stream.ptr)
+        self._bufs: dict[int, tuple[Any, Any]] = {}
+
+    @property
+    def library(self) -> str:
+        return f"nvcomp {getattr(self._nv, '__version__', '?')} ({_NVCOMP_ALGORITHMS[self.name.split(':')[0]]})"
+
+    def bound(self, body_bytes: int) -> int:
+        return body_bytes + body_bytes // 4 + 65536  # nvCOMP's native header and per-chunk worst case
+
+    def _buffers(self, body_bytes: int) -> tuple[Any, Any]:
+        size = self.bound(body_bytes)
+        got = self._bufs.get(size)
+        if got is None:
+            mem = self._cp.cuda.alloc_pinned_memory(size)
+            got = self._bufs[size] = (self._cp.empty(size, dtype=self._cp.uint8),
+                                      np.frombuffer(mem, dtype=np.uint8, count=size))
+        return got
+
+    def recv_buffer(self, body_bytes: int) -> Any:
+        return memoryview(self._buffers(body_bytes)[1])
+
+    def encode(self, body: Any) -> Any:
+        cp = self._cp
+        _, host = self._buffers(int(body.size))
+        enc = cp.asarray(self._codec.encode(self._nv.as_array(body))).view(cp.uint8).ravel()
+        n = int(enc.size)
+        if n > host.size:
+            raise ProtocolError(f"nvCOMP's {self.name} frame is {n} B, above this codec's bound {host.size}")
+        cp.cuda.runtime.memcpyAsync(host.ctypes.data, enc.data.ptr, n, 2, self.stream.ptr)  # D2H
+        self.stream.synchronize()
+        return host[:n]
+
+    def decode(self, enc: Any, out: Any) -> None:
+        cp = self._cp
+        dev, host = self._buffers(int(out.size))
+        src = np.frombuffer(enc, dtype=np.uint8)
+        n = src.size
+        if src.ctypes.data != host.ctypes.data:
+            host[:n] = src
+        cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, n, 1, self.stream.ptr)  # H2D
+        try:
+            dec = cp.asarray(self._codec.decode(self._nv.as_array(dev[:n]))).view(cp.uint8).ravel()
+        except Exception as exc:  # nvCOMP's own error on a corrupt frame
+            raise ProtocolError(f"the nvCOMP {self.name} frame does not decode: {exc}") from None
+        if dec.size != out.size:
+            raise ProtocolError(f"the nvCOMP {self.name} frame decodes to {dec.size} B, expected {out.size}")
+        cp.cuda.runtime.memcpyAsync(out.data.ptr, dec.data.ptr, out.size, 3, self.stream.ptr)  # D2D
+        self.stream.synchronize()
+
+
 def for_memory(codec: C.Codec, memory: str) -> Any:
-    """The codec that runs where the payload lives: the GPU kernels for CUDA memory."""
-    return GpuScaled(codec) if memory == "cuda" else codec
+    """The codec that runs where the payload lives: on CUDA memory the GPU kernels (fp8,
+    int8) or nvCOMP (zstd, lz4)."""
+    if memory != "cuda":
+        return codec
+    return GpuNvcomp(codec) if codec.lossless else GpuScaled(codec)

@@ -255,7 +255,10 @@ class CodecEcho(ServingPath):
             if plan.server_memory == "cuda":
                 from hopbench.core import gpucodec
 
-                gpucodec.GpuScaled(codec)
+                if codec.lossless and plan.client_memory != "cuda":
+                    return (f"server cannot decode this plan: --codec {codec.name} into CUDA memory needs nvCOMP at "
+                            "both ends")
+                gpucodec.for_memory(codec, "cuda")
         except HopbenchError as exc:
             return f"server cannot decode this plan: {exc}"
         return None
@@ -273,7 +276,7 @@ class CodecEcho(ServingPath):
         if plan.server_memory == "cuda":  # decoded on the drafter's GPU, into its device buffer
             from hopbench.core import gpu, gpucodec
 
-            codec = gpucodec.GpuScaled(codec)
+            codec = gpucodec.for_memory(codec, "cuda")
             device_body = gpu.load().empty(plan.request_bytes - P.SEQ_BYTES, dtype="uint8")
         wrapped = codecs.CodecServerChannel(
             chan, codec, plan.request_bytes - P.SEQ_BYTES, decode_ns, ctx.clock, plan.verify,

@@ -113,8 +113,13 @@ def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host
         raise ConfigError(f"--codec {text}: a codec is listed twice")
     lossless = [n for n in names if n != "none" and C.parse(n, width).lossless]
     if "cuda" in memory and lossless:
-        raise ConfigError(f"--codec {','.join(lossless)} with --memory cuda: lossless codecs on GPU memory need nvCOMP, "
-                          "not built yet; fp8 and int8 run on the GPU (or keep the payload in host memory)")
+        if memory != ("cuda", "cuda"):
+            raise ConfigError(f"--codec {','.join(lossless)} with CUDA memory at one end only: nvCOMP's bitstream needs "
+                              "nvCOMP at both ends; fp8 and int8 cross between GPU and CPU ends")
+        from hopbench.core import gpucodec
+
+        for n in lossless:  # nvCOMP missing, or a codec it has not: one line, before connecting
+            gpucodec.GpuNvcomp(C.parse(n, width))
     return names
 
 
