@@ -293,3 +293,16 @@ def test_real_nvcomp_round_trips_and_runs_a_plan(server, spec):
     wire = np.median(m.stages["wire_bytes"][4:])
     # zstd compresses BF16 states (~1.3x); LZ4 finds almost nothing in them (as on the CPU)
     assert wire < 3 * 61440 / 1.2 if spec.startswith("zstd") else wire < 3 * 61440 * 1.01
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_codecs_command_profiles_the_gpu_too():
+    from typer.testing import CliRunner
+
+    from hopbench.cli import app
+
+    res = CliRunner().invoke(app, ["codecs", "--codec", "fp8,int8", "--reps", "2"])
+    assert res.exit_code == 0, res.output
+    lines = [ln.split() for ln in res.output.splitlines() if ln.startswith(("fp8 ", "int8 "))]
+    assert {(ln[0], ln[1]) for ln in lines} == {("fp8", "cpu"), ("fp8", "gpu"), ("int8", "cpu"), ("int8", "gpu")}

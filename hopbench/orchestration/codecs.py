@@ -28,6 +28,7 @@ def profile_command(file: str | None, tokens: int, codec: str | None, reps: int,
     src = source_for(file, layers, sh.hidden)
     bodies = src.bodies(tokens * sh.bytes_per_token, tokens, max(1, src.tokens // tokens))
     rows = [C.profile(n, bodies, sh.hidden, reps) for n in names]
+    gpu_note = _gpu_rows(names, bodies, sh.hidden, reps, rows)
     data = "synthetic hidden states (docs/CODECS.md: a ratio on them is not a claim about any model)" if src.synthetic \
         else f"{src.label} (sha256 {src.record['sha256'][:12]}, {src.record['tokens']} tokens)"
     if json_out:
@@ -35,15 +36,36 @@ def profile_command(file: str | None, tokens: int, codec: str | None, reps: int,
                         "bodies": len(bodies), "codecs": rows, "acceptance": ACCEPTANCE}, indent=1))
         return rows
     say(f"codecs on this CPU, T = {tokens} ({tokens * sh.bytes_per_token:,} B per body, {len(bodies)} bodies), {data}")
-    say(f"{'codec':24s} {'ratio':>6s} {'enc GB/s':>9s} {'dec GB/s':>9s} {'pays below':>12s}  {'rel RMS':>8s} "
-        f"{'max abs':>8s} {'cos min':>8s}  library")
+    say(f"{'codec':24s} {'where':5s} {'ratio':>6s} {'enc GB/s':>9s} {'dec GB/s':>9s} {'pays below':>12s}  "
+        f"{'rel RMS':>8s} {'max abs':>8s} {'cos min':>8s}  library")
     for r in rows:
         err = (f"{r['rel_rms']:8.4f} {r['max_abs']:8.3g} {r['cosine_min']:8.5f}" if not r["lossless"]
                else f"{'exact':>8s} {'':8s} {'':8s}")
         pays = f"{r['pays_below_mbit'] / 1000:9.2f} Gb" if r["pays_below_mbit"] else f"{'never':>12s}"
-        say(f"{r['codec']:24s} {r['ratio']:6.3f} {r['encode_gb_s']:9.2f} {r['decode_gb_s']:9.2f} {pays:>12s}  {err}  "
+        say(f"{r['codec']:24s} {r['where']:5s} {r['ratio']:6.3f} {r['encode_gb_s']:9.2f} {r['decode_gb_s']:9.2f} {pays:>12s}  {err}  "
             f"{r['library']}")
     say("pays below = the link rate under which encode + decode cost less than the bytes saved take on the wire "
         "(one core each end; the hop's own measurement, run --codec, is the answer for your link)")
+    if gpu_note:
+        say(gpu_note)
     say(ACCEPTANCE)
     return rows
+
+
+def _gpu_rows(names: list[str], bodies: list, width: int, reps: int, rows: list[dict]) -> str | None:
+    """Each codec's GPU form where a CUDA device and CuPy are here (appended to rows); else
+    a note why there are none. A codec without a GPU form (blosc2) or without nvCOMP is said."""
+    from hopbench.core import gpu
+    from hopbench.errors import HopbenchError
+
+    try:
+        gpu.load()
+    except HopbenchError as exc:
+        return f"GPU: not profiled here ({exc})"
+    skipped = []
+    for n in names:
+        try:
+            rows.append(C.profile(n, bodies, width, reps, gpu=True))
+        except HopbenchError as exc:
+            skipped.append(f"{n}: {exc}")
+    return ("GPU: " + "; ".join(skipped)) if skipped else None
