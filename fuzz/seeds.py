@@ -61,4 +61,41 @@ def seeds(target: str) -> list[bytes]:
         golden = sorted((ROOT / "tests" / "golden").rglob("report.json"))[:2]
         return [p.read_bytes() for p in golden] + [json.dumps({"schema": "hopbench.run", "schema_version": 2,
                                                                "payloads": []}).encode()]
+    if target == "codec_frame":
+        return _codec_streams()
+    if target == "hidden_file":
+        return _hidden_files()
     raise KeyError(target)
+
+
+def _codec_streams() -> list[bytes]:
+    """For each codec and body size of the target: two real frames of synthetic states."""
+    from fuzz.targets import CODEC_BODIES, CODEC_SPECS
+    from hopbench.core import codecs, hidden
+
+    src = hidden.synthetic(5, 6144, tokens=4)
+    out = []
+    for i, spec in enumerate(CODEC_SPECS):
+        codec = codecs.parse(spec, 6144)
+        for j, size in enumerate(CODEC_BODIES[:3]):
+            stream = bytes([i, j])
+            for seq, body in enumerate(src.bodies(size, None, 2)):
+                enc = bytes(memoryview(codec.encode(body)).cast("B"))
+                crc = codecs.expected_crcs(codec, [body])[0]
+                stream += codecs.FRAME.pack(seq, len(enc), crc) + enc
+            out.append(stream)
+    return out
+
+
+def _hidden_files() -> list[bytes]:
+    """A safetensors file as safetensors writes it (BF16, 3 tokens x 2 x 8) and a .npy."""
+    import io
+
+    import numpy as np
+
+    x = np.arange(48, dtype=np.float32).reshape(3, 2, 8)
+    header = json.dumps({"h": {"dtype": "F32", "shape": [3, 2, 8], "data_offsets": [0, x.nbytes]}}).encode()
+    st = len(header).to_bytes(8, "little") + header + x.tobytes()
+    buf = io.BytesIO()
+    np.save(buf, x.reshape(3, 16))
+    return [b"\x00" + st, b"\x01" + buf.getvalue()]

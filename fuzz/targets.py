@@ -14,6 +14,9 @@ it and saves the input; each crash found becomes a regression test (tests/test_f
   config         a TOML file as configs/shape.toml, a sweep config and a rung config
   cli_values     the CLI's value parsers (HOST:PORT, int lists, byte grids, quantities, hops)
   result         a report.json (and a sweep.json) as the result readers load them
+  codec_frame    a codec plan's request stream (frame headers and encoded bodies) as the
+                 server receives and decodes it, for every codec (docs/CODECS.md)
+  hidden_file    a hidden-state file (safetensors or .npy) as --payload-from reads it
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any, Callable
 from hopbench import config_sweep, results, shape  # noqa: F401
 from hopbench.analysis import data as _data  # noqa: F401
 from hopbench.analysis import verdict as _verdict  # noqa: F401
+from hopbench.core import codecs as _codecs
+from hopbench.core import hidden as _hidden
 from hopbench.core import protocol as P
 from hopbench.core import serving as _serving  # noqa: F401
 from hopbench.core import session as _session  # noqa: F401
@@ -182,9 +187,43 @@ def result(data: bytes) -> None:
                 pass
 
 
+CODEC_SPECS = ("zstd:1", "lz4", "blosc2:shuffle+zstd:1", "blosc2:bitshuffle+lz4:1", "fp8", "int8")
+CODEC_BODIES = (56, 4096, 12289 * 2, 3 * 61440)
+_CODEC_CACHE: dict[str, Any] = {}
+
+
+def codec_frame(data: bytes) -> None:
+    """Byte 0 picks the codec, byte 1 the body size; the rest is the stream the server's
+    codec channel reads (frame headers, encoded bodies, maybe the client's abort)."""
+    import numpy as np
+
+    if len(data) < 2:
+        return
+    spec = CODEC_SPECS[data[0] % len(CODEC_SPECS)]
+    body = CODEC_BODIES[data[1] % len(CODEC_BODIES)]
+    codec = _CODEC_CACHE.get(spec) or _CODEC_CACHE.setdefault(spec, _codecs.parse(spec, 6144))
+    chan = BytesChannel(data[2:])
+    server = _codecs.CodecServerChannel(chan, codec, body, np.zeros(4, dtype=np.int64), lambda: 0, True, lambda seq: None)
+    request = bytearray(P.SEQ_BYTES + body)
+    try:
+        for _ in range(4):
+            server.recv_into(request)
+    except _codecs.ClientAborted:
+        pass
+
+
+def hidden_file(data: bytes) -> None:
+    """Byte 0 picks the suffix; the rest is the file --payload-from reads (2 layers x 8)."""
+    if not data:
+        return
+    suffix = (".safetensors", ".npy")[data[0] % 2]
+    _in_file(data[1:], f"h{suffix}", lambda p: _hidden.from_file(str(p), 2, 8))
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame_server": frame_server, "frame_client": frame_client, "session": session, "abort": abort,
-    "config": config, "cli_values": cli_values, "result": result,
+    "config": config, "cli_values": cli_values, "result": result, "codec_frame": codec_frame,
+    "hidden_file": hidden_file,
 }
 
 

@@ -592,7 +592,8 @@ def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20, gpu
     e, d = float(np.median(enc_ns)), float(np.median(dec_ns))
     saved = raw - wire
     out: dict[str, Any] = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
-                           "where": "gpu" if gpu else "cpu", "raw_bytes": raw, "wire_bytes": wire, "ratio": raw / wire, "encode_gb_s": raw / e,
+                           "where": "gpu" if gpu else "cpu", "raw_bytes": raw, "wire_bytes": wire, "ratio": raw / wire,
+                           "encode_gb_s": raw / e,
                            "decode_gb_s": raw / d, "encode_ns": e, "decode_ns": d,
                            "pays_below_mbit": saved * 8 / (e + d) * 1e3 if saved > 0 else 0.0}
     if not codec.lossless:  # the GPU form's bytes are the CPU codec's: the same error

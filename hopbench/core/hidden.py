@@ -151,8 +151,10 @@ def _read_safetensors(path: Path, name: str | None) -> tuple[np.ndarray, str, st
 def _read_npy(path: Path) -> tuple[np.ndarray, str]:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ConfigError(f"{path}: not a readable .npy file ({exc})") from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # numpy's header parser raises what it meets (ValueError, TokenError, ...)
+        raise ConfigError(f"{path}: not a readable .npy file ({exc.__class__.__name__}: {str(exc)[:120]})") from None
     kind = str(arr.dtype)
     if kind in ("bfloat16", "|V2", "V2"):
         return arr.view(np.uint16), "BF16"

@@ -42,7 +42,8 @@ def profile_command(file: str | None, tokens: int, codec: str | None, reps: int,
         err = (f"{r['rel_rms']:8.4f} {r['max_abs']:8.3g} {r['cosine_min']:8.5f}" if not r["lossless"]
                else f"{'exact':>8s} {'':8s} {'':8s}")
         pays = f"{r['pays_below_mbit'] / 1000:9.2f} Gb" if r["pays_below_mbit"] else f"{'never':>12s}"
-        say(f"{r['codec']:24s} {r['where']:5s} {r['ratio']:6.3f} {r['encode_gb_s']:9.2f} {r['decode_gb_s']:9.2f} {pays:>12s}  {err}  "
+        say(f"{r['codec']:24s} {r['where']:5s} {r['ratio']:6.3f} {r['encode_gb_s']:9.2f} {r['decode_gb_s']:9.2f} "
+            f"{pays:>12s}  {err}  "
             f"{r['library']}")
     say("pays below = the link rate under which encode + decode cost less than the bytes saved take on the wire "
         "(one core each end; the hop's own measurement, run --codec, is the answer for your link)")
