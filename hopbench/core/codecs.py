@@ -554,29 +554,27 @@ def reconstruction_error(codec: Codec, bodies: list[np.ndarray]) -> dict[str, fl
     return {**worst, "cosine_min": float(cos.min()), "cosine_median": float(np.median(cos))}
 
 
-def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20, gpu: bool = False) -> dict[str, Any]:
+def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20,
+            place: Callable[[Codec], tuple[Any, Callable[[np.ndarray], Any]]] | None = None) -> dict[str, Any]:
     """One codec on these bodies: ratio, encode and decode GB/s (of the raw bytes, p50 over
     reps), the error of a lossy codec (reconstruction_error), and the link rate below which
     it pays: it pays while encode + decode < bytes saved / rate, so break-even = 8 x bytes
-    saved / (encode + decode). `gpu`: the codec's GPU form (hopbench.core.gpucodec) on the
-    bodies in device memory, each call synchronised, the encoded bytes' copy included."""
+    saved / (encode + decode). `place(codec)` -> (the codec's form elsewhere, a function that
+    moves a body there): the GPU form (hopbench.orchestration.codecs) on bodies in device
+    memory, each call synchronised, the encoded bytes' copy included."""
     import time
 
     codec: Any = parse(spec, width)
     cpu_codec, host_bodies = codec, bodies
     raw = sum(b.size for b in bodies)
-    if gpu:
-        from hopbench.core import gpu as G
-        from hopbench.core import gpucodec
-
-        codec = gpucodec.for_memory(codec, "cuda")
-        cp = G.load()
-        bodies = [cp.asarray(b) for b in host_bodies]
+    if place is not None:
+        codec, move = place(codec)
+        bodies = [move(b) for b in host_bodies]
     enc_ns, dec_ns, wire = [], [], 0
     for rep in range(reps):
         e_t = d_t = 0
         for body in bodies:
-            back = cp.empty_like(body) if gpu else np.empty_like(body)
+            back = body.copy()  # an output of the body's own kind (host or device), overwritten
             t0 = time.perf_counter_ns()
             enc = codec.encode(body)
             t1 = time.perf_counter_ns()
@@ -592,7 +590,7 @@ def profile(spec: str, bodies: list[np.ndarray], width: int, reps: int = 20, gpu
     e, d = float(np.median(enc_ns)), float(np.median(dec_ns))
     saved = raw - wire
     out: dict[str, Any] = {"codec": codec.name, "library": codec.library, "lossless": codec.lossless,
-                           "where": "gpu" if gpu else "cpu", "raw_bytes": raw, "wire_bytes": wire, "ratio": raw / wire,
+                           "where": "cpu" if place is None else "gpu", "raw_bytes": raw, "wire_bytes": wire, "ratio": raw / wire,
                            "encode_gb_s": raw / e,
                            "decode_gb_s": raw / d, "encode_ns": e, "decode_ns": d,
                            "pays_below_mbit": saved * 8 / (e + d) * 1e3 if saved > 0 else 0.0}

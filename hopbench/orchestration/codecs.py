@@ -56,17 +56,21 @@ def profile_command(file: str | None, tokens: int, codec: str | None, reps: int,
 def _gpu_rows(names: list[str], bodies: list, width: int, reps: int, rows: list[dict]) -> str | None:
     """Each codec's GPU form where a CUDA device and CuPy are here (appended to rows); else
     a note why there are none. A codec without a GPU form (blosc2) or without nvCOMP is said."""
-    from hopbench.core import gpu
+    from hopbench.core import gpu, gpucodec
     from hopbench.errors import HopbenchError
 
     try:
-        gpu.load()
+        cp = gpu.load()
     except HopbenchError as exc:
         return f"GPU: not profiled here ({exc})"
+
+    def on_gpu(codec: C.Codec) -> tuple:
+        return gpucodec.for_memory(codec, "cuda"), cp.asarray
+
     skipped = []
     for n in names:
         try:
-            rows.append(C.profile(n, bodies, width, reps, gpu=True))
+            rows.append(C.profile(n, bodies, width, reps, place=on_gpu))
         except HopbenchError as exc:
             skipped.append(f"{n}: {exc}")
     return ("GPU: " + "; ".join(skipped)) if skipped else None
