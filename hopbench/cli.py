@@ -96,8 +96,10 @@ def serve(
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
     gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,
     loop: LoopOpt = Loop.auto,
+    max_sessions: Annotated[int, typer.Option(min=1, help="Sessions served at once (a drafter shared by several targets); one more client is refused at once. 1 = one after another, like iperf3 -s.")] = 16,
+    max_memory: Annotated[Optional[int], typer.Option(help="Request + reply bytes of the plans served at once, across sessions (default: one largest plan's).")] = None,
 ):
-    """Serve clients one after another until Ctrl-C (like iperf3 -s)."""
+    """Serve clients until Ctrl-C: up to --max-sessions at once (1: one after another, like iperf3 -s)."""
     from hopbench.core import protocol as P
     from hopbench.core.server import Server, ServerConfig
 
@@ -112,7 +114,7 @@ def serve(
                        handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
                                    max_cycles=max_cycles), transport_settings=settings, secret=secret or None,
-                       loop=loop.value)
+                       loop=loop.value, max_sessions=max_sessions, max_memory_bytes=max_memory)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     if gpu:

@@ -54,14 +54,7 @@ class BusyAnswer(threading.Thread):
                 with self._lock:
                     self.handed_back.append(chan)
                 return
-            peer = chan.info.get("peer", "?")
-            try:
-                P.recv_msg(chan, P.HELLO)
-                P.send_msg(chan, P.REFUSE, {"reason": self.reason})
-                self.log(f"client {peer}: refused, busy with another session")
-            except HopbenchError:
-                pass
-            chan.close()
+            refuse(chan, self.reason, self.log, "busy with another session")
         finally:
             self.slots.release()
 
@@ -73,3 +66,86 @@ class BusyAnswer(threading.Thread):
             t.join(self.GRACE_S + 5)  # those still in their grace wait return at once: done is set
         with self._lock:
             return list(self.handed_back)
+
+
+def refuse(chan: Any, reason: str, log: Callable[[str], None], why: str) -> None:
+    """Answer a client's HELLO with REFUSE and close (a client that sends no HELLO within
+    the channel's timeout is closed unanswered)."""
+    peer = chan.info.get("peer", "?")
+    try:
+        P.recv_msg(chan, P.HELLO)
+        P.send_msg(chan, P.REFUSE, {"reason": reason})
+        log(f"client {peer}: refused, {why}")
+    except HopbenchError:
+        pass
+    chan.close()
+
+
+class MemoryBudget:
+    """The request and reply memory of the plans served at once, across sessions: a plan
+    reserves its bytes before ACCEPT and gives them back when it ends, so `--max-sessions`
+    clients cannot together hold more than the total (the per-plan caps bound one plan)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.used + nbytes > self.total:
+                return False
+            self.used += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+
+class SessionPool:
+    """--max-sessions N > 1: each session in its own thread, up to N at once; one more client
+    is told so at once (REFUSE). Sessions share nothing but the memory budget; the compiled
+    loops release the GIL, so echo loops do not wait on one another."""
+
+    def __init__(self, config: Any, serve: Callable[[Any], Any], log: Callable[[str], None]):
+        caps = config.caps
+        self.limit = config.max_sessions
+        self.budget = MemoryBudget(config.max_memory_bytes or caps.max_request_bytes + caps.max_reply_bytes)
+        self.serve, self.log = serve, log
+        self.active: dict[threading.Thread, Any] = {}  # thread -> its session's control channel
+        self.peak = 0  # the most sessions served at once so far
+        self._lock = threading.Lock()
+
+    def start(self, chan: Any) -> None:
+        with self._lock:
+            self.active = {t: c for t, c in self.active.items() if t.is_alive()}
+            full = len(self.active) >= self.limit
+        if full:
+            reason = (f"busy: serving {self.limit} sessions at once, this server's limit (--max-sessions "
+                      f"{self.limit}); try again when one ends")
+            threading.Thread(target=refuse, args=(chan, reason, self.log, "at the session limit"), daemon=True).start()
+            return
+        t = threading.Thread(target=self._run, args=(chan,), daemon=True, name="hopbench-session")
+        with self._lock:
+            self.active[t] = chan
+            self.peak = max(self.peak, len(self.active))
+        t.start()
+
+    def _run(self, chan: Any) -> None:
+        try:
+            self.serve(chan)
+        except BaseException as exc:  # a session never takes the server down (ServerSession answers faults)
+            self.log(f"session ended by {exc.__class__.__name__}: {exc}")
+
+    def end(self, wait_s: float = 10.0) -> None:
+        """Stopping: the sessions still running have their control connections shut down (a
+        blocked receive ends) and are waited for."""
+        from hopbench.core import control
+
+        with self._lock:
+            running = dict(self.active)
+        for chan in running.values():
+            control.shutdown(chan)
+        for t in running:
+            t.join(wait_s)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from hopbench.core import control
 from hopbench.core import env as envmod
-from hopbench.core.busy import BusyAnswer
+from hopbench.core.busy import BusyAnswer, SessionPool
 from hopbench.core.serving import ServerConfig
 from hopbench.core.session import ServerSession, SessionStats
 from hopbench.errors import HopbenchError
@@ -44,6 +44,10 @@ class Server:
         self.sessions = 0
         self.current: Any = None  # the session's control channel (tests cut it with control.shutdown)
         self._stopping = False
+        self._lock = threading.Lock()
+        #: --max-sessions N > 1: the sessions served at once (hopbench.core.busy.SessionPool)
+        self.pool = SessionPool(config, self.serve_session, log) if config.max_sessions > 1 else None
+        self.budget = self.pool.budget if self.pool is not None else None
 
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, stop(), or after one session with `once`."""
@@ -57,6 +61,9 @@ class Server:
                     if not self._stopping:
                         self.log(f"accept failed: {exc}")
                     continue
+                if self.pool is not None and not self.config.once:
+                    self.pool.start(chan)
+                    continue
                 self._serve_queue([chan])
                 if self.config.once:
                     break
@@ -66,6 +73,8 @@ class Server:
             for s, h in old.items():
                 signal.signal(s, h)
             self.listener.close()
+            if self.pool is not None:
+                self.pool.end()
 
     def _serve_queue(self, queue: list[Any]) -> None:
         """Serve a client, then those that arrived as its session ended; the rest are closed
@@ -100,13 +109,16 @@ class Server:
     def serve_session(self, chan: Any) -> SessionStats:
         """Run one client's session to its end (hopbench.core.session); one log line."""
         t0 = time.monotonic()
-        self.sessions += 1
+        with self._lock:
+            self.sessions += 1
+            number = self.sessions
         self.current = chan
         try:
-            stats = ServerSession(chan, self.config, self.env, self.clock, self.log).run()
+            stats = ServerSession(chan, self.config, self.env, self.clock, self.log, self.budget).run()
         finally:
-            self.current = None
+            if self.current is chan:
+                self.current = None
         outcome = "ok" if stats.error is None else f"error: {stats.error}"
-        self.log(f"session {self.sessions} from {stats.peer}: {stats.plans} plans, {stats.cycles} cycles, "
+        self.log(f"session {number} from {stats.peer}: {stats.plans} plans, {stats.cycles} cycles, "
                  f"{'/'.join(sorted(stats.transports)) or '-'}, {time.monotonic() - t0:.2f} s, {outcome}")
         return stats

@@ -35,6 +35,12 @@ class ServerConfig:
     once: bool = False
     secret: str | None = None  # shared secret for the HMAC challenge-response (--secret)
     loop: str = "auto"  # the echo loop: auto (compiled where it applies), native, python
+    #: sessions served at once (each in its own thread; the compiled loops release the GIL);
+    #: 1 = one at a time, the others told "busy"
+    max_sessions: int = 1
+    #: request + reply bytes of the plans served at once, across sessions (None: one
+    #: largest plan's, max_request_bytes + max_reply_bytes)
+    max_memory_bytes: int | None = None
 
 
 class Ended(HopbenchError):

@@ -51,8 +51,9 @@ class SessionStats:
 
 class ServerSession:
     def __init__(self, chan: Channel, config: ServerConfig, env: dict[str, Any], clock: Callable[[], int],
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], budget: Any = None):
         self.chan, self.config, self.env, self.clock, self.log = chan, config, env, clock, log
+        self.budget = budget  # the server's MemoryBudget, shared by the sessions served at once (or None)
         self.state = State.AWAIT_HELLO
         self.client_env: dict[str, Any] | None = None
         self.bind: P.Binding | None = None  # set once the client has authenticated
@@ -206,6 +207,18 @@ class ServerSession:
         """Serve one plan; returns its data channel (still open), or None when the cycles ran
         on the control connection."""
         transport, path, ctx = self._negotiate(plan)
+        need = plan.request_bytes + plan.reply_bytes
+        if self.budget is not None and not self.budget.reserve(need):
+            self._refuse(f"busy: the plans of the other sessions hold {self.budget.used} of the server's "
+                         f"{self.budget.total} B of request and reply memory; this one needs {need} B "
+                         "(try again when one ends, or a smaller plan)")
+        try:
+            return self._accepted(transport, path, ctx, plan)
+        finally:
+            if self.budget is not None:
+                self.budget.release(need)
+
+    def _accepted(self, transport: Any, path: ServingPath, ctx: PlanContext, plan: P.Plan) -> Channel | None:
         self.stats.plans += 1
         self.stats.transports.add(plan.transport)
         self.state = State.SERVING
