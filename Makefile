@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs
+.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,15 @@ sweep-quick: install system-tools
 # raw hop of the same session on emu-100m and emu-unshaped, and the verdicts (docs/CODECS.md).
 bench-codecs: install system-tools
 	$(PY) benchmarks/bench_codecs.py
+
+# An honest client served under attack (issue 30): its p50 idle vs under hundreds of hostile
+# connections, the server's memory, every hostile connection answered or closed in time.
+bench-hostile: install
+	$(PY) benchmarks/bench_hostile.py
+
+# One server, M client processes at once (issue 32): aggregate cycles/s vs M x the single pair.
+bench-sessions: install
+	$(PY) benchmarks/bench_sessions.py --clients 1,2
 
 bench-core: install
 	$(PY) benchmarks/bench_core.py

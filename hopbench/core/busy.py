@@ -68,16 +68,25 @@ class BusyAnswer(threading.Thread):
             return list(self.handed_back)
 
 
-def refuse(chan: Any, reason: str, log: Callable[[str], None], why: str) -> None:
-    """Answer a client's HELLO with REFUSE and close (a client that sends no HELLO within
-    the channel's timeout is closed unanswered)."""
+def refuse(chan: Any, reason: str, log: Callable[[str], None], why: str, limit_s: float | None = None) -> None:
+    """Answer a client's HELLO with REFUSE and close; a client that sends no HELLO within
+    limit_s (else the channel's timeout) is closed unanswered."""
+    from hopbench.core import control
+
     peer = chan.info.get("peer", "?")
+    timer = threading.Timer(limit_s, control.shutdown, args=(chan,)) if limit_s else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         P.recv_msg(chan, P.HELLO)
         P.send_msg(chan, P.REFUSE, {"reason": reason})
         log(f"client {peer}: refused, {why}")
     except HopbenchError:
         pass
+    finally:
+        if timer is not None:
+            timer.cancel()
     chan.close()
 
 
@@ -111,10 +120,12 @@ class SessionPool:
     def __init__(self, config: Any, serve: Callable[[Any], Any], log: Callable[[str], None]):
         caps = config.caps
         self.limit = config.max_sessions
+        self.handshake_s = config.handshake_timeout_s
         self.budget = MemoryBudget(config.max_memory_bytes or caps.max_request_bytes + caps.max_reply_bytes)
         self.serve, self.log = serve, log
         self.active: dict[threading.Thread, Any] = {}  # thread -> its session's control channel
         self.peak = 0  # the most sessions served at once so far
+        self.refusing = threading.BoundedSemaphore(BusyAnswer.MAX_WAITING)  # clients being told "busy" at once
         self._lock = threading.Lock()
 
     def start(self, chan: Any) -> None:
@@ -122,15 +133,24 @@ class SessionPool:
             self.active = {t: c for t, c in self.active.items() if t.is_alive()}
             full = len(self.active) >= self.limit
         if full:
+            if not self.refusing.acquire(blocking=False):  # a flood: beyond MAX_WAITING, closed unanswered
+                chan.close()
+                return
             reason = (f"busy: serving {self.limit} sessions at once, this server's limit (--max-sessions "
                       f"{self.limit}); try again when one ends")
-            threading.Thread(target=refuse, args=(chan, reason, self.log, "at the session limit"), daemon=True).start()
+            threading.Thread(target=self._refuse, args=(chan, reason), daemon=True).start()
             return
         t = threading.Thread(target=self._run, args=(chan,), daemon=True, name="hopbench-session")
         with self._lock:
             self.active[t] = chan
             self.peak = max(self.peak, len(self.active))
         t.start()
+
+    def _refuse(self, chan: Any, reason: str) -> None:
+        try:
+            refuse(chan, reason, self.log, "at the session limit", self.handshake_s)
+        finally:
+            self.refusing.release()
 
     def _run(self, chan: Any) -> None:
         try:
