@@ -95,6 +95,13 @@ class Codec:
             return f"{dist} (version unknown)"
 
 
+def _fill(out: np.ndarray, got: bytes, what: str) -> None:
+    """A library's decoded bytes into the receive buffer, which they must fill exactly."""
+    if len(got) != out.size:
+        raise ProtocolError(f"{what} decodes to {len(got)} B, expected {out.size}")
+    out[:] = np.frombuffer(got, dtype=np.uint8)
+
+
 class Zstd(Codec):
     lossless = True
 
@@ -108,10 +115,7 @@ class Zstd(Codec):
         return self._c.compress(body)
 
     def decode(self, enc: Any, out: np.ndarray) -> None:
-        got = self._d.decompress(enc, max_output_size=out.size)
-        if len(got) != out.size:
-            raise ProtocolError(f"zstd frame decodes to {len(got)} B, expected {out.size}")
-        out[:] = np.frombuffer(got, dtype=np.uint8)
+        _fill(out, self._d.decompress(enc, max_output_size=out.size), "zstd frame")
 
 
 class Lz4(Codec):
@@ -125,10 +129,7 @@ class Lz4(Codec):
         return self._b.compress(body, store_size=False)
 
     def decode(self, enc: Any, out: np.ndarray) -> None:
-        got = self._b.decompress(enc, uncompressed_size=out.size)
-        if len(got) != out.size:
-            raise ProtocolError(f"lz4 block decodes to {len(got)} B, expected {out.size}")
-        out[:] = np.frombuffer(got, dtype=np.uint8)
+        _fill(out, self._b.decompress(enc, uncompressed_size=out.size), "lz4 block")
 
 
 class Blosc2(Codec):
@@ -187,6 +188,7 @@ class _Scaled(Codec):
     def __init__(self, width: int, kernel: str = "auto"):
         super().__init__(width)
         self._scratch: dict[int, _Scratch] = {}
+        self._encoded: dict[int, np.ndarray] = {}  # the encoded message per body size, reused every cycle
         #: the per-value loops: "compiled" (hopbench/core/_codec.c) where built, else "numpy"
         self.kernel = "numpy" if kernel == "numpy" or _compiled() is None else "compiled"
 
@@ -213,7 +215,9 @@ class _Scaled(Codec):
         n = body.size // 2
         bits = body[:2 * n].view(np.uint16)
         g = self._groups(n)
-        out = np.empty(g * 4 + n + body.size % 2, dtype=np.uint8)  # the message itself: the channel takes it
+        out = self._encoded.get(body.size)
+        if out is None:  # made once per body size: the channel has sent it before the next encode
+            out = self._encoded[body.size] = np.empty(g * 4 + n + body.size % 2, dtype=np.uint8)
         scales = out[:g * 4].view(np.float32)
         codes = out[g * 4:g * 4 + n]
         if body.size % 2:
