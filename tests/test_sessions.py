@@ -3,6 +3,7 @@ serves sessions at once, each in its own thread; the limit is told at once; a se
 dies mid-plan touches no other; the request and reply memory holds in total."""
 
 import threading
+import time
 
 import pytest
 
@@ -120,3 +121,34 @@ def test_the_memory_budget_holds_across_sessions(server_factory):
         assert c.measure(small_plan(request_bytes=184_328, cycles=10)).completed == 16  # the budget is back
     finally:
         c.close()
+
+
+def test_log_lines_from_session_threads_never_splice():
+    """print() writes a line and its newline in two calls; sessions log from their own threads,
+    so the server serializes its log (CI once lost a line of protocol_barrage's count to this)."""
+    import io
+
+    out = io.StringIO()
+
+    def two_writes(line):  # print's own shape: the text, then the newline, a thread switch between
+        out.write(line)
+        time.sleep(0)
+        out.write("\n")
+    from hopbench.core.server import Server, ServerConfig
+
+    srv = Server(ServerConfig(host="127.0.0.1", port=0, max_sessions=4), log=two_writes)
+    start = threading.Barrier(8)
+
+    def burst(k):
+        start.wait()
+        for i in range(200):
+            srv.log(f"session {k}-{i}")
+    threads = [threading.Thread(target=burst, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    srv.stop()
+    srv.listener.close()
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("session ")]
+    assert len(lines) == 8 * 200 and all(ln.count("session") == 1 for ln in lines)

@@ -31,11 +31,22 @@ class _Stop(Exception):
     pass
 
 
+def _one_line_at_a_time(log: Callable[[str], None]) -> Callable[[str], None]:
+    """The log callable, serialized: print() writes a line and its newline in two calls, so two
+    session threads logging at once could splice their lines (a line lost to a reader)."""
+    lock = threading.Lock()
+
+    def serialized(line: str) -> None:
+        with lock:
+            log(line)
+    return serialized
+
+
 class Server:
     def __init__(self, config: ServerConfig, log: Callable[[str], None] = print,
                  clock: Callable[[], int] = time.perf_counter_ns):
         self.config = config
-        self.log = log
+        self.log = _one_line_at_a_time(log)  # sessions log from their own threads (--max-sessions)
         self.clock = clock  # the server's one clock: read only around a staged GPU path's copies
         self.listener = control.listen(config.host, config.port, idle_timeout_s=config.idle_timeout_s,
                                        poll=config.poll)
@@ -46,7 +57,7 @@ class Server:
         self._stopping = False
         self._lock = threading.Lock()
         #: --max-sessions N > 1: the sessions served at once (hopbench.core.busy.SessionPool)
-        self.pool = SessionPool(config, self.serve_session, log) if config.max_sessions > 1 else None
+        self.pool = SessionPool(config, self.serve_session, self.log) if config.max_sessions > 1 else None
         self.budget = self.pool.budget if self.pool is not None else None
 
     def serve_forever(self) -> None:
