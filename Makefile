@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions
+.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ bench-hostile: install
 # One server, M client processes at once (issue 32): aggregate cycles/s vs M x the single pair.
 bench-sessions: install
 	$(PY) benchmarks/bench_sessions.py --clients 1,2
+
+# A drafter shared by several targets, through `run --clients` (issue 32): scaling, the
+# machinery vs a plain run, incast on an emulated 1 Gbit drafter link (root).
+bench-fanin: install
+	$(PY) benchmarks/bench_fanin.py
 
 bench-core: install
 	$(PY) benchmarks/bench_core.py

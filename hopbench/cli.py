@@ -157,6 +157,9 @@ def run(
     loop: LoopOpt = Loop.auto,
     codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).")] = "none",
     payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of [tokens, layers, hidden]; default synthetic.")] = None,
+    clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).")] = 1,
+    mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.")] = None,
+    arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.")] = "fixed",
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -169,7 +172,7 @@ def run(
         out=out, name=name, results_dir=results_dir, shape=shape, opt=tuple(opt or ()), secret=secret or None,
         interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
         memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value,
-        codec=codec, payload_from=payload_from)
+        codec=codec, payload_from=payload_from, clients=clients, mps=mps, arrivals=arrivals)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:

@@ -44,6 +44,12 @@ def codec_label(name: str, codec: str) -> str:
     return name if not codec or codec == "none" else f"{name}+{codec}"
 
 
+def clients_label(name: str, clients: int) -> str:
+    """A series or payload measured by M targets at once: "tcp" -> "tcp@4" (its own series:
+    the per-target hop at M, its own fit and verdict); unchanged for one target."""
+    return name if clients <= 1 else f"{name}@{clients}"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One session's configuration (report.json `config`)."""
@@ -78,6 +84,13 @@ class RunConfig:
     codecs: tuple[str, ...] = ("none",)
     payload_from: str | None = None
     hidden: int = 6144
+    # a drafter shared by several targets (docs/RESULTS.md "Several targets"): the targets run
+    # at once (one session each, their plans started together), and open-loop load: each target
+    # sends `mps` cycles per second on a fixed or poisson schedule (None = closed loop)
+    clients: int = 1
+    mps: float | None = None
+    arrivals: str = "fixed"
+    seed: int = 0
 
     @property
     def memory(self) -> tuple[str, str]:

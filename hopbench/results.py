@@ -48,9 +48,19 @@ CODEC_STAGE_COLUMNS = ["encode_ns", "decode_ns", "codec_wire_ns"]
 CODEC_SUMMARY = ["wire_bytes_mean", "ratio", "rel_rms", "cosine_min"]
 
 
-def sample_columns(gpu: bool, codec: bool = False) -> list[str]:
+#: several targets at once and open-loop load (docs/RESULTS.md "Several targets"): the
+#: target of each row, an open-loop send's intended time (ns from the plan's start) and its
+#: lag behind it; per target its rate, goodput, late sends, and the tails read from its
+#: HdrHistogram (merged over the targets in the aggregate row)
+LOAD_SAMPLE = ["target", "intended_ns", "send_lag_ns"]
+LOAD_SUMMARY = ["target", "clients", "offered_per_s", "cycles_per_s", "goodput_mbit", "late_sends", "send_lag_p50_ns",
+                "send_lag_p99_ns", "hdr_p99_ns", "hdr_p999_ns"]
+
+
+def sample_columns(gpu: bool, codec: bool = False, load: bool = False) -> list[str]:
     cols = SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else list(SAMPLE_COLUMNS)
-    return cols + CODEC_COLUMNS + CODEC_STAGE_COLUMNS + ["wire_bytes"] if codec else cols
+    cols = cols + CODEC_COLUMNS + CODEC_STAGE_COLUMNS + ["wire_bytes"] if codec else cols
+    return cols + LOAD_SAMPLE if load else cols
 
 
 def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
@@ -59,11 +69,11 @@ def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
     return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
 
 
-def summary_columns(gpu: bool, codec: bool = False) -> list[str]:
+def summary_columns(gpu: bool, codec: bool = False, load: bool = False) -> list[str]:
     cols = SUMMARY_COLUMNS + (GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)] if gpu else [])
     if codec:
         cols = cols + CODEC_COLUMNS + CODEC_SUMMARY + [k for s in CODEC_STAGE_COLUMNS for k in stage_summary_keys(s)]
-    return cols
+    return cols + LOAD_SUMMARY if load else cols
 
 
 def utc_stamp() -> str:

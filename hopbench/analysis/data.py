@@ -9,13 +9,13 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
-from hopbench.records import CellKey, codec_label
+from hopbench.records import CellKey, clients_label, codec_label
 from hopbench.results import (
     RUN_RECORD,
     SAMPLES_FILE,
@@ -272,7 +272,7 @@ def _read_folder(folder: Path) -> Folder:
             verify_files(rp, run)
             cell = (run.get("sweep") or {}).get("cell") or {}
             ident = (run.get("rung"), cell.get("repeat"), tuple(sorted(
-                (codec_label(p["plan"]["transport"], p["plan"].get("codec") or "none"), p["payload"],
+                (series_of(p["plan"]), p["payload"],
                  float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
             if kind == "sweep" and ident in seen:
                 raise HopbenchError(f"{rp}: the same cell and repeat as {seen[ident]} (a duplicated cell)")
@@ -285,6 +285,14 @@ def _read_folder(folder: Path) -> Folder:
             continue
         cells.append((rp, run))
     return Folder(folder, kind, top, cells, left_out)
+
+
+def series_of(plan: dict[str, Any]) -> str:
+    """A plan's series: the transport, "+codec" under a codec, "@M" when M targets ran at once."""
+    group = plan.get("group")
+    size = group.get("size") if isinstance(group, dict) else None
+    return clients_label(codec_label(plan["transport"], plan.get("codec") or "none"),
+                         size if isinstance(size, int) else 1)
 
 
 def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
@@ -321,7 +329,7 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             if not s.get("complete") or not s.get("n") or s.get("p50_ns") is None:
                 continue
             plan = p["plan"]
-            series = codec_label(plan["transport"], plan.get("codec") or "none")  # a codec is its own series
+            series = series_of(plan)  # a codec is its own series, and so is a number of targets at once
             key = (rung, series, p["payload"], float(plan.get("gap_ms") or 0.0))
             g = groups.get(key)
             if g is None:

@@ -112,6 +112,89 @@ class MemoryBudget:
             self.used -= nbytes
 
 
+class _Group:
+    def __init__(self, size: int):
+        self.size = size
+        self.members: set[int] = set()  # the sessions that have joined (by id())
+        self.left = 0  # members whose sessions have ended: the others no longer wait for them
+        self.waiting = 0  # members holding this round's ACCEPT
+        self.round = 0
+
+
+class StartGroups:
+    """Plans started together (PLAN `group`, docs/PROTOCOL.md "Plans started together"): the
+    server holds each member's ACCEPT until all `size` sessions of the group have sent their
+    plan, then sends them together, round after round (one round per plan). A member whose
+    session ends is no longer waited for; a round not complete within `wait_s` is refused to
+    those waiting. A session belongs to one group; the groups live while a member does."""
+
+    def __init__(self, limit: int, wait_s: float):
+        self.limit, self.wait_s = limit, wait_s
+        self._groups: dict[str, _Group] = {}
+        self._of: dict[int, str] = {}  # session -> its group's id
+        self._cond = threading.Condition()
+
+    def refusal(self, session: object, group: dict[str, Any]) -> str | None:
+        """Why this plan's group cannot be joined at all (REFUSE before anything is held)."""
+        gid, size = group["id"], group["size"]
+        if size > self.limit:
+            return (f"a start group of {size} targets exceeds this server's limit of {self.limit} sessions at once "
+                    f"(--max-sessions {self.limit})")
+        with self._cond:
+            mine = self._of.get(id(session))
+            if mine is not None and mine != gid:
+                return "a session belongs to one start group"
+            g = self._groups.get(gid)
+            if g is not None and g.size != size:
+                return f"start group {gid!r} has {g.size} targets, not {size}"
+            if g is not None and id(session) not in g.members and len(g.members) >= size:
+                return f"start group {gid!r} already has its {size} targets"
+        return None
+
+    def together(self, session: object, group: dict[str, Any]) -> str | None:
+        """Wait for this round's other members; None when they are all here, else the reason
+        for refusing this plan (the round did not complete within wait_s)."""
+        gid = group["id"]
+        deadline = time.monotonic() + self.wait_s
+        with self._cond:
+            g = self._groups.setdefault(gid, _Group(group["size"]))
+            g.members.add(id(session))
+            self._of[id(session)] = gid
+            g.waiting += 1
+            here = g.round
+            if self._release(g):
+                return None
+            while g.round == here:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    g.waiting -= 1
+                    return (f"start group {gid!r}: {g.waiting + 1} of {g.size - g.left} targets sent this plan "
+                            f"within {self.wait_s:g} s")
+                self._cond.wait(left)
+        return None
+
+    def leave(self, session: object) -> None:
+        """The session ended: its group no longer waits for it (and is forgotten with its last member)."""
+        with self._cond:
+            gid = self._of.pop(id(session), None)
+            g = self._groups.get(gid) if gid is not None else None
+            if g is None or gid is None:
+                return
+            g.left += 1
+            if g.left >= len(g.members):  # its last member: a latecomer starts a group afresh
+                del self._groups[gid]
+            else:
+                self._release(g)
+
+    def _release(self, g: _Group) -> bool:
+        if g.waiting and g.waiting >= g.size - g.left:
+            g.waiting = 0
+            g.round += 1
+            self._cond.notify_all()
+            return True
+        return False
+
+
 class SessionPool:
     """--max-sessions N > 1: each session in its own thread, up to N at once; one more client
     is told so at once (REFUSE). Sessions share nothing but the memory budget; the compiled
@@ -122,6 +205,7 @@ class SessionPool:
         self.limit = config.max_sessions
         self.handshake_s = config.handshake_timeout_s
         self.budget = MemoryBudget(config.max_memory_bytes or caps.max_request_bytes + caps.max_reply_bytes)
+        self.groups = StartGroups(config.max_sessions, P.GROUP_WAIT_S)
         self.serve, self.log = serve, log
         self.active: dict[threading.Thread, Any] = {}  # thread -> its session's control channel
         self.peak = 0  # the most sessions served at once so far

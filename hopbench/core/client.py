@@ -126,10 +126,15 @@ class Session:
         return env
 
     def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns,
-                gap_s: float = 0.0, source: Any = None) -> Measurement:
+                gap_s: float = 0.0, source: Any = None, schedule: np.ndarray | None = None) -> Measurement:
         """Run one plan. Transport/verify errors and Ctrl-C propagate with
         `exc.measurement` attached (the samples measured before it). A codec plan's request
-        bodies are windows of `source` (hopbench.core.hidden.Source)."""
+        bodies are windows of `source` (hopbench.core.hidden.Source). `schedule`: open loop
+        (hopbench.core.timing.run_cycles), host memory and raw payloads only; each send's lag
+        behind its intended time is the stage `send_lag_ns`."""
+        if schedule is not None and (plan.codec or plan.uses_gpu):
+            raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec or "
+                              "--memory cuda")
         data = None
         loop_info: dict[str, str] = {}  # which timed loop ran (hopbench.core.native)
         started = time.time()
@@ -154,9 +159,13 @@ class Session:
                 request, reply = data.alloc(plan.request_bytes), data.alloc(plan.reply_bytes)
                 if body is not None:
                     memoryview(request).cast("B")[P.SEQ_BYTES:] = body
+                lag = None
+                if schedule is not None:
+                    lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
+                    m.stages["intended_ns"] = schedule
                 m.completed = self._cycles(data, plan, reply, lambda: run_cycles(
                     data, request, reply, codec, samples, clock=clock, gap_s=gap_s, loop=self.loop, info=loop_info,
-                    share_cpu=native.may_share_cpu(self.client_env, self.server_env)))
+                    share_cpu=native.may_share_cpu(self.client_env, self.server_env), schedule=schedule, lag=lag))
                 self._check_tail(reply, plan)
             else:
                 request, reply = gpu_bufs
@@ -289,7 +298,8 @@ class Session:
         transport that runs on it), proven in a bound session; the server's channel info."""
         transport = get_transport(plan.transport)
         P.send_msg(self.control, P.PLAN, plan.to_wire(), self.bind)
-        _, accept = P.recv_msg(self.control, P.ACCEPT, bind=self.bind)
+        with control.patience(self.control, self.timeout_s + P.GROUP_WAIT_S if plan.group else self.timeout_s):
+            _, accept = P.recv_msg(self.control, P.ACCEPT, bind=self.bind)
         self._check_accept(accept, plan)
         plan_no, self.plans = self.plans, self.plans + 1  # the server numbers every accepted plan alike
         if transport.reuses_control:

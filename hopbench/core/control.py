@@ -7,7 +7,8 @@ BYE)."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from hopbench.core.transport import TransportOptions, control_transport
 
@@ -51,3 +52,15 @@ def await_close(channel: Any, wait_s: float) -> bytes | None:
         return b""
     finally:
         channel.close()
+
+
+@contextlib.contextmanager
+def patience(channel: Any, timeout_s: float) -> Iterator[None]:
+    """The channel's timeout raised for one wait: a plan of a start group waits for its ACCEPT
+    until the group's other targets have sent theirs (docs/PROTOCOL.md, "Plans started together")."""
+    old = channel._timeout
+    channel._timeout = max(old, timeout_s)
+    try:
+        yield
+    finally:
+        channel._timeout = old

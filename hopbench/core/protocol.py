@@ -45,6 +45,11 @@ TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", 
               DONE: "DONE", ENV: "ENV"}
 TAG_BYTES = 32  # HMAC-SHA256 of a frame in a bound session (docs/PROTOCOL.md, "Session binding")
 MAX_DEPTH = 32  # JSON nesting a body may have (objects and arrays)
+#: plans started together (PLAN `group`, docs/PROTOCOL.md): the most targets in one group,
+#: the longest id, and how long the server holds a plan's ACCEPT for the group's others
+MAX_GROUP = 1024
+MAX_GROUP_ID = 64
+GROUP_WAIT_S = 120.0
 ID_CODES = {2: "H", 4: "I", 8: "Q"}
 
 
@@ -176,7 +181,8 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
                      "env": ("obj", False)},
     "HELLO server": {"protocol": ("int", True), "role": (frozenset({"server"}), True), "software": ("str", True),
                      "caps": ("obj", True), "auth": (("obj", None), True), "env": ("obj", False)},
-    "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True)},
+    "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True),
+             "max_sessions": ("int", False)},
     "auth challenge": {"challenge": ("hex32", True)},
     "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True)},
     "AUTH server": {"mac": ("hex64", True), "env": ("obj", True)},
@@ -188,7 +194,8 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
              "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
              "server_memory": (frozenset({"host", "cuda"}), False),
              "gpu_path": (frozenset({"staged", "direct"}), False), "spec": (("obj", None), False),
-             "codec": ("str", False), "codec_group": ("int", False)},
+             "codec": ("str", False), "codec_group": ("int", False), "group": ("obj", False)},
+    "group": {"id": ("str", True), "size": ("int", True)},
     "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
              "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
              "scale": ("num", False)},
@@ -340,6 +347,9 @@ class Plan:
     spec: dict[str, Any] | None = None  # a speculative plan (docs/PROTOCOL.md "Speculative plans")
     codec: str | None = None  # a codec plan (docs/PROTOCOL.md "Codec plans"): requests cross encoded
     codec_group: int = 0  # a lossy codec's values per scale (one token's layer: the hidden width)
+    #: plans started together (docs/PROTOCOL.md "Plans started together"): {"id": str, "size": M};
+    #: the server holds this plan's ACCEPT until the group's M sessions have sent theirs
+    group: dict[str, Any] | None = None
 
     @property
     def uses_gpu(self) -> bool:
@@ -366,7 +376,7 @@ class Plan:
         """The PLAN body: only the keys docs/PROTOCOL.md lists (an absent spec is not sent)."""
         d = asdict(self)
         d["transport_settings"] = d["transport_settings"] or {}
-        for key in ("spec", "codec"):
+        for key in ("spec", "codec", "group"):
             if d[key] is None:
                 del d[key]
         if d["codec_group"] == 0:
@@ -387,6 +397,11 @@ class Plan:
             return "cycles must be at least 1"
         if self.codec is not None and not 1 <= self.codec_group <= 1 << 20:
             return "a codec plan's codec_group must be between 1 and 1048576"
+        if self.group is not None:
+            if not 1 <= len(self.group["id"]) <= MAX_GROUP_ID:
+                return f"a group's id must be 1 to {MAX_GROUP_ID} characters"
+            if not 1 <= self.group["size"] <= MAX_GROUP:
+                return f"a group's size must be between 1 and {MAX_GROUP}"
         return None
 
     @classmethod
@@ -405,6 +420,7 @@ class Plan:
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
             gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if obj.get("spec") else None,
             codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
+            group=validate(obj["group"], "group") if "group" in obj else None,
         )
         wrong = plan.range_error()
         if wrong:

@@ -59,6 +59,7 @@ class Server:
         #: --max-sessions N > 1: the sessions served at once (hopbench.core.busy.SessionPool)
         self.pool = SessionPool(config, self.serve_session, self.log) if config.max_sessions > 1 else None
         self.budget = self.pool.budget if self.pool is not None else None
+        self.groups = self.pool.groups if self.pool is not None else None
 
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, stop(), or after one session with `once`."""
@@ -125,7 +126,8 @@ class Server:
             number = self.sessions
         self.current = chan
         try:
-            stats = ServerSession(chan, self.config, self.env, self.clock, self.log, self.budget).run()
+            stats = ServerSession(chan, self.config, self.env, self.clock, self.log, self.budget,
+                                  self.groups).run()
         finally:
             if self.current is chan:
                 self.current = None

@@ -51,9 +51,10 @@ class SessionStats:
 
 class ServerSession:
     def __init__(self, chan: Channel, config: ServerConfig, env: dict[str, Any], clock: Callable[[], int],
-                 log: Callable[[str], None], budget: Any = None):
+                 log: Callable[[str], None], budget: Any = None, groups: Any = None):
         self.chan, self.config, self.env, self.clock, self.log = chan, config, env, clock, log
         self.budget = budget  # the server's MemoryBudget, shared by the sessions served at once (or None)
+        self.groups = groups  # the server's StartGroups (plans started together), or None (one at a time)
         self.state = State.AWAIT_HELLO
         self.client_env: dict[str, Any] | None = None
         self.bind: P.Binding | None = None  # set once the client has authenticated
@@ -83,6 +84,8 @@ class ServerSession:
                 traceback.print_exc()
         finally:
             self.state = State.CLOSED
+            if self.groups is not None:
+                self.groups.leave(self)
             self.chan.close()
         return self.stats
 
@@ -136,7 +139,7 @@ class ServerSession:
             "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
             "auth": {"challenge": challenge} if challenge else None,
             "caps": {"max_request_bytes": cfg.caps.max_request_bytes, "max_reply_bytes": cfg.caps.max_reply_bytes,
-                     "max_cycles": cfg.caps.max_cycles}}
+                     "max_cycles": cfg.caps.max_cycles, "max_sessions": cfg.max_sessions}}
         if not challenge:  # with a secret, nothing but this minimal HELLO before authentication
             reply["env"] = self._env_for()
         P.send_msg(self.chan, P.HELLO, reply)
@@ -193,6 +196,10 @@ class ServerSession:
                 reason = f"server cannot serve transport {plan.transport!r}: {exc}"
         if transport is not None and reason is None:
             reason = path.check(plan, ctx, transport)
+        if reason is None and plan.group is not None:
+            reason = (self.groups.refusal(self, plan.group) if self.groups is not None else
+                      f"this server serves one session at a time (--max-sessions 1): a start group of "
+                      f"{plan.group['size']} targets needs --max-sessions {plan.group['size']} or more")
         if transport is not None and reason is None:
             try:
                 ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log,
@@ -224,6 +231,7 @@ class ServerSession:
         self.state = State.SERVING
         plan_no, self.plans = self.plans, self.plans + 1
         if transport.reuses_control:
+            self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop}},
                        self.bind)
             self._serve(path, self.chan, plan, ctx)
@@ -232,6 +240,7 @@ class ServerSession:
                                    settings=ctx.settings(plan))
         listener = transport.listen(self.config.host, 0, options)
         try:
+            self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],
                                              "transport_info": {**listener.info, "loop": ctx.loop}}, self.bind)
             data = listener.accept(self.config.data_accept_timeout_s)
@@ -245,6 +254,14 @@ class ServerSession:
             raise
         opened: Channel = data
         return opened
+
+    def _together(self, plan: P.Plan) -> None:
+        """A plan of a start group: its ACCEPT waits for the group's other sessions (busy.StartGroups)."""
+        if plan.group is not None and self.groups is not None:
+            reason = self.groups.together(self, plan.group)
+            if reason is not None:
+                self.state = State.READY
+                self._refuse(reason)
 
     def _prove_data(self, data: Channel, plan_no: int) -> None:
         """In a bound session each end proves itself first on the data channel (server first)."""

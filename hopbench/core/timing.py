@@ -47,8 +47,15 @@ def run_cycles(
     loop: str = "auto",
     info: dict[str, Any] | None = None,
     share_cpu: bool = True,
+    schedule: np.ndarray | None = None,
+    lag: np.ndarray | None = None,
 ) -> int:
     """Run len(samples) round trips; samples[i] gets the round trip of seq i in ns.
+
+    Open loop (`schedule`, ns from the loop's start, one per cycle): cycle i is sent at its
+    intended time start + schedule[i], or at once when the previous reply came back later;
+    samples[i] is then measured from the intended time (coordinated omission corrected, as
+    wrk2 does) and lag[i] = actual send - intended (>= 0; > 0: a late send).
 
     `request`/`reply` are the host buffers the loop stamps and checks. The channel moves
     `send_buf`/`recv_buf` (default: the same buffers; the direct GPU path hands it device
@@ -64,6 +71,9 @@ def run_cycles(
     peer may run on this process's CPUs (hopbench.core.native.may_share_cpu), so a
     busy-polling compiled loop yields now and then.
     """
+    if schedule is not None:
+        return _open_loop(channel, request, reply, codec, samples, clock, schedule,
+                          lag if lag is not None else np.zeros(len(samples), dtype=np.int64), info)
     hooked = (stamp or settle or send_buf is not None or recv_buf is not None or not native.default_clock(clock)
               or (gap_s and sleep is not time.sleep))
     ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
@@ -99,6 +109,55 @@ def run_cycles(
         exc.completed_cycles = i  # type: ignore[attr-defined]
         raise
     return i
+
+
+SPIN_NS = 200_000  # open loop: sleep until this close to a send's intended time, then spin
+
+
+def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+               clock: Callable[[], int], schedule: np.ndarray, lag: np.ndarray, info: dict[str, Any] | None) -> int:
+    """run_cycles' open loop (see there): pacing to a schedule is the load's definition, so the
+    wait before a send is a sleep then a spin on the clock (not synchronisation)."""
+    if info is not None:
+        info["loop"] = "python (open loop: sends paced to a schedule)"
+    pack_seq, send, recv_into = SEQ.pack_into, channel.send, channel.recv_into
+    check = codec.checker(reply)
+    sleep = time.sleep
+    n = len(samples)
+    i = 0
+    try:
+        start = clock()
+        while i < n:
+            pack_seq(request, 0, i)
+            intended = start + int(schedule[i])
+            ahead = intended - clock()
+            if ahead > SPIN_NS:
+                sleep((ahead - SPIN_NS) / 1e9)
+            while clock() < intended:
+                pass
+            t0 = clock()
+            send(request)
+            recv_into(reply)
+            t1 = clock()
+            check(i)
+            samples[i] = t1 - intended
+            lag[i] = t0 - intended
+            i += 1
+    except BaseException as exc:
+        exc.completed_cycles = i  # type: ignore[attr-defined]
+        raise
+    return i
+
+
+def open_schedule(total: int, per_s: float, arrivals: str, seed: int = 0) -> np.ndarray:
+    """Intended send times (ns from the start) of `total` cycles at `per_s` a second: fixed
+    intervals, or poisson (exponential intervals of that mean, seeded)."""
+    interval = 1e9 / per_s
+    if arrivals == "poisson":
+        gaps = np.random.default_rng(seed).exponential(interval, total)
+        gaps[0] = 0.0
+        return np.cumsum(gaps).astype(np.int64)
+    return (np.arange(total, dtype=np.float64) * interval).astype(np.int64)
 
 
 def echo_cycles(

@@ -55,6 +55,9 @@ class RunRequest:
     loop: str = "auto"
     codec: str = "none"  # a list: each payload is measured under each codec, in the same session
     payload_from: str | None = None
+    clients: int = 1  # targets at once (one process and session each; hopbench.orchestration.clients)
+    mps: float | None = None  # open loop: cycles per second per target (None: closed loop)
+    arrivals: str = "fixed"  # open loop's schedule: fixed intervals or poisson
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -83,6 +86,14 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
         raise ConfigError("--k must be at least 1")
     if req.port == 0:
         raise ConfigError(f"--peer {req.host}: give the server's port")
+    if not 1 <= req.clients <= 1024:
+        raise ConfigError(f"--clients {req.clients}: give 1 to 1024 targets")
+    if req.mps is not None and not req.mps > 0:
+        raise ConfigError(f"--mps {req.mps:g}: give a rate above 0 cycles per second")
+    if req.arrivals not in ("fixed", "poisson"):
+        raise ConfigError(f"--arrivals {req.arrivals}: fixed or poisson")
+    if req.mps and (req.codec.strip() not in ("", "none") or "cuda" in req.memory):
+        raise ConfigError("--mps (open loop) measures raw payloads in host memory: not with --codec or --memory cuda")
     settings = split_options(list(req.opt))
     check_data_path(req.transport, settings, req.memory, req.gpu_path)
     tokens = parse_int_list(req.tokens, "--tokens") if req.tokens else []
@@ -99,7 +110,8 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=sh.bytes_per_token, tokens=tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
-                    codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden)
+                    codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
+                    mps=req.mps, arrivals=req.arrivals)
     return loads, cfg
 
 
@@ -135,7 +147,12 @@ class RunConsole:
         if note:  # once connected (a run that cannot start says only why): advice, not an error
             self.say(f"note: {note}")
         how = f"about {req.time_s:g} s" if req.time_s else f"{req.cycles} cycles"
-        self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how})")
+        load = f", open loop {req.mps:g}/s {req.arrivals} per target" if req.mps else ""
+        if req.clients > 1:
+            self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how}{load}; one target alone, then "
+                     f"{req.clients} at once)")
+            return
+        self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how}{load})")
         self.say(f"{'payload':>9} {'request B':>10} {'reply B':>8} {'n':>6} {'p50 us':>9} {'p50 CI (this run)':>19} "
                  f"{'level':>6} {'p99 us':>9}  note")
 
@@ -149,6 +166,9 @@ class RunConsole:
             err = f" rel RMS {s['rel_rms']:.4f}" if s.get("rel_rms") is not None else ""
             note = (f"encode {s['encode_p50_ns'] / 1e3:.1f} decode {s['decode_p50_ns'] / 1e3:.1f} ratio "
                     f"{s['ratio']:.2f}{err}{src}" + (f"  {note}" if note else ""))
+        if s.get("late_sends") is not None:  # open loop
+            note = (f"open loop {s['offered_per_s']:g}/s: late sends {s['late_sends']} of {s['n']}, send lag p99 "
+                    f"{s['send_lag_p99_ns'] / 1e3:.1f} us" + (f"  {note}" if note else ""))
         if s.get("n"):
             self.say(f"{s['payload']:>9} {s['request_bytes']:>10} {s['reply_bytes']:>8} {s['n']:>6} "
                      f"{s['p50_ns'] / 1e3:9.1f} {s['p50_ci_lo_ns'] / 1e3:9.1f}-{s['p50_ci_hi_ns'] / 1e3:<9.1f} "
@@ -192,6 +212,8 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         console.start(made[0], req, len(loads), None if req.cpu else placement_note(req.host))
         return made[0]
 
+    if req.clients > 1:
+        return _run_clients(req, console, loads, cfg, make_folder, made)
     with naming_what_was_kept(made):
         w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=console.row,
                         on_warning=console.warn, secret=req.secret, extra={"doctor": pre.to_dict()}, floor=req.floor,
@@ -200,10 +222,35 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     return made[0]
 
 
+def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,
+                 make_folder: Callable[[], Path], made: list[Path]) -> Path:
+    """--clients M: the reference alone, then M targets at once (hopbench.orchestration.clients)."""
+    from hopbench.orchestration import clients as C
+    from hopbench.orchestration.runner import naming_what_was_kept
+
+    with naming_what_was_kept(made):
+        record = C.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
+                               warn=console.warn, say=console.say)
+    folder: Path = record["folder"]
+    C.result_table(record["payloads"], console.say)
+    if record["errors"]:
+        console.warn(f"{len(record['errors'])} target(s) failed (the others went on): "
+                     + "; ".join(f"target {t}: {e}" for t, e in record["errors"].items()))
+    console.say(f"{'closed' if record['loop'] == 'closed' else 'open'} loop; the 'all' row pools every target's "
+                "round trips (the per-target hop at M); incast = its p50 over the reference's p50 alone")
+    console.say(f"results: {folder}")
+    return folder
+
+
 def result_document(folder: Path) -> str:
     """`hopbench run --json`: the folder and its report, one JSON document."""
-    return json.dumps({"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder),
-                       "report": R.ResultFolder(folder).read_top()}, indent=1)
+    top = R.ResultFolder(folder).read_top()
+    doc: dict[str, Any] = {"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder), "report": top}
+    if top.get("clients"):  # several targets: targets[] and aggregate per payload, as printed
+        from hopbench.orchestration.clients import json_record
+
+        doc["clients"] = json_record({**top["clients"], "payloads": [p for p in top["payloads"] if "targets" in p]})
+    return json.dumps(doc, indent=1)
 
 
 __all__ = ["RunConsole", "RunRequest", "check_data_path", "plan", "result_document", "run"]

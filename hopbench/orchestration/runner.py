@@ -34,10 +34,38 @@ def naming_what_was_kept(made: list[Path]) -> Iterator[None]:
         raise
 
 
-def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
+def load_summary(m: Measurement, gap_s: float) -> dict[str, Any]:
+    """A target's rate and goodput over its timed cycles (closed loop: the round trips and
+    think times back to back; open loop: the schedule's span), its tails from an HdrHistogram
+    (`hdr`: its encoded text, mergeable), and for open loop its late sends (the previous reply
+    not back by a send's intended time) and the sends' lag behind their schedule."""
+    from hopbench.core.stats import hdr_histogram, hdr_tails
+
+    first, last = 1 + m.plan.warmup, max(1 + m.plan.warmup, m.completed)
+    timed = m.samples_ns[first:last]
+    h = hdr_histogram(timed)
+    out: dict[str, Any] = {**hdr_tails(h), "hdr": h.encode().decode()}
+    if not timed.size:
+        return out
+    if "intended_ns" in m.stages:
+        sched = m.stages["intended_ns"]
+        span = float(sched[last - 1] - sched[first] + timed[-1])
+        lag = m.stages["send_lag_ns"][first:last]
+        out.update(late_sends=int(np.sum(m.samples_ns[first - 1:last - 1] > np.diff(sched[first - 1:last]))),
+                   send_lag_p50_ns=float(np.median(lag)), send_lag_p99_ns=float(np.percentile(lag, 99)))
+    else:
+        span = float(timed.sum()) + timed.size * gap_s * 1e9
+    out["cycles_per_s"] = timed.size / (span / 1e9) if span > 0 else None
+    out["goodput_mbit"] = out["cycles_per_s"] * m.plan.request_bytes * 8 / 1e6 if out["cycles_per_s"] else None
+    return out
+
+
+def payload_rows(m: Measurement, payload: Payload, target: int | None = None) -> tuple[list[dict], dict]:
     plan = m.plan
     base = {"payload": payload.label, "transport": plan.transport, "tokens": payload.tokens,
             "request_bytes": plan.request_bytes, "reply_bytes": plan.reply_bytes}
+    if target is not None:
+        base["target"] = target
     if plan.uses_gpu:
         base.update(client_memory=plan.client_memory, server_memory=plan.server_memory, gpu_path=plan.gpu_path)
     if m.codec_info:
@@ -49,10 +77,11 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
     first_timed = 1 + plan.warmup
     stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
                    if name in m.stages]
+    load_items = [(name, m.stages[name]) for name in ("intended_ns", "send_lag_ns") if name in m.stages]
     for seq in range(m.completed):
         phase = "untimed" if seq == 0 else ("warmup" if seq < first_timed else "timed")
         row = {**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed), "rtt_ns": int(m.samples_ns[seq])}
-        for name, arr in stage_items:
+        for name, arr in stage_items + load_items:
             row[name] = int(arr[seq])
         rows.append(row)
     summary = {**base, "k": plan.k, **summarize(m.timed),
@@ -75,15 +104,23 @@ def payload_rows(m: Measurement, payload: Payload) -> tuple[list[dict], dict]:
 class RunWriter:
     """Accumulates measurements and rewrites the three files atomically after each one."""
 
-    def __init__(self, folder: Path, header: dict[str, Any]):
+    def __init__(self, folder: Path, header: dict[str, Any], target: int | None = None,
+                 load: dict[str, Any] | None = None):
         self.folder = folder
         self.header = header
+        self.target = target  # one of several targets at once (its number, 1..M)
+        self.load = load  # several targets or open loop: {"clients": M, "offered_per_s": rate or None}
         self.samples: list[dict] = []
         self.summaries: list[dict] = []
         self.payloads: list[dict] = []
 
     def add(self, m: Measurement, payload: Payload, probe: dict | None = None) -> dict:
-        rows, summary = payload_rows(m, payload)
+        rows, summary = payload_rows(m, payload, self.target)
+        hdr = None
+        if self.load is not None:
+            extra = load_summary(m, m.plan.gap_ms / 1000.0)
+            hdr = extra.pop("hdr")
+            summary.update(self.load, **extra)
         self.samples.extend(rows)
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
@@ -91,6 +128,7 @@ class RunWriter:
                               "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary,
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
                               **({"codec": m.codec_info} if m.codec_info else {}),
+                              **({"hdr": hdr} if hdr else {}),
                               **({"duration_probe": probe} if probe else {})})
         return summary
 
@@ -102,9 +140,10 @@ class RunWriter:
                   "payloads": self.payloads}
         gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
         codec = any("codec" in s for s in self.summaries)  # codec columns only where a plan used a codec
+        load = self.load is not None
         R.ResultFolder(self.folder).write_run(report, {
-            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec), self.samples),
-            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec), self.summaries)})
+            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load), self.samples),
+            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
@@ -154,10 +193,13 @@ def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig, source: Any 
     sized it (recorded as the payload's `duration_probe`)."""
     import math
 
+    cap = int((session.server_hello.get("caps") or {}).get("max_cycles") or 10**9) - plan.warmup - 1
+    if cfg.mps:  # open loop: the schedule sets the time, no probe needed
+        return max(10, min(cap, math.ceil((cfg.duration_s or 0) * cfg.mps))), {"cycles": 0, "per_cycle_s": 1 / cfg.mps,
+                                                                               "cap": cap}
     probe = session.measure(dataclasses.replace(plan, cycles=PROBE_CYCLES), gap_s=cfg.gap_ms / 1000.0, source=source)
     p50_ns = float(np.median(probe.timed))
     per_cycle_s = p50_ns / 1e9 + cfg.gap_ms / 1000.0
-    cap = int((session.server_hello.get("caps") or {}).get("max_cycles") or 10**9) - plan.warmup - 1
     cycles = max(10, min(cap, math.ceil((cfg.duration_s or 0) / per_cycle_s)))
     return cycles, {"cycles": PROBE_CYCLES, "p50_ns": p50_ns, "per_cycle_s": per_cycle_s, "cap": cap}
 
@@ -166,14 +208,18 @@ def run_session(
     host: str, port: int, payloads: list[Payload], cfg: RunConfig, *, folder: Path | Callable[[], Path],
     extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
     on_warning: Callable[[str], None] | None = None, secret: str | None = None, floor: bool = False,
-    source: Any = None,
+    source: Any = None, group: str | None = None, target: int | None = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
     `folder` may be a callable that creates it: it is called only once the server has
     answered and accepted the whole plan list, so a run that never connects (or that the
     server's caps refuse) leaves nothing on disk. Errors propagate after the files are
-    written (status "incomplete" / "error")."""
+    written (status "incomplete" / "error").
+
+    Several targets at once (hopbench.orchestration.clients): `group` names the start group
+    of this run's cfg.clients targets (every plan's ACCEPT waits for all of them) and `target`
+    this one's number; cfg.mps paces each target's sends (open loop)."""
     if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
         from hopbench.core.hidden import source_for
 
@@ -188,7 +234,8 @@ def run_session(
                       id_bytes=cfg.id_bytes, cycles=cycles or cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
                       gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
                       server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
-                      codec_group=cfg.hidden if coded else 0)
+                      codec_group=cfg.hidden if coded else 0,
+                      group={"id": group, "size": cfg.clients} if group else None)
 
 
     try:
@@ -200,14 +247,20 @@ def run_session(
     header = R.RunReport(peer=f"{host}:{port}", config=cfg.to_dict(), client_env=client_env,
                          server_env=session.server_env, server_software=session.server_hello.get("software"),
                          server_caps=session.server_hello.get("caps"), extra=extra or {}).to_dict()
-    writer = RunWriter(folder, header)
+    load = {"clients": cfg.clients, "offered_per_s": cfg.mps} if cfg.clients > 1 or cfg.mps or target else None
+    writer = RunWriter(folder, header, target, load)
     status, error = "complete", None
     try:
         for p in payloads:
             cycles, probe = duration_cycles(session, plan_for(p), cfg, source) if cfg.duration_s else (None, None)
             plan = plan_for(p, cycles)
+            schedule = None
+            if cfg.mps:  # open loop: this target's intended send times
+                from hopbench.core.timing import open_schedule
+
+                schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
             try:
-                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source)
+                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule)
             except BaseException as exc:
                 mm = getattr(exc, "measurement", None)
                 if mm is not None:

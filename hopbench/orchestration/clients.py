@@ -1,0 +1,306 @@
+"""`hopbench run --clients M`: M targets against one drafter (docs/RESULTS.md "Several targets").
+
+The run measures every payload first with one target alone (the reference: series `tcp`),
+then with M targets at once (series `tcp@M`): M processes, one per target, pinned round
+robin over --cpu, each its own session against the one server, every plan of theirs
+started together (PLAN `group`, docs/PROTOCOL.md "Plans started together": the server holds
+each ACCEPT until the M plans are in). Each target writes its own result folder under
+targets/; the run's folder then holds both phases as one run: the reference's rows, and per
+payload of the M phase the pooled round trips of all targets (the per-target hop at M, what
+fit and verdict read), a row per target, and the aggregate (cycles/s, goodput, Jain's
+fairness index over the targets' goodput, the incast factor = the per-target p50 at M over
+the p50 alone, tails from the targets' HdrHistograms merged).
+
+A target that fails is recorded (its folder keeps what it measured, its error is in the
+run's `clients.targets`) and the others go on: the server stops waiting for a member whose
+session ended."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench import results as R
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import Payload, RunConfig, clients_label
+
+TARGETS_DIR = "targets"
+ALONE = "alone"
+
+
+def cpu_plan(cpu: str | None, clients: int) -> tuple[list[int | None], str | None]:
+    """Each target's CPU (round robin over --cpu), and a warning when the list is shorter than M."""
+    if not cpu:
+        return [None] * clients, None
+    from hopbench.core.placement import parse_cpus
+
+    cpus = sorted(parse_cpus(cpu))
+    plan: list[int | None] = [cpus[i % len(cpus)] for i in range(clients)]
+    warn = None
+    if len(cpus) < clients:
+        warn = (f"--cpu {cpu} lists {len(cpus)} CPU(s) for {clients} targets: they share them round robin "
+                f"({', '.join(f'target {i + 1} on CPU {c}' for i, c in enumerate(plan))}); targets sharing a CPU "
+                "measure the CPU's sharing too")
+    return plan, warn
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetJob:
+    """What one target process runs (picklable: it crosses to a spawned process)."""
+
+    host: str
+    port: int
+    payloads: list[Payload]
+    cfg: RunConfig
+    folder: Path
+    secret: str | None
+    cpu: int | None
+    group: str | None
+    target: int | None
+
+
+def _target_main(job: TargetJob, done: Any) -> None:
+    """A target process: pinned, one session, its own result folder; its outcome to `done`."""
+    from hopbench.orchestration.runner import run_session
+
+    if job.cpu is not None:
+        os.sched_setaffinity(0, {job.cpu})
+        os.environ["HOPBENCH_PINNED"] = str(job.cpu)
+    error = None
+    try:
+        run_session(job.host, job.port, job.payloads, job.cfg, secret=job.secret,
+                    folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder),
+                    group=job.group, target=job.target)
+    except KeyboardInterrupt:
+        error = "interrupted"
+    except HopbenchError as exc:
+        error = str(exc)
+    except Exception as exc:  # reported as this target's error; the others go on
+        error = f"{exc.__class__.__name__}: {exc}"
+    done.put((job.target, error))
+
+
+def run_targets(jobs: list[TargetJob]) -> dict[int | None, str | None]:
+    """Run the jobs at once, one spawned process each; each job's error (None: it completed).
+    A process that dies without a word is reported with its exit code."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    procs = [ctx.Process(target=_target_main, args=(job, done), name=f"hopbench-target-{job.target}") for job in jobs]
+    for p in procs:
+        p.start()
+    errors: dict[int | None, str | None] = {}
+    try:
+        for p, job in zip(procs, jobs):
+            p.join()
+            if p.exitcode != 0:
+                errors[job.target] = f"target process exited with code {p.exitcode}"
+        while not done.empty() or len(errors) < len(jobs):
+            try:
+                target, error = done.get(timeout=1.0)
+            except Exception:  # a process that died without a word: its exit code is recorded above
+                break
+            errors.setdefault(target, error)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+    return errors
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _read_report(folder: Path) -> dict[str, Any] | None:
+    try:
+        doc: dict[str, Any] = json.loads((folder / R.RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc
+
+
+def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str | None]],
+              clients: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """The M phase per payload: the pooled timed samples' summary (the per-target hop at M),
+    the targets' rows, and the aggregate; returns (payload entries, sample rows, summary rows)."""
+    from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
+
+    alone_p50 = {p["payload"]: p["summary"].get("p50_ns") for p in (alone or {}).get("payloads", [])}
+    reports = [(t, folder, err, _read_report(folder)) for t, folder, err in targets]
+    order: list[str] = []
+    for _, _, _, rep in reports:
+        for p in (rep or {}).get("payloads", []):
+            if p["payload"] not in order:
+                order.append(p["payload"])
+    entries: list[dict] = []
+    sample_rows: list[dict] = []
+    summary_rows: list[dict] = []
+    samples_by_target = {t: _read_csv(folder / R.SAMPLES_FILE) for t, folder, _, _ in reports}
+    for label in order:
+        per: list[dict] = []
+        pooled: list[int] = []
+        merged = hdr_histogram()
+        plan = None
+        for t, _, err, rep in reports:
+            p = next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None)
+            if p is None:
+                per.append({"target": t, "complete": False, "error": err or "no measurement"})
+                continue
+            plan = plan or p["plan"]
+            s = p["summary"]
+            timed = [int(r["rtt_ns"]) for r in samples_by_target[t] if r["payload"] == label and r["phase"] == "timed"]
+            pooled.extend(timed)
+            if p.get("hdr"):
+                merged.add(hdr_histogram(encoded=p["hdr"]))
+            sample_rows.extend(r for r in samples_by_target[t] if r["payload"] == label)
+            per.append({"target": t, "complete": bool(s.get("complete")), "error": p.get("error") or err,
+                        **{k: s.get(k) for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s", "goodput_mbit",
+                                                 "late_sends", "send_lag_p50_ns", "hdr_p99_ns", "hdr_p999_ns")}})
+            summary_rows.append(s)
+        if plan is None:
+            continue
+        summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
+                   if not k.startswith("drift")}
+        rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
+        goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
+        base = alone_p50.get(label.rsplit("@", 1)[0])
+        agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
+               "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
+               "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
+               **hdr_tails(merged)}
+        first = next(s for s in summary_rows[::-1] if s.get("payload") == label)
+        summary.update({k: first.get(k) for k in ("payload", "transport", "tokens", "request_bytes", "reply_bytes", "k")},
+                       complete=all(x["complete"] for x in per), target="all", clients=clients,
+                       offered_per_s=first.get("offered_per_s"), cycles_per_s=agg["cycles_per_s"],
+                       goodput_mbit=agg["goodput_mbit"], hdr_p99_ns=agg["hdr_p99_ns"],
+                       hdr_p999_ns=agg["hdr_p999_ns"],
+                       late_sends=sum(int(x.get("late_sends") or 0) for x in per) if first.get("offered_per_s") else None)
+        summary_rows.append(summary)
+        entries.append({"payload": label, "tokens": first.get("tokens"), "plan": plan, "summary": summary,
+                        "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
+                        "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
+                        "started_unix": min((q.get("started_unix") or 0 for _, _, _, rep in reports
+                                             for q in (rep or {}).get("payloads", []) if q["payload"] == label),
+                                            default=None)})
+    return entries, sample_rows, summary_rows
+
+
+def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None, entries: list[dict],
+              sample_rows: list[dict], summary_rows: list[dict], header: dict[str, Any], clients: dict[str, Any],
+              status: str, error: str | None) -> None:
+    """The run's folder: both phases as one run (RUN_RECORD; its CSVs checked when read)."""
+    rows_alone = [{**r, "target": ""} for r in _read_csv(alone_dir / R.SAMPLES_FILE)] if alone_dir else []
+    summ_alone = list((alone or {}).get("payloads", []))
+    gpu = False
+    codec = any(p["plan"].get("codec") for p in summ_alone + entries)
+    doc = {**header, "status": status, "error": error, "finished_utc": R.utc_iso(), "clients": clients,
+           "payloads": summ_alone + entries}
+    R.ResultFolder(folder).write_run(doc, {
+        R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, True), rows_alone + sample_rows),
+        R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, True),
+                                   [p["summary"] for p in summ_alone] + summary_rows)})
+
+
+def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
+                secret: str | None = None, cpu: str | None = None, warn: Callable[[str], None] = print,
+                say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Both phases (alone, then cfg.clients at once) and the run's folder, made by `folder()`
+    once the server has said it serves M sessions at once; its `clients` record."""
+    from hopbench.core.client import Session
+
+    m = cfg.clients
+    probe = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, secret=secret)
+    try:
+        caps = probe.server_hello.get("caps") or {}
+        server_env = probe.server_env
+        software = probe.server_hello.get("software")
+        probe.bye()
+    finally:
+        probe.close()
+    limit = int(caps.get("max_sessions") or 1)
+    if m > limit:
+        raise ConfigError(f"--clients {m}: the server at {host}:{port} serves {limit} session(s) at once "
+                          f"(its --max-sessions); nothing was measured")
+    cpus, note = cpu_plan(cpu, m)
+    if note:
+        warn(note)
+    top = folder()
+    sub = top / TARGETS_DIR
+    sub.mkdir()
+    group = uuid.uuid4().hex[:16]
+    alone_cfg = dataclasses.replace(cfg, clients=1)
+    alone_dir = sub / ALONE
+    say(f"phase 1: one target alone (the reference), CPU {cpus[0] if cpus[0] is not None else 'any'}")
+    err = run_targets([TargetJob(host, port, payloads, alone_cfg, alone_dir, secret, cpus[0], None, None)])
+    alone = _read_report(alone_dir)
+    if alone is None:
+        raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
+    say(f"phase 2: {m} targets at once, started together (group {group})")
+    many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
+    jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]
+    errors = run_targets(jobs)
+    entries, sample_rows, summary_rows = aggregate(alone, [(j.target or 0, j.folder, errors.get(j.target))
+                                                           for j in jobs], m)
+    record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}",
+              "folders": [f"{TARGETS_DIR}/t{i + 1}" for i in range(m)],
+              "errors": {str(t): e for t, e in errors.items() if e}, "loop": "open" if cfg.mps else "closed"}
+    header = {k: v for k, v in alone.items() if k not in ("payloads", "files", "status", "error", "finished_utc")}
+    header.update(server_env=server_env, server_software=software, config=cfg.to_dict())
+    failed = [t for t, e in errors.items() if e]
+    status = "complete" if not failed and alone.get("status") == "complete" else "error"
+    write_run(top, alone, alone_dir, entries, sample_rows, summary_rows, header, record, status,
+              f"target(s) {', '.join(map(str, failed))} failed: see clients.errors" if failed else alone.get("error"))
+    return {**record, "folder": top, "payloads": entries}
+
+
+def result_table(entries: list[dict], say: Callable[[str], None]) -> None:
+    """Per payload: each target, then the aggregate (printed and in --json)."""
+    say(f"{'payload':>9} {'target':>6} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'cycles/s':>9} "
+        f"{'Mbit/s':>8}  note")
+    for e in entries:
+        for t in e["targets"]:
+            if t.get("p50_ns") is None:
+                say(f"{e['payload']:>9} {t['target']:>6}  failed: {t.get('error')}")
+                continue
+            late = f"late sends {t['late_sends']}" if t.get("late_sends") is not None else ""
+            say(f"{e['payload']:>9} {t['target']:>6} {t['n']:>6} {t['p50_ns'] / 1e6:8.3f} {t['p99_ns'] / 1e6:8.3f} "
+                f"{t['p999_ns'] / 1e6:9.3f} {t['cycles_per_s'] or 0:9.1f} {t['goodput_mbit'] or 0:8.1f}  {late}")
+        a, s = e["aggregate"], e["summary"]
+        if s.get("p50_ns") is None:
+            continue
+        incast = f"incast {a['incast']:.2f}x (alone p50 {a['alone_p50_ns'] / 1e6:.3f} ms)" if a.get("incast") else ""
+        jain = f"Jain {a['jain']:.3f}" if a.get("jain") is not None else ""
+        say(f"{e['payload']:>9} {'all':>6} {s['n']:>6} {s['p50_ns'] / 1e6:8.3f} {s['p99_ns'] / 1e6:8.3f} "
+            f"{s['p999_ns'] / 1e6:9.3f} {a['cycles_per_s'] or 0:9.1f} {a['goodput_mbit'] or 0:8.1f}  {jain}  {incast}")
+
+
+def json_record(record: dict[str, Any]) -> dict[str, Any]:
+    """`--json`'s targets[] and aggregate per payload (docs/RESULTS.md "Several targets")."""
+    out = []
+    for e in record["payloads"]:
+        out.append({"payload": e["payload"], "targets": [
+            {"target": t["target"], "p50_ms": _ms(t.get("p50_ns")), "p99_ms": _ms(t.get("p99_ns")),
+             "p999_ms": _ms(t.get("p999_ns")), "cycles": t.get("n"), "goodput_mbit": t.get("goodput_mbit"),
+             "cycles_per_s": t.get("cycles_per_s"), "late_sends": t.get("late_sends"), "error": t.get("error")}
+            for t in e["targets"]], "aggregate": {**e["aggregate"], "p50_ms": _ms(e["summary"].get("p50_ns"))}})
+    return {"targets": record["targets"], "loop": record["loop"], "payloads": out}
+
+
+def _ms(ns: Any) -> float | None:
+    return None if ns is None else float(ns) / 1e6
+
+
+__all__ = ["aggregate", "cpu_plan", "json_record", "result_table", "run_clients", "run_targets"]

@@ -1,0 +1,177 @@
+"""A drafter shared by several targets, the client half (issue 32): `run --clients M` (a
+reference alone, then M targets at once, started together), open-loop load (--mps), and
+the records every reader takes."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hopbench.core.timing import open_schedule
+from hopbench.errors import ConfigError
+
+
+def _hb(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _run_req(server, out, **kw):
+    from hopbench.orchestration import runjob
+
+    kw.setdefault("tokens", "1,3")
+    kw.setdefault("cycles", 200)
+    kw.setdefault("warmup", 10)
+    req = runjob.RunRequest(host=server.host, port=server.port, transport=kw.pop("transport", "tcp"), out=out,
+                            floor=False, **kw)
+    lines, warns = [], []
+    folder = runjob.run(req, runjob.RunConsole(lines.append, warns.append))
+    return folder, lines, warns
+
+
+def test_two_targets_at_once_land_as_one_run_every_reader_takes(server_factory, tmp_path):
+    import hopbench
+    from hopbench.orchestration.runjob import result_document
+
+    srv = server_factory(max_sessions=4)
+    out = tmp_path / "r"
+    folder, lines, warns = _run_req(srv, out, clients=2, cpu="0")
+    assert folder == out
+    assert any("lists 1 CPU(s) for 2 targets" in w for w in warns)  # a short --cpu list: said, and what was done
+    top = json.loads((out / "report.json").read_text())
+    assert top["status"] == "complete" and top["config"]["clients"] == 2
+    assert [p["payload"] for p in top["payloads"]] == ["T1", "T3", "T1@2", "T3@2"]
+    for p in top["payloads"][2:]:
+        assert p["plan"]["group"]["size"] == 2
+        assert [t["target"] for t in p["targets"]] == [1, 2] and all(t["n"] == 200 for t in p["targets"])
+        agg = p["aggregate"]
+        assert p["summary"]["n"] == 400 and agg["measured"] == 2
+        assert 0.5 <= agg["jain"] <= 1.0
+        assert agg["incast"] == pytest.approx(p["summary"]["p50_ns"] / agg["alone_p50_ns"])
+        assert agg["cycles_per_s"] == pytest.approx(sum(t["cycles_per_s"] for t in p["targets"]))
+        assert agg["hdr_p99_ns"] > 0 and agg["hdr_p999_ns"] >= agg["hdr_p99_ns"]
+        pooled = [int(r["rtt_ns"]) for t in (1, 2) for r in _rows(out / "targets" / f"t{t}" / "samples.csv")
+                  if r["payload"] == p["payload"] and r["phase"] == "timed"]
+        assert len(pooled) == 400 and p["summary"]["p50_ns"] == float(np.median(pooled))
+    assert any("Jain" in ln and "incast" in ln for ln in lines)
+    d = hopbench.load(out)
+    assert list(d.cells["transport"]) == ["tcp", "tcp", "tcp@2", "tcp@2"]
+    assert list(d.cells["n"]) == [200, 200, 400, 400]
+    v = _hb("verdict", str(out))
+    assert v.returncode == 0 and "tcp@2" in v.stdout, v.stderr
+    doc = json.loads(result_document(out))
+    t3 = next(p for p in doc["clients"]["payloads"] if p["payload"] == "T3@2")
+    assert {"target", "p50_ms", "p99_ms", "p999_ms", "cycles", "goodput_mbit"} <= set(t3["targets"][0])
+    assert {"cycles_per_s", "goodput_mbit", "jain", "incast"} <= set(t3["aggregate"])
+
+
+def _rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_more_targets_than_the_server_serves_is_refused_before_anything_is_measured(server_factory, tmp_path):
+    srv = server_factory(max_sessions=2)
+    with pytest.raises(ConfigError, match=r"--clients 3: the server at .* serves 2 session\(s\) at once"):
+        _run_req(srv, tmp_path / "r", clients=3)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_target_killed_mid_run_is_recorded_and_the_others_go_on(server_factory, tmp_path):
+    srv = server_factory(max_sessions=4)
+    out = tmp_path / "r"
+    result = {}
+
+    def go():
+        try:
+            result["folder"] = _run_req(srv, out, clients=2, tokens="1,3", cycles=40_000, warmup=10)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            result["error"] = exc
+    t = threading.Thread(target=go)
+    t.start()
+    victim = None
+    deadline = time.monotonic() + 120
+    while victim is None and time.monotonic() < deadline:  # bounded poll: phase 2's group released its first round
+        groups = srv.server.groups._groups
+        if any(g.round >= 1 and len(g.members) == 2 for g in list(groups.values())):
+            kids = _children()
+            if len(kids) == 2:
+                victim = max(kids)
+        time.sleep(0.01)  # polling the server's state and /proc, bounded; not a measurement
+    assert victim is not None, "phase 2 did not start"
+    os.kill(victim, 9)
+    t.join(240)
+    assert "error" not in result, result.get("error")
+    top = json.loads((out / "report.json").read_text())
+    assert top["status"] == "error" and "failed" in top["error"]
+    errors = top["clients"]["errors"]
+    assert len(errors) == 1 and "-9" in next(iter(errors.values()))  # the killed one, by its exit code
+    dead = int(next(iter(errors)))
+    alive = 3 - dead
+    t3 = next(p for p in top["payloads"] if p["payload"] == "T3@2")
+    by = {x["target"]: x for x in t3["targets"]}
+    assert by[alive]["complete"] and by[alive]["n"] == 40_000  # the other target went on to the end
+    assert not by[dead]["complete"]
+
+
+def _children() -> list[int]:
+    """This process's live child processes (the spawned targets), from /proc."""
+    me = str(os.getpid())
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me and "multiprocessing" in (d / "cmdline").read_text():
+                kids.append(int(d.name))
+    return kids
+
+
+def test_open_loop_measures_from_the_intended_send_time(server, tmp_path):
+    """At a rate the loopback hop keeps up with, sends leave on schedule; at one it cannot
+    (an interval shorter than the round trip), every send is late and the latency measured
+    from the intended time grows with the queue: coordinated omission corrected."""
+    folder, lines, _ = _run_req(server, tmp_path / "slow", tokens="1", cycles=300, mps=500.0)
+    s = json.loads((folder / "report.json").read_text())["payloads"][0]["summary"]
+    assert s["offered_per_s"] == 500.0 and s["late_sends"] < 30
+    assert 400 < s["cycles_per_s"] <= 510
+    folder, _, _ = _run_req(server, tmp_path / "fast", tokens="3", cycles=300, mps=1e6)
+    p = json.loads((folder / "report.json").read_text())["payloads"][0]
+    s = p["summary"]
+    assert s["late_sends"] >= 290  # the hop takes far longer than 1 us: every send after the first is late
+    rows = [ln.split(",") for ln in (folder / "samples.csv").read_text().splitlines()]
+    col = {name: i for i, name in enumerate(rows[0])}
+    timed = [r for r in rows[1:] if r[col["phase"]] == "timed"]
+    rtt = [int(r[col["rtt_ns"]]) for r in timed]
+    assert rtt[-1] > 10 * rtt[0]  # latency from the intended time: the backlog is in it
+    assert all(int(r[col["send_lag_ns"]]) >= 0 for r in timed)
+    assert any("late sends" in ln for ln in lines)
+
+
+def test_open_schedules():
+    fixed = open_schedule(5, 1000.0, "fixed")
+    assert list(fixed) == [0, 1_000_000, 2_000_000, 3_000_000, 4_000_000]
+    p = open_schedule(20_000, 1000.0, "poisson", seed=3)
+    gaps = np.diff(p)
+    assert p[0] == 0 and np.all(gaps >= 0)
+    assert abs(gaps.mean() / 1e6 - 1.0) < 0.03 and abs(gaps.std() / gaps.mean() - 1.0) < 0.05  # exponential
+    assert list(open_schedule(10, 1000.0, "poisson", seed=3)) == list(open_schedule(10, 1000.0, "poisson", seed=3))
+
+
+def test_bad_load_flags_are_one_line_each(server, tmp_path):
+    for args, msg in ((["--clients", "0"], "--clients 0: give 1 to 1024"),
+                      (["--mps", "0"], "--mps 0: give a rate above 0"),
+                      (["--mps", "100", "--arrivals", "bursty"], "--arrivals bursty: fixed or poisson"),
+                      (["--mps", "100", "--codec", "fp8"], "not with --codec")):
+        r = _hb("run", "--peer", f"{server.host}:{server.port}", "--no-floor", "--out", str(tmp_path / "x"), *args)
+        assert r.returncode != 0 and msg in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
