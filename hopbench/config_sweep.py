@@ -13,7 +13,7 @@ RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interfac
              "placement"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
               "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
-              "placements", "codecs", "payload_from"}
+              "placements", "codecs", "payload_from", "clients"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,9 @@ class SweepConfig:
     placements: tuple[str, ...] = ("auto",)
     codecs: tuple[str, ...] = ("none",)  # payload codecs (docs/CODECS.md): an axis like the transports
     payload_from: str | None = None  # the hidden states the codecs encode (None: synthetic)
+    #: targets at once against the rung's server (docs/RESULTS.md "Several targets"): an axis,
+    #: each M > 1 its own series (tcp@M) measured back to back at every payload
+    clients: tuple[int, ...] = (1,)
     path: str = ""
     profile: str = "default"
 
@@ -101,9 +104,11 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
             seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
             operating_tokens=int(s["operating_tokens"]), placements=tuple(s.get("placements", ["auto"])),
             codecs=tuple(str(c) for c in s.get("codecs", ["none"])), payload_from=s.get("payload_from"),
-            path=f, profile="quick" if quick else "default")
+            clients=tuple(s.get("clients", [1])), path=f, profile="quick" if quick else "default")
     except KeyError as exc:
         raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None
     if cfg.repeats < 1:
         raise ConfigError(f"{f}: sweep.repeats must be >= 1")
+    if not cfg.clients or any(type(m) is not int or not 1 <= m <= 1024 for m in cfg.clients):
+        raise ConfigError(f"{f}: sweep.clients must be a list of target counts 1..1024 (got {list(cfg.clients)!r})")
     return cfg

@@ -175,3 +175,38 @@ def test_bad_load_flags_are_one_line_each(server, tmp_path):
         r = _hb("run", "--peer", f"{server.host}:{server.port}", "--no-floor", "--out", str(tmp_path / "x"), *args)
         assert r.returncode != 0 and msg in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
+
+
+def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp_path):
+    """sweep.clients = [1, 2]: the M = 2 cells are their own series (tcp@2, payload T3@2), each
+    cell a run of two target processes; verdict says the per-target hop against M and the
+    capacity; the figure and the report's Answer follow."""
+    from hopbench.config_sweep import load_sweep
+    from hopbench.orchestration.sweep.plan import plan_cells
+
+    tiny = Path(__file__).parent / "data" / "sweep-tiny.toml"
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(tiny.read_text().replace('rungs = ["loopback", "emu-unshaped", "emu-1g"]', 'rungs = ["loopback"]')
+                   .replace('transports = ["tcp", "zmq", "ucx"]', 'transports = ["tcp"]')
+                   .replace("gaps_ms = [0, 5]", "gaps_ms = [0]").replace("bytes_points = 3", "bytes_points = 2")
+                   .replace("cell_budget_s = 0.02", "cell_budget_s = 0.05")
+                   .replace('placements = ["unpinned-auto"]', 'placements = ["unpinned-block"]\nclients = [1, 2]'))
+    from hopbench.config_sweep import load_rung
+
+    cells = plan_cells(load_sweep(cfg), [load_rung("loopback")], __import__("hopbench.shape", fromlist=["x"])
+                       .load_shape(None).shape, 1)
+    assert {(c.payload, c.clients) for c in cells if c.repeat == 0} == {
+        ("T1", 1), ("T3", 1), ("B64", 1), ("B65536", 1), ("T1@2", 2), ("T3@2", 2), ("B64@2", 2), ("B65536@2", 2)}
+    out = tmp_path / "sw"
+    r = _hb("sweep", str(cfg), "--out", str(out), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "loopback, tcp: per-target hop M=1" in r.stdout and "M=2" in r.stdout, r.stdout[-3000:]
+    cell = json.loads(next((out / "cells").glob("loopback/tcp/T3@2-g0/r0/report.json")).read_text())
+    assert cell["config"]["clients"] == 2 and [t["target"] for t in cell["payloads"][0]["targets"]] == [1, 2]
+    assert cell["clients"]["reference"] is None  # the sweep's M = 1 cells are the reference
+    verdict = json.loads((out / "analysis" / "verdict.json").read_text())
+    (t,) = verdict["targets"]
+    assert [p["targets"] for p in t["points"]] == [1, 2] and t["capacity"] in (None, 1, 2)
+    assert (out / "plots" / "hop_vs_targets.svg").exists()
+    page = (out / "report.html").read_text()
+    assert 'id="fig-targets"' in page and ("one drafter box serves up to" in page or "not even one" in page)

@@ -99,10 +99,13 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     codecs = V.codec_calls(vs, V.codec_sources(load_groups(folder)[0]) if folder is not None else None)
     for c in codecs:
         show(c["line"])
+    targets = V.targets_calls(vs)  # several targets at once: the per-target hop against M, the capacity
+    for t in targets:
+        show(t["line"])
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,
-                                                                "verdicts": [v.to_dict() for v in vs], "codecs": codecs},
-                                                               indent=1) + "\n")
+                                                                "verdicts": [v.to_dict() for v in vs], "codecs": codecs,
+                                                                "targets": targets}, indent=1) + "\n")
         groups, _ = load_groups(folder)
         pairs = C.gap_pairs(groups)
         if pairs:

@@ -188,6 +188,64 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     return fig
 
 
+@dataclass
+class TargetLine:
+    label: str  # "emu-1g tcp"
+    x: list[int]  # targets at once
+    y: list[float]  # per-target hop, ms
+    lo: list[float]
+    hi: list[float]
+
+
+def target_lines(verdicts) -> list[TargetLine]:
+    """Per rung and series measured with several targets (tcp, tcp@2, ...): hop against M."""
+    from hopbench.analysis.verdict import targets_calls
+
+    out = []
+    for t in targets_calls(verdicts):
+        pts = t["points"]
+        out.append(TargetLine(f"{t['rung']} {t['transport']}", [p["targets"] for p in pts], [p["hop_ms"] for p in pts],
+                              [(p["hop_ci_ms"] or (p["hop_ms"],))[0] for p in pts],
+                              [(p["hop_ci_ms"] or (p["hop_ms"], p["hop_ms"]))[1] for p in pts]))
+    return out
+
+
+TARGETS_TITLE = "Per-target hop against the targets sharing one drafter (below the line: each still beats co-located)"
+
+
+def hop_vs_targets(verdicts, t_draft_ms: float, operating_tokens: int):
+    lines = target_lines(verdicts)
+    if not lines:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for ln in lines:
+        ax.errorbar(ln.x, ln.y, yerr=[[y - lo for y, lo in zip(ln.y, ln.lo)], [hi - y for y, hi in zip(ln.y, ln.hi)]],
+                    marker="o", capsize=3, label=ln.label)
+    ax.axhline(t_draft_ms, color="crimson", ls="--", label=f"break-even hop = t_draft = {t_draft_ms} ms")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({x for ln in lines for x in ln.x}), [str(x) for x in sorted({x for ln in lines for x in ln.x})])
+    ax.set_yscale("log")
+    ax.set_xlabel("targets at once (M)")
+    ax.set_ylabel(f"per-target hop at T = {operating_tokens} (ms, median; CI)")
+    ax.set_title(TARGETS_TITLE, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def targets_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str:
+    from hopbench.analysis import svgplot as S
+
+    p = S.Panel("per-target hop against M", "targets at once (M)", f"per-target hop at T = {operating_tokens} (ms)",
+                xlog=True, legend="below")
+    p.series = [S.Series("points", ln.x, ln.y, S.color(i), ln.label, lo=ln.lo, hi=ln.hi)
+                for i, ln in enumerate(target_lines(verdicts))]
+    p.series += [S.Series("line", ln.x, ln.y, S.color(i)) for i, ln in enumerate(target_lines(verdicts))]
+    p.hlines = [(t_draft_ms, "crimson", "--", f"break-even hop = t_draft = {t_draft_ms} ms")]
+    return S.figure([p], TARGETS_TITLE, fid)
+
+
 CDF_POINTS = 400  # points drawn per CDF line: its quantiles (a sweep pools thousands of cycles per cell)
 
 
@@ -250,6 +308,7 @@ def write_all(out: Path, groups, fits, verdicts, bytes_per_token: int, t_draft_m
     paths = []
     makers = [("latency_vs_payload", lambda: latency_vs_payload(groups, fits, bytes_per_token)),
               ("hop_cost", lambda: hop_cost(verdicts, t_draft_ms, operating_tokens) if verdicts else None),
+              ("hop_vs_targets", lambda: hop_vs_targets(verdicts, t_draft_ms, operating_tokens) if verdicts else None),
               ("latency_cdf", lambda: cdfs(groups) if cdf_tokens(groups) else None)]
     for stem, make in makers:
         fig = make()

@@ -238,6 +238,7 @@ def build_document(a: Analysed) -> dict:
         "operating_tokens": op, "operating_bytes": op * bpt, "bytes_per_token": bpt,
         "inputs": vars(inputs), "verdicts": [v.to_dict() for v in verdicts], "floors_ms": floors,
         "codecs": [{k: v for k, v in c.items() if k != "line"} for c in V.codec_calls(verdicts, V.codec_sources(groups))],
+        "targets": [{k: v for k, v in t.items() if k != "line"} for t in V.targets_calls(verdicts)],
         "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
@@ -373,10 +374,33 @@ def _codec_answers(doc: dict) -> list[str]:
     return items
 
 
+def _targets_answers(doc: dict) -> list[str]:
+    """Per rung and series measured with several targets: how many one drafter box serves."""
+    items = []
+    for i, t in enumerate(doc.get("targets") or []):
+        measured = ", ".join(str(pt["targets"]) for pt in t["points"])
+        if t["capacity"] is None:
+            items.append(f'<li><b>{_esc(t["rung"])}</b>, {_esc(t["transport"])}, several targets: '
+                         f'<span class="call costs">not even one</span> target beats co-located (M measured: '
+                         f'{measured})</li>')
+            continue
+        j = next(k for k, pt in enumerate(t["points"]) if pt["targets"] == t["capacity"])
+        more = " (the most measured: more may fit; measure a larger M)" if t["capacity_is_last"] else ""
+        items.append(f'<li><b>{_esc(t["rung"])}</b>, {_esc(t["transport"])}: <span class="call pays">one drafter box '
+                     f'serves up to {t["capacity"]} targets</span>{more} &mdash; each target\'s hop at M = '
+                     f'{t["capacity"]} is {num(doc, f"targets.{i}.points.{j}.hop_ms", 3)} ms against a break-even of '
+                     f'{num(doc, f"targets.{i}.break_even_ms", 2)} ms, projected gain '
+                     f'{num(doc, f"targets.{i}.points.{j}.gain", 1, 100, sign=True)}% (M measured: {measured}; '
+                     'closed-loop targets, docs/RESULTS.md "Several targets")</li>')
+    return items
+
+
 def _answer(doc: dict) -> str:
     """The verdict in a sentence per rung: its best transport's call."""
     best: dict[str, dict] = {}
     for i, v in enumerate(doc["verdicts"]):
+        if "@" in v["transport"]:  # the per-target hop with several targets: said by _targets_answers
+            continue
         if v["rung"] not in best or v["hop_ms"] < doc["verdicts"][best[v["rung"]]["i"]]["hop_ms"]:
             best[v["rung"]] = {"i": i}
     items = []
@@ -409,6 +433,7 @@ def _answer(doc: dict) -> str:
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
     items += _codec_answers(doc)
+    items += _targets_answers(doc)
     if not items:
         return ""
     inp = doc["inputs"]
@@ -519,6 +544,10 @@ def figures(a: Analysed) -> list[tuple[str, str, str]]:
         made.append(("fig-hop", "Hop cost at the operating payload against the break-even hop (t_draft): below the "
                                 "line, moving the drafter pays.",
                      lambda fid: P.hop_svg(verdicts, inputs.t_draft_ms, op, fid)))
+    if verdicts and P.target_lines(verdicts):
+        made.append(("fig-targets", "Per-target hop at the operating payload against the number of targets sharing "
+                                    "one drafter, with the break-even hop: below the line each target still beats "
+                                    "co-located.", lambda fid: P.targets_svg(verdicts, inputs.t_draft_ms, op, fid)))
     if P.cdf_tokens(groups):
         made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).",
                       lambda fid: P.cdf_svg(groups, fid)))

@@ -241,8 +241,9 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[str, str], str | None]
     raw = {(v.rung, v.transport): v for v in vs if "+" not in v.transport}
     out = []
     for v in vs:
-        base_name, _, codec = v.transport.partition("+")
-        base = raw.get((v.rung, base_name))
+        series, _, m = v.transport.partition("@")  # several targets: compared with the raw hop at the same M
+        base_name, _, codec = series.partition("+")
+        base = raw.get((v.rung, base_name + (f"@{m}" if m else "")))
         if not codec or base is None:
             continue
         lo, hi = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
@@ -259,6 +260,39 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[str, str], str | None]
                     "line": (f"codec {codec} on {v.rung} ({base_name}{said}): hop {v.hop_ms:.3f} ms = "
                              f"{v.hop_ms / base.hop_ms:.2f}x the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against "
                              f"{base.gain:+.1%} raw: {call}")})
+    return out
+
+
+def targets_calls(vs: "list[Verdict]") -> list[dict]:
+    """Per rung and series measured with several targets at once (tcp, tcp@2, tcp@4 ...): the
+    per-target hop and gain at each M, and the capacity: the largest M measured up to which
+    every M still beats co-located (its gain's interval above 0; without an interval, the
+    gain itself). None when even one target alone does not beat it."""
+    by: dict[tuple[str, str], list[tuple[int, Verdict]]] = {}
+    for v in vs:
+        series, _, m = v.transport.partition("@")
+        by.setdefault((v.rung, series), []).append((int(m) if m.isdigit() else 1, v))
+    out = []
+    for (rung, series), items in by.items():
+        if all(m == 1 for m, _ in items):
+            continue
+        items.sort(key=lambda mv: mv[0])
+        points = [{"targets": m, "hop_ms": v.hop_ms, "hop_ci_ms": v.hop_ci_ms, "gain": v.gain, "gain_ci": v.gain_ci,
+                   "beats": (v.gain_ci[0] if v.gain_ci else v.gain) > 0} for m, v in items]
+        capacity = None
+        for pt in points:
+            if not pt["beats"]:
+                break
+            capacity = pt["targets"]
+        last = points[-1]["targets"]
+        said = (f"every target still beats co-located up to M = {capacity}" if capacity else
+                "not even the first M measured beats co-located")
+        more = " (the most measured: more may fit)" if capacity == last else ""
+        out.append({"rung": rung, "transport": series, "points": points, "capacity": capacity,
+                    "capacity_is_last": capacity == last, "break_even_ms": items[0][1].break_even_ms,
+                    "line": (f"{rung}, {series}: per-target hop " + ", ".join(
+                        f"M={pt['targets']} {pt['hop_ms']:.3f} ms ({pt['gain']:+.1%})" for pt in points)
+                        + f"; {said}{more}")})
     return out
 
 

@@ -5,6 +5,7 @@ start-up (and UCX's) once per rung, not per cell."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -25,8 +26,17 @@ def main() -> None:
             folder = Path(job["folder"])
             folder.mkdir(parents=True)
             loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: one session, in order
-            run_session(job["host"], job["port"], loads, RunConfig.from_dict(job["config"]), folder=folder,
-                        extra=job.get("extra"))
+            cfg = RunConfig.from_dict(job["config"])
+            if cfg.clients > 1:  # M target processes at once; the sweep's M = 1 cells are the reference
+                from hopbench.orchestration.clients import run_clients
+
+                record = run_clients(job["host"], job["port"], loads, cfg, functools.partial(Path, folder), cpu=cfg.cpu,
+                                     reference=False, extra=job.get("extra"),
+                                     warn=lambda text: print(f"warning: {text}"), say=lambda text: None)
+                if record["errors"]:
+                    raise HopbenchError("; ".join(f"target {t}: {e}" for t, e in record["errors"].items()))
+            else:
+                run_session(job["host"], job["port"], loads, cfg, folder=folder, extra=job.get("extra"))
             answer: dict[str, object] = {"ok": True}
         except HopbenchError as exc:
             answer = {"ok": False, "error": str(exc)}

@@ -216,9 +216,12 @@ def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None
 
 def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
                 secret: str | None = None, cpu: str | None = None, warn: Callable[[str], None] = print,
-                say: Callable[[str], None] = print) -> dict[str, Any]:
+                say: Callable[[str], None] = print, reference: bool = True,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Both phases (alone, then cfg.clients at once) and the run's folder, made by `folder()`
-    once the server has said it serves M sessions at once; its `clients` record."""
+    once the server has said it serves M sessions at once; its `clients` record. Without
+    `reference` only the M phase (a sweep's M = 1 cells are its reference); `extra` is
+    recorded at the top of report.json (a sweep cell's identity)."""
     from hopbench.core.client import Session
 
     m = cfg.clients
@@ -241,28 +244,34 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     sub = top / TARGETS_DIR
     sub.mkdir()
     group = uuid.uuid4().hex[:16]
-    alone_cfg = dataclasses.replace(cfg, clients=1)
-    alone_dir = sub / ALONE
-    say(f"phase 1: one target alone (the reference), CPU {cpus[0] if cpus[0] is not None else 'any'}")
-    err = run_targets([TargetJob(host, port, payloads, alone_cfg, alone_dir, secret, cpus[0], None, None)])
-    alone = _read_report(alone_dir)
-    if alone is None:
-        raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
-    say(f"phase 2: {m} targets at once, started together (group {group})")
+    alone, alone_dir = None, None
+    if reference:
+        alone_dir = sub / ALONE
+        say(f"phase 1: one target alone (the reference), CPU {cpus[0] if cpus[0] is not None else 'any'}")
+        err = run_targets([TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
+                                     cpus[0], None, None)])
+        alone = _read_report(alone_dir)
+        if alone is None:
+            raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
+    say(f"{'phase 2: ' if reference else ''}{m} targets at once, started together (group {group})")
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
     jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]
     errors = run_targets(jobs)
     entries, sample_rows, summary_rows = aggregate(alone, [(j.target or 0, j.folder, errors.get(j.target))
                                                            for j in jobs], m)
-    record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}",
+    record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}" if reference else None,
               "folders": [f"{TARGETS_DIR}/t{i + 1}" for i in range(m)],
               "errors": {str(t): e for t, e in errors.items() if e}, "loop": "open" if cfg.mps else "closed"}
-    header = {k: v for k, v in alone.items() if k not in ("payloads", "files", "status", "error", "finished_utc")}
-    header.update(server_env=server_env, server_software=software, config=cfg.to_dict())
+    first = next((r for r in [alone] + [_read_report(j.folder) for j in jobs] if r is not None), None)
+    if first is None:
+        raise HopbenchError(f"no target measured anything: {'; '.join(f'{t}: {e}' for t, e in errors.items())}")
+    header = {k: v for k, v in first.items() if k not in ("payloads", "files", "status", "error", "finished_utc")}
+    header.update(server_env=server_env, server_software=software, config=cfg.to_dict(), **(extra or {}))
     failed = [t for t, e in errors.items() if e]
-    status = "complete" if not failed and alone.get("status") == "complete" else "error"
+    status = "complete" if not failed and (alone or {}).get("status", "complete") == "complete" else "error"
     write_run(top, alone, alone_dir, entries, sample_rows, summary_rows, header, record, status,
-              f"target(s) {', '.join(map(str, failed))} failed: see clients.errors" if failed else alone.get("error"))
+              f"target(s) {', '.join(map(str, failed))} failed: see clients.errors" if failed
+              else (alone or {}).get("error"))
     return {**record, "folder": top, "payloads": entries}
 
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
-from hopbench.records import codec_label
+from hopbench.records import clients_label, codec_label
 from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
@@ -26,6 +26,7 @@ class Cell:
     repeat: int
     placement: str = ""  # set when several placements are swept: part of the rung label
     codec: str = "none"  # the payload crosses encoded (docs/CODECS.md); the payload label says so
+    clients: int = 1  # targets at once (the payload label says so: T3@4)
 
     @property
     def label(self) -> str:
@@ -61,8 +62,11 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
                     for codec in cfg.codecs:
                         if codec != "none" and gap:
                             continue  # a codec is measured back to back (its think-time cells would add nothing new)
-                        per_repeat.append(Cell(rung.name, tr, codec_label(p.label, codec), p.tokens, p.request_bytes,
-                                               p.reply_bytes, gap, 0, pl, codec))
+                        for m in cfg.clients:
+                            if m > 1 and gap:
+                                continue  # several targets are measured back to back, like a codec
+                            per_repeat.append(Cell(rung.name, tr, clients_label(codec_label(p.label, codec), m),
+                                                   p.tokens, p.request_bytes, p.reply_bytes, gap, 0, pl, codec, m))
     rng = random.Random(seed)
     cells = []
     for rep in range(cfg.repeats):

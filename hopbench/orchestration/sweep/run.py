@@ -228,9 +228,11 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
                                 gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
                                 transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
                                 bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
-                                codecs=(cell.codec,), payload_from=cfg.payload_from, hidden=shape.hidden)
+                                codecs=(cell.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
+                                clients=cell.clients)
             job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
-                   "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
+                   "payload": {"label": cell.payload.removesuffix(f"@{cell.clients}") if cell.clients > 1
+                               else cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
                                "reply_bytes": cell.reply_bytes, "codec": cell.codec},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
                              "placement": runtimes[cell.label].place.describe()}}
