@@ -211,9 +211,14 @@ def spec(
     results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
     codec: Annotated[str, typer.Option(help="The hidden states cross encoded with this codec, inside the hop (docs/CODECS.md): none, zstd[:LEVEL], lz4, blosc2[:...], fp8, int8.")] = "none",
     payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes (.safetensors / .npy); default synthetic.")] = None,
+    targets: Annotated[Optional[str], typer.Option(help="Several targets against one batching drafter: a list of target counts M (e.g. 1,2,4), each M target processes at once; prints per-target and aggregate tok/s and the largest M at which every target still beats co-located (docs/SPEC.md).")] = None,
+    batch_window_ms: Annotated[float, typer.Option(help="--targets: drafts arriving within this window of the first run as one batch (with --draft-remote batch:A+B).")] = 2.0,
+    max_batch: Annotated[int, typer.Option(help="--targets: the most drafts in one batch (0: every target).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="--targets: the run's record as one JSON document on stdout (the lines go to stderr).")] = False,
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
-    _pin(cpu)
+    if not targets:
+        _pin(cpu)
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
     sh = _shape(None).shape
@@ -222,13 +227,47 @@ def spec(
                      verify=verify, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
                      transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
-                     payload_from=payload_from, hidden=sh.hidden)
+                     payload_from=payload_from, hidden=sh.hidden, batch_window_ms=batch_window_ms, max_batch=max_batch)
     host, port = _address(peer, port) if peer else (None, None)
     try:
+        if targets:
+            _spec_targets(host, port, cfg, targets, out, results_dir, secret, cpu, json_out)
+            return
         run_spec_cli(host, port, cfg, out, results_dir, secret=secret or None)
     except KeyboardInterrupt as exc:
         print(f"interrupted: {'; '.join(getattr(exc, '__notes__', []))}", file=sys.stderr)
         raise typer.Exit(130) from None
+
+
+def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, out: Path | None, results_dir: Path,
+                  secret: str | None, cpu: str | None, json_out: bool) -> None:
+    import json
+
+    from hopbench.config import parse_int_list
+    from hopbench.orchestration import spectargets as ST
+    from hopbench.orchestration.runner import naming_what_was_kept
+
+    if host is None or port is None:
+        raise ConfigError("--targets needs --peer (a hopbench serve --max-sessions M to be the drafter)")
+    if out is not None and out.exists():
+        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    say = functools.partial(print, file=sys.stderr) if json_out else print
+    made: list[Path] = []
+
+    def make() -> Path:
+        made.append(R.new_folder(results_dir, "spec-targets", out))
+        say(f"hopbench spec --targets {targets} -> {made[0]}")
+        return made[0]
+    with naming_what_was_kept(made):
+        folder = ST.run_spec_targets(host, port, cfg.check(), parse_int_list(targets, "--targets"), make,
+                                     secret=secret or None, cpu=cpu, say=say,
+                                     warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
+    doc = R.ResultFolder(folder).read_top()
+    for line in ST.summary_lines(doc):
+        say(line)
+    say(f"results: {folder}")
+    if json_out:
+        print(json.dumps(doc, indent=1))
 
 
 @app.command("spec-rungs")

@@ -131,7 +131,7 @@ def _children() -> list[int]:
                 stat = (d / "stat").read_text()
             except OSError:
                 continue
-            if stat.rsplit(")", 1)[1].split()[1] == me and "multiprocessing" in (d / "cmdline").read_text():
+            if stat.rsplit(")", 1)[1].split()[1] == me and "spawn_main" in (d / "cmdline").read_text():
                 kids.append(int(d.name))
     return kids
 
@@ -210,3 +210,35 @@ def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp
     assert (out / "plots" / "hop_vs_targets.svg").exists()
     page = (out / "report.html").read_text()
     assert 'id="fig-targets"' in page and ("one drafter box serves up to" in page or "not even one" in page)
+
+
+def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path):
+    """spec --targets 1,2: co-located once, then one and two target processes against one
+    drafter that batches their drafts (batch:A+B); per-target and aggregate tok/s with
+    intervals over repeats, the mean batch, and the capacity, in the table and --json."""
+    srv = server_factory(max_sessions=4)
+    out = tmp_path / "st"
+    r = _hb("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,2", "--modes", "local,sync", "--draft-remote",
+            "batch:8+2", "--cycles", "15", "--warmup", "2", "--repeats", "2", "--time-scale", "0.1", "--out", str(out),
+            "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "hopbench.spec-targets" and doc["status"] == "complete"
+    assert [(row["targets"], row["mode"]) for row in doc["rows"]] == [(1, "sync"), (2, "sync")]
+    two = doc["rows"][1]
+    assert [t["target"] for t in two["per_target"]] == [1, 2]
+    assert all(t["tok_s"]["n"] == 2 and t["tok_s"]["lo"] is not None for t in two["per_target"])
+    assert all(t["batch_mean"] > 1.0 for t in two["per_target"])  # the drafter batched the two targets' drafts
+    assert doc["rows"][0]["per_target"][0]["batch_mean"] == 1.0
+    assert two["aggregate_tok_s"]["value"] > max(t["tok_s"]["value"] for t in two["per_target"])
+    assert doc["local_tok_s"]["value"] > 0 and "sync" in doc["capacity"]
+    assert "M = 2 sync" in r.stderr and ("one drafter serves up to" in r.stderr or "not even" in r.stderr)
+    assert (out / "m2" / "t2" / "report.json").exists() and (out / "summary.csv").exists()
+
+
+def test_spec_targets_above_the_server_limit_is_refused_first(server_factory, tmp_path):
+    srv = server_factory(max_sessions=2)
+    r = _hb("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,4", "--modes", "local,sync", "--out",
+            str(tmp_path / "x"))
+    assert r.returncode != 0 and "--targets 4: the server at" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x").exists()

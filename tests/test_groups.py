@@ -114,3 +114,40 @@ def test_a_round_not_complete_within_its_wait_is_refused(server_factory):
     srv.server.groups.wait_s = 0.5  # the documented 120 s, shortened for the test
     _refused(srv, {"id": "lonely", "size": 2}, r"start group 'lonely': 1 of 2 targets sent this plan within 0.5 s")
     assert _until(lambda: "lonely" not in srv.server.groups._groups)
+
+
+def test_drafts_that_arrive_together_run_as_one_batch():
+    """StartGroups.draft: the drafts of a group's live members gather into one batch (closed
+    when every live member is in, or at max_batch); each member learns the batch's size."""
+    from hopbench.core.busy import StartGroups
+
+    groups = StartGroups(limit=8, wait_s=30.0)
+    members = [object() for _ in range(3)]
+    with groups._cond:  # three sessions joined the group (as their PLANs' ACCEPTs would have)
+        from hopbench.core.busy import _Group
+
+        g = groups._groups["b"] = _Group(3)
+        g.members.update(id(m) for m in members)
+        groups._of.update((id(m), "b") for m in members)
+    sizes = []
+    start = threading.Barrier(3)
+
+    def one():
+        start.wait()
+        sizes.append(groups.draft("b", 0.5, 0.1, window_s=30.0, max_batch=8))
+    _all([threading.Thread(target=one) for _ in range(3)])
+    assert sizes == [3, 3, 3]  # one batch: the window (30 s) never had to expire
+    sizes.clear()
+    _all([threading.Thread(target=lambda: sizes.append(groups.draft("b", 0.1, 0.1, 0.2, 2))) for _ in range(3)])
+    assert sorted(sizes) == [1, 2, 2]  # max_batch 2: a batch of two, the third alone once its window (0.2 s) ends
+    groups.leave(members[0])  # a member gone: two live ones close a batch of two
+    sizes.clear()
+    _all([threading.Thread(target=lambda: sizes.append(groups.draft("b", 0.1, 0.1, 30.0, 8))) for _ in range(2)])
+    assert sizes == [2, 2]
+
+
+def _all(threads):
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)

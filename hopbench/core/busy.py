@@ -119,6 +119,15 @@ class _Group:
         self.left = 0  # members whose sessions have ended: the others no longer wait for them
         self.waiting = 0  # members holding this round's ACCEPT
         self.round = 0
+        self.batch: _Batch | None = None  # the drafts being gathered into one batch (spec --targets)
+
+
+class _Batch:
+    def __init__(self, opened: float):
+        self.opened = opened
+        self.n = 0  # drafts in it
+        self.closed = False  # no more join: it runs (or has run)
+        self.done = False
 
 
 class StartGroups:
@@ -185,6 +194,47 @@ class StartGroups:
                 del self._groups[gid]
             else:
                 self._release(g)
+
+    def draft(self, gid: str, a_ms: float, b_ms: float, window_s: float, max_batch: int) -> int:
+        """A batching drafter (docs/SPEC.md "Several targets"): the drafts of a group's sessions
+        that arrive together run as one batch of b drafts taking A + b*B ms. A batch opens with
+        its first draft and closes when `window_s` has passed since, when it holds `max_batch`
+        drafts, or when every live member of the group is in it; its first draft's thread then
+        runs the work and every member of the batch answers when it is done. Returns b."""
+        from hopbench.core.spec import _wait_until
+
+        with self._cond:
+            g = self._groups.get(gid)
+            if g is None:  # not a member (the plan was refused its group): a batch of one
+                leader, bt = True, _Batch(time.monotonic())
+                bt.n, bt.closed = 1, True
+            else:
+                current = g.batch if g.batch is not None and not g.batch.closed else None
+                leader = current is None
+                bt = current if current is not None else _Batch(time.monotonic())
+                g.batch = bt
+                bt.n += 1
+                if bt.n >= max_batch or bt.n >= g.size - g.left:
+                    bt.closed = True
+                    self._cond.notify_all()
+                if leader:
+                    deadline = bt.opened + window_s
+                    while not bt.closed and (left := deadline - time.monotonic()) > 0:
+                        self._cond.wait(left)
+                    bt.closed = True
+                else:
+                    limit = time.monotonic() + self.wait_s
+                    while not bt.done and (left := limit - time.monotonic()) > 0:
+                        self._cond.wait(left)
+                    return bt.n
+            n = bt.n
+        try:
+            _wait_until(time.perf_counter_ns() + int((a_ms + n * b_ms) * 1e6))
+        finally:
+            with self._cond:
+                bt.done = True
+                self._cond.notify_all()
+        return n
 
     def _release(self, g: _Group) -> bool:
         if g.waiting and g.waiting >= g.size - g.left:

@@ -198,7 +198,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
     "group": {"id": ("str", True), "size": ("int", True)},
     "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
              "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
-             "scale": ("num", False)},
+             "scale": ("num", False), "batch_window_ms": ("num", False), "max_batch": ("int", False)},
     "ACCEPT": {"data_port": (("port", None), True), "transport_info": ("obj", True)},
     "REFUSE": {"reason": ("str", True)},
     "ERROR": {"reason": ("str", True)},

@@ -60,6 +60,8 @@ class PlanContext:
     log: Callable[[str], None]
     #: the loop announced in ACCEPT; the host path refuses to run another
     loop: str = ""
+    #: the server's StartGroups (plans started together; a batching drafter's batches), or None
+    groups: Any = None
 
     def settings(self, plan: P.Plan) -> dict[str, Any]:
         """The server's own settings for the plan's transport (never the client's)."""
@@ -222,6 +224,16 @@ class SpecDrafter(ServingPath):
 
         def bad(seq: int, header: Any) -> None:
             bad_request(ctx, chan, header, seq, sized)
+
+        if draft.batch_ms is not None and plan.group is not None and ctx.groups is not None:
+            gid, groups = plan.group["id"], ctx.groups  # the targets' drafts that arrive together: one batch
+            window_s = float(plan.spec.get("batch_window_ms", 0.0)) / 1000.0
+            most = int(plan.spec.get("max_batch") or plan.group["size"])
+
+            def batched(a_ms: float, b_ms: float) -> int:
+                n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
+                return n
+            draft._batcher = batched
 
         states = None
         if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop

@@ -186,7 +186,7 @@ class ServerSession:
         """The plan's transport and context, or REFUSE with the first reason it cannot be served."""
         cfg = self.config
         path = path_for(plan)
-        ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log)
+        ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log, groups=self.groups)
         reason = cfg.caps.check(plan)
         transport = None
         if reason is None:
@@ -203,7 +203,7 @@ class ServerSession:
         if transport is not None and reason is None:
             try:
                 ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log,
-                                  native.predict(transport, cfg.poll, cfg.loop, path.python_only))
+                                  native.predict(transport, cfg.poll, cfg.loop, path.python_only), self.groups)
             except ConfigError as exc:  # --loop native and a plan it cannot run
                 reason = f"server cannot serve this plan: {exc}"
         if reason is not None:

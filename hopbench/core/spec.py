@@ -20,7 +20,8 @@ acceptance. What is measured: the network, the cadence, the transports, the host
 Wire (docs/PROTOCOL.md, "Speculative plans"): per cycle the target sends a 16-byte header
 message (seq u64 | tokens u32 | accepted u32), then, when tokens > 0, one message of
 tokens x bytes_per_token; the drafter answers reply_bytes = K x id_bytes ids followed by
-draft_ns (u64, the drafter's own time this cycle) and flags (u64, bit 0 = cache hit).
+draft_ns (u64, the drafter's own time this cycle) and flags (u64, bit 0 = cache hit, bits
+8..31 = the size of the batch the draft ran in, 0 when not batched).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from hopbench.errors import ConfigError
 HEADER = struct.Struct("<QII")  # seq, tokens, accepted
 TAIL = struct.Struct("<QQ")  # draft_ns, flags
 HIT = 1
+BATCH_SHIFT, BATCH_MASK = 8, 0xFFFFFF  # flags bits 8..31: the size of the batch the draft ran in (0: not batched)
 MODES = ("local", "sync", "overlap")
 
 
@@ -135,6 +137,12 @@ class Work:
     durations_ms: list[float] = field(default_factory=list)
     _i: int = 0
     _gpu: Any = None
+    #: `batch:A+B`: a batch of b drafts takes A + b*B ms (A: the weight read, paid once per
+    #: batch; B: the per-draft work); alone, a batch of one. `_batcher(a_ms, b_ms)` runs this
+    #: draft in the batch of the drafts that arrive together (hopbench.core.busy.StartGroups)
+    #: and returns the batch's size
+    batch_ms: tuple[float, float] | None = None
+    _batcher: Callable[[float, float], int] | None = None
 
     @property
     def kind(self) -> str:
@@ -144,25 +152,38 @@ class Work:
         """The duration the model asks for this cycle (None for a GPU read: measured)."""
         if self.kind == "gpu-read":
             return None
+        if self.batch_ms is not None:
+            return (self.batch_ms[0] + self.batch_ms[1]) * self.scale
         return self.durations_ms[self._i % len(self.durations_ms)] * self.scale
 
-    def run(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def run(self, clock: Callable[[], int] = time.perf_counter_ns) -> int:
+        """One draft (or verify); the size of the batch it ran in (0: not batched)."""
         kind = self.kind
         if kind == "gpu-read":
             self._gpu()
-            return
+            return 0
+        if self.batch_ms is not None:
+            a, b = self.batch_ms[0] * self.scale, self.batch_ms[1] * self.scale
+            if self._batcher is not None:
+                return self._batcher(a, b)
+            _wait_until(clock() + int((a + b) * 1e6), clock)
+            return 1
         ms = self.durations_ms[self._i % len(self.durations_ms)] * self.scale
         self._i += 1
         if ms <= 0:
-            return
+            return 0
         deadline = clock() + int(ms * 1e6)
         if kind == "spin":
             while clock() < deadline:
                 pass
         else:
             _wait_until(deadline, clock)
+        return 0
 
     def describe(self) -> dict[str, Any]:
+        if self.batch_ms is not None:
+            return {"spec": self.spec, "scale": self.scale, "batch_a_ms": self.batch_ms[0] * self.scale,
+                    "batch_b_ms": self.batch_ms[1] * self.scale, "mean_ms": self.nominal_ms()}
         return {"spec": self.spec, "scale": self.scale,
                 "mean_ms": None if self.kind == "gpu-read" else float(np.mean(self.durations_ms)) * self.scale}
 
@@ -185,6 +206,14 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
         if not values or min(values) < 0:
             raise ConfigError(f"work model {text!r}: needs durations >= 0 in ms, one per line")
         return Work(text, scale, values)
+    if kind == "batch":
+        try:
+            a, b = (float(v) for v in arg.split("+"))
+        except ValueError:
+            raise ConfigError(f"work model {text!r}: expected batch:A+B (a batch of b drafts takes A + b*B ms)") from None
+        if min(a, b) < 0 or not math.isfinite(a + b):
+            raise ConfigError(f"work model {text!r}: A and B are durations >= 0 in ms")
+        return Work(text, scale, [a + b], batch_ms=(a, b))
     if kind == "gpu-read":
         try:
             nbytes = int(float(arg))
@@ -193,7 +222,7 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
         w = Work(text, scale, [])
         w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
         return w
-    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH or gpu-read:BYTES")
+    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH, gpu-read:BYTES or batch:A+B")
 
 
 def _gpu_reader(nbytes: int) -> Callable[[], None]:
@@ -214,7 +243,8 @@ def _gpu_reader(nbytes: int) -> Callable[[], None]:
 
 # ---- the target's loop (client) ----------------------------------------------------------------
 
-CYCLE_COLUMNS = ("seq", "phase", "accepted", "tokens", "verify_ns", "wait_ns", "draft_ns", "hop_ns", "cycle_ns", "hit")
+CYCLE_COLUMNS = ("seq", "phase", "accepted", "tokens", "verify_ns", "wait_ns", "draft_ns", "hop_ns", "cycle_ns", "hit",
+                 "batch")
 
 
 @dataclass
@@ -264,7 +294,7 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
         t0 = clock()
         verify.run(clock)
         t1 = clock()
-        draft_ns = hit = 0
+        draft_ns = hit = batch = 0
         if channel is None:
             assert local_draft is not None
             local_draft.run(clock)
@@ -281,11 +311,12 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
             t2 = clock()
             draft_ns, flags = TAIL.unpack_from(reply, info.k * info.id_bytes)
             hit = flags & HIT
+            batch = (flags >> BATCH_SHIFT) & BATCH_MASK
             assert check is not None
             check(seq)
         wait = t2 - t1
         rows[seq] = (seq, 0 if seq == 0 else (1 if seq < first_timed else 2), a, tokens, t1 - t0, wait, draft_ns,
-                     max(wait - draft_ns, 0) if channel is not None else 0, t2 - t0, hit)
+                     max(wait - draft_ns, 0) if channel is not None else 0, t2 - t0, hit, batch)
     return rows
 
 
@@ -336,7 +367,7 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
         else:
             states(tokens, views[tokens])
             t0 = clock()
-            draft.run(clock)
+            flags |= min(draft.run(clock), BATCH_MASK) << BATCH_SHIFT
             draft_ns = clock() - t0
             codec.pack(reply, seq)
             TAIL.pack_into(reply, span, draft_ns, flags)

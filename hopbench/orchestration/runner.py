@@ -60,6 +60,21 @@ def load_summary(m: Measurement, gap_s: float) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def saving_status(save: Callable[[str], None], doc: dict[str, Any]) -> Iterator[list[str]]:
+    """The body's outcome saved when it ends, however it ends: `complete` (or what the body
+    put in status[0]), `incomplete` on Ctrl-C, `error` otherwise (doc["error"] says which)."""
+    status = ["complete"]
+    try:
+        yield status
+    except BaseException as exc:
+        status[0] = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
+        doc["error"] = str(exc) or exc.__class__.__name__
+        raise
+    finally:
+        save(status[0])
+
+
 def payload_rows(m: Measurement, payload: Payload, target: int | None = None) -> tuple[list[dict], dict]:
     plan = m.plan
     base = {"payload": payload.label, "transport": plan.transport, "tokens": payload.tokens,

@@ -28,7 +28,7 @@ from hopbench.version import __version__
 SCHEMA = "hopbench.spec"
 SCHEMA_VERSION = 1
 SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "tokens_per_cycle", "hit_rate",
-                   "verify_ms", "wait_ms", "draft_ms", "hop_ms"]
+                   "verify_ms", "wait_ms", "draft_ms", "hop_ms", "batch_mean"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,11 @@ class SpecConfig:
     codec: str = "none"  # the hidden states cross encoded (docs/CODECS.md), inside the hop
     payload_from: str | None = None  # the hidden states a codec encodes (None: synthetic)
     hidden: int = 6144  # values per scale of a lossy codec (configs/shape.toml)
+    # several targets against one batching drafter (--targets, docs/SPEC.md "Several targets"):
+    # the drafts arriving within this window of the first run as one batch (--draft-remote
+    # batch:A+B), at most max_batch of them (0: every target)
+    batch_window_ms: float = 2.0
+    max_batch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -128,12 +133,16 @@ def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
             "tok_s": tokens / secs if secs else None, "tokens_per_cycle": tokens / len(timed) if len(timed) else None,
             "hit_rate": float(timed[:, cols["hit"]].mean()) if mode == "overlap" and len(timed) else None,
             "verify_ms": med("verify_ns"), "wait_ms": med("wait_ns"), "draft_ms": med("draft_ns"),
-            "hop_ms": med("hop_ns") if mode != "local" else None}
+            "hop_ms": med("hop_ns") if mode != "local" else None,
+            "batch_mean": float(timed[:, cols["batch"]].mean()) if len(timed) and timed[:, cols["batch"]].any() else None}
 
 
 def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Path | Callable[[], Path],
-             secret: str | None = None, on_mode: Callable[[dict], None] | None = None) -> Path:
-    """Measure every mode `repeats` times; returns the result folder."""
+             secret: str | None = None, on_mode: Callable[[dict], None] | None = None,
+             group: dict[str, Any] | None = None, target: int = 0) -> Path:
+    """Measure every mode `repeats` times; returns the result folder. One of several targets
+    (hopbench.orchestration.spectargets): `group` starts its plans with the others' and lets
+    the drafter batch their drafts; `target` (1..M) draws its own acceptance outcomes."""
     acceptance = S.parse_acceptance(cfg.accept, cfg.k)
     verify = S.parse_work(cfg.verify, cfg.time_scale)
     local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
@@ -167,6 +176,7 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
             "measured": "the network, the cadence, the transports, the hosts",
             "client_env": client_env, "server_env": session.server_env if session else None,
+            **({"target": target, "group": group} if group else {}),
             **({"payload_source": source.record} if source is not None else {}),
             "status": "running", "runs": [],
         }
@@ -181,12 +191,13 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                 R.SUMMARY_FILE: R.csv_text(SUMMARY_COLUMNS, summaries)})
 
         order_rng = random.Random(seed)
-        status = "complete"
-        try:
+        from hopbench.orchestration.runner import saving_status
+
+        with saving_status(save, report):
             for rep in range(cfg.repeats):
                 info0 = S.SpecPlanInfo("sync", cfg.k, cfg.id_bytes, cfg.bytes_per_token, cfg.cycles, cfg.warmup,
                                        seed + rep, cfg.fanout)
-                outcomes = acceptance.draw(info0.total, seed + rep)  # the same outcomes for every mode
+                outcomes = acceptance.draw(info0.total, seed + rep + 7919 * target)  # the same for every mode
                 modes = list(cfg.modes)
                 order_rng.shuffle(modes)
                 for mode in modes:
@@ -204,9 +215,11 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                                       transport_settings=cfg.transport_settings.get(cfg.transport, {}),
                                       spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
                                             "fanout": info.fanout, "seed": seed + rep, "draft": cfg.draft_remote,
-                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale},
+                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale,
+                                            **({"batch_window_ms": cfg.batch_window_ms,
+                                                "max_batch": cfg.max_batch or group["size"]} if group else {})},
                                       codec=None if cfg.codec == "none" else cfg.codec,
-                                      codec_group=0 if cfg.codec == "none" else cfg.hidden)
+                                      codec_group=0 if cfg.codec == "none" else cfg.hidden, group=group)
                         rows, channel_info = session.run_spec(plan, info, outcomes, verify, source=source)
                     for r in rows:
                         cycles_rows.append({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))})
@@ -218,12 +231,6 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                         on_mode(s)
             if session is not None:
                 session.bye()
-        except BaseException as exc:
-            status = "incomplete" if isinstance(exc, KeyboardInterrupt) else "error"
-            report["error"] = str(exc) or exc.__class__.__name__
-            raise
-        finally:
-            save(status)
     finally:
         if session is not None:
             session.close()

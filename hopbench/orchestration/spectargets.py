@@ -1,0 +1,225 @@
+"""`hopbench spec --targets 1,2,4`: several targets against one batching drafter (docs/SPEC.md
+"Several targets").
+
+For each M of the list, M target processes (one session each, pinned round robin over
+--cpu) run the speculative loop's remote modes against one `hopbench serve`, their plans
+started together (PLAN `group`); the drafter runs the drafts that arrive together as one
+batch (`--draft-remote batch:A+B`: a batch of b drafts takes A + b*B ms). Co-located (mode
+local) is measured once, in this process, as the reference. Each target keeps its own spec
+folder (m<M>/t<i>); the run's report.json (schema hopbench.spec-targets) holds per M and
+mode each target's tok/s with its interval over repeats, the aggregate (the targets' tok/s
+summed per repeat), the mean batch size, and whether every target still beats co-located;
+the capacity is the largest M up to which every M measured does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from hopbench import results as R
+from hopbench.errors import ConfigError, HopbenchError
+from hopbench.orchestration.spec import SpecConfig, run_spec
+from hopbench.version import __version__
+
+SCHEMA = "hopbench.spec-targets"
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecTargetJob:
+    host: str
+    port: int
+    cfg: SpecConfig
+    folder: Path
+    secret: str | None
+    cpu: int | None
+    group: dict[str, Any]
+    target: int
+
+
+def _spec_target_main(job: SpecTargetJob, done: Any) -> None:
+    if job.cpu is not None:
+        os.sched_setaffinity(0, {job.cpu})
+    error = None
+    try:
+        run_spec(job.host, job.port, job.cfg, folder=lambda: R.new_folder(job.folder.parent, "", job.folder),
+                 secret=job.secret, group=job.group, target=job.target)
+    except KeyboardInterrupt:
+        error = "interrupted"
+    except HopbenchError as exc:
+        error = str(exc)
+    except Exception as exc:  # this target's error; the others go on
+        error = f"{exc.__class__.__name__}: {exc}"
+    done.put((job.target, error))
+
+
+def _estimate(values: list[float]) -> dict[str, Any]:
+    from hopbench.estimate import cell_estimate
+
+    if not values:
+        return {"value": None, "lo": None, "hi": None, "level": None, "n": 0}
+    e = cell_estimate(values)
+    return {"value": e.value, "lo": e.lo, "hi": e.hi, "level": e.level, "n": e.n_repeats}
+
+
+def _per_repeat(folder: Path, mode: str) -> tuple[dict[int, float], list[float]]:
+    """A target's tok/s per repeat of one mode, and its batch sizes' means."""
+    try:
+        doc = json.loads((folder / R.RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}, []
+    runs = [r for r in doc.get("runs", []) if r.get("mode") == mode and r.get("tok_s") is not None]
+    return {int(r["repeat"]): float(r["tok_s"]) for r in runs}, [r["batch_mean"] for r in runs if r.get("batch_mean")]
+
+
+def summarize_m(m: int, folders: list[Path], errors: dict[int, str | None], modes: list[str],
+                local: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per mode at this M: each target's tok/s (interval over repeats), the aggregate (summed
+    per repeat), the mean batch, and whether every target beats co-located (its interval's
+    low end above co-located's tok/s)."""
+    out = []
+    for mode in modes:
+        per = [(_per_repeat(f, mode), i + 1) for i, f in enumerate(folders)]
+        targets: list[dict[str, Any]] = []
+        for (reps, batches), t in per:
+            est = _estimate(list(reps.values()))
+            targets.append({"target": t, "tok_s": est, "batch_mean": sum(batches) / len(batches) if batches else None,
+                            "error": errors.get(t), "beats": bool(est["value"] is not None and local["value"]
+                                                                  and (est["lo"] if est["lo"] is not None else
+                                                                       est["value"]) > local["value"])})
+        by_target = [reps for (reps, _), _ in per]
+        common = set(by_target[0]).intersection(*by_target[1:]) if by_target else set()
+        agg = _estimate([sum(reps[k] for reps in by_target) for k in sorted(common)])
+        values: list[float] = [t["tok_s"]["value"] for t in targets if t["tok_s"]["value"] is not None]
+        worst = min(values, default=None)
+        out.append({"targets": m, "mode": mode, "per_target": targets, "aggregate_tok_s": agg,
+                    "worst_tok_s": worst, "all_beat": all(t["beats"] for t in targets) and len(targets) == m,
+                    "gain_worst": worst / local["value"] - 1 if worst and local["value"] else None})
+    return out
+
+
+def capacity(rows: list[dict[str, Any]], mode: str) -> int | None:
+    """The largest M measured up to which every M has every target beating co-located."""
+    cap = None
+    for r in sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["targets"]):
+        if not r["all_beat"]:
+            break
+        cap = r["targets"]
+    return cap
+
+
+def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], folder: Callable[[], Path], *,
+                     secret: str | None = None, cpu: str | None = None, say: Callable[[str], None] = print,
+                     warn: Callable[[str], None] = print) -> Path:
+    import multiprocessing as mp
+
+    from hopbench.core.client import Session
+    from hopbench.orchestration.clients import cpu_plan
+
+    modes = [m for m in cfg.modes if m != "local"]
+    if not modes:
+        raise ConfigError("--targets needs a remote mode (sync or overlap) besides local")
+    if any(m < 1 for m in targets):
+        raise ConfigError(f"--targets {','.join(map(str, targets))}: target counts are 1 or more")
+    probe = Session(host, port, timeout_s=cfg.timeout_s, secret=secret)
+    try:
+        limit = int((probe.server_hello.get("caps") or {}).get("max_sessions") or 1)
+        server_env, software = probe.server_env, probe.server_hello.get("software")
+        probe.bye()
+    finally:
+        probe.close()
+    if max(targets) > limit:
+        raise ConfigError(f"--targets {max(targets)}: the server at {host}:{port} serves {limit} session(s) at once "
+                          "(its --max-sessions); nothing was measured")
+    cpus, note = cpu_plan(cpu, max(targets))
+    if note:
+        warn(note)
+    seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)  # one seed: every target runs the modes in one order
+    cfg = dataclasses.replace(cfg, seed=seed)
+    top = folder()
+    doc: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
+                           "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}",
+                           "config": {**cfg.to_dict(), "targets": targets, "cpus": cpus}, "server_env": server_env,
+                           "server_software": software, "status": "running", "rows": [], "errors": {}}
+
+    def save(status: str) -> None:
+        doc["status"] = status
+        doc["finished_utc"] = R.utc_iso()
+        summary = [{"targets": r["targets"], "mode": r["mode"], "target": t["target"], "tok_s": t["tok_s"]["value"],
+                    "tok_s_lo": t["tok_s"]["lo"], "tok_s_hi": t["tok_s"]["hi"], "batch_mean": t["batch_mean"],
+                    "beats_colocated": t["beats"]} for r in doc["rows"] for t in r["per_target"]]
+        R.ResultFolder(top).write_run(doc, {R.SUMMARY_FILE: R.csv_text(
+            ["targets", "mode", "target", "tok_s", "tok_s_lo", "tok_s_hi", "batch_mean", "beats_colocated"], summary)})
+
+    from hopbench.orchestration.runner import saving_status
+
+    with saving_status(save, doc) as status:
+        say(f"co-located (mode local, the reference): {cfg.repeats} repeats x {cfg.cycles} cycles")
+        run_spec(None, None, dataclasses.replace(cfg, modes=("local",)), folder=top / "local")
+        reps, _ = _per_repeat(top / "local", "local")
+        local = _estimate(list(reps.values()))
+        doc["local_tok_s"] = local
+        ctx = mp.get_context("spawn")
+        for m in targets:
+            gid = uuid.uuid4().hex[:16]
+            say(f"M = {m}: {m} target(s) at once against the drafter ({', '.join(modes)}; group {gid})")
+            remote = dataclasses.replace(cfg, modes=tuple(modes))
+            jobs = [SpecTargetJob(host, port, remote, top / f"m{m}" / f"t{i + 1}", secret, cpus[i],
+                                  {"id": gid, "size": m}, i + 1) for i in range(m)]
+            done = ctx.Queue()
+            procs = [ctx.Process(target=_spec_target_main, args=(j, done)) for j in jobs]
+            for p in procs:
+                p.start()
+            errors: dict[int, str | None] = {}
+            for p, j in zip(procs, jobs):
+                p.join()
+                if p.exitcode != 0:
+                    errors[j.target] = f"target process exited with code {p.exitcode}"
+            while not done.empty():
+                t, e = done.get()
+                errors.setdefault(t, e)
+            doc["errors"].update({f"{m}/{t}": e for t, e in errors.items() if e})
+            rows = summarize_m(m, [j.folder for j in jobs], errors, modes, local)
+            doc["rows"].extend(rows)
+            for r in rows:
+                say(format_row(r, local))
+            save("running")
+        doc["capacity"] = {mode: capacity(doc["rows"], mode) for mode in modes}
+        if doc["errors"]:
+            status[0] = "error"
+    return top
+
+
+def format_row(r: dict[str, Any], local: dict[str, Any]) -> str:
+    def est(e: dict[str, Any]) -> str:
+        if e["value"] is None:
+            return "-"
+        return f"{e['value']:.2f}" + (f" [{e['lo']:.2f}..{e['hi']:.2f}]" if e["lo"] is not None else "")
+    per = "; ".join(f"t{t['target']} {est(t['tok_s'])}" + (f" (batch {t['batch_mean']:.2f})" if t["batch_mean"] else "")
+                    + (f" FAILED: {t['error']}" if t["error"] else "") for t in r["per_target"])
+    call = "every target beats co-located" if r["all_beat"] else "NOT every target beats co-located"
+    return (f"  M = {r['targets']} {r['mode']:<8} per target tok/s: {per}; aggregate {est(r['aggregate_tok_s'])}; "
+            f"co-located {local['value']:.2f}: {call}")
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for mode, cap in (doc.get("capacity") or {}).items():
+        measured = sorted({r["targets"] for r in doc["rows"] if r["mode"] == mode})
+        if cap is None:
+            out.append(f"{mode}: not even M = {measured[0]} beats co-located ({doc['local_tok_s']['value']:.2f} tok/s)")
+            continue
+        row = next(r for r in doc["rows"] if r["mode"] == mode and r["targets"] == cap)
+        more = " (the most measured: more may fit)" if cap == measured[-1] else ""
+        out.append(f"{mode}: one drafter serves up to {cap} targets{more}: at M = {cap} the slowest target makes "
+                   f"{row['worst_tok_s']:.2f} tok/s against {doc['local_tok_s']['value']:.2f} co-located "
+                   f"({row['gain_worst']:+.1%}); each target's interval over repeats is above co-located up to there")
+    return out
+
+
+__all__ = ["capacity", "run_spec_targets", "summarize_m", "summary_lines"]
