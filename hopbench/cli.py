@@ -270,6 +270,54 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
         print(json.dumps(doc, indent=1))
 
 
+@app.command()
+def fanin(
+    ray_address: Annotated[str, typer.Option("--ray", help="The Ray cluster: ADDRESS (head:6379) or auto.")],
+    server: Annotated[str, typer.Option(help="The node (its address, as `hopbench matrix` names it) that serves: the drafter.")],
+    targets: Annotated[int, typer.Option(help="Targets at once, one per other node (after the first alone, the reference).")] = 2,
+    tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,3.")] = "1,3",
+    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes in bytes.")] = None,
+    transport: Annotated[str, typer.Option(help="tcp, zmq or ucx.")] = "tcp",
+    cycles: Annotated[int, typer.Option(help="Timed cycles per payload per target.")] = 500,
+    time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="About this many seconds per payload instead of --cycles (every target the same time: the better measure of sharing).")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload.")] = 50,
+    wait_nodes: Annotated[int, typer.Option(help="Wait (up to 2 minutes) until the cluster has this many alive nodes.")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
+    json_out: JsonOpt = False,
+):
+    """Targets on several Ray nodes against one server node, started together (docs/MATRIX.md "Fan-in")."""
+    from hopbench.orchestration import clients as C
+    from hopbench.orchestration import fanin as FI
+    from hopbench.orchestration import matrix as M
+    from hopbench.orchestration import runjob
+    from hopbench.orchestration.runner import naming_what_was_kept
+
+    if out is not None and out.exists():
+        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    say = functools.partial(print, file=sys.stderr) if json_out else print
+
+    def plan(host: str, port: int) -> Any:
+        return runjob.plan(runjob.RunRequest(host=host, port=port, transport=transport, tokens=tokens, bytes=bytes_,
+                                             cycles=cycles, time_s=time_s, warmup=warmup, clients=targets))
+    agents = M.RayAgents(ray_address, wait_nodes=wait_nodes)
+    made: list[Path] = []
+
+    def make() -> Path:
+        made.append(R.new_folder(results_dir, "fanin", out))
+        return made[0]
+    try:
+        with naming_what_was_kept(made):
+            record = FI.run_fanin(agents, server, targets, plan, make, say=say,
+                                  warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
+    finally:
+        agents.close()
+    C.result_table(record["payloads"], say)
+    say(f"results: {record['folder']}")
+    if json_out:
+        print(runjob.result_document(record["folder"]))
+
+
 @app.command("spec-rungs")
 def spec_rungs(config: Annotated[Path, typer.Argument(help="Spec config (configs/spec.toml).")] = Path("configs/spec.toml"),
                results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results")):

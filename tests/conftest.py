@@ -58,3 +58,24 @@ def dead_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@pytest.fixture
+def ray_cluster():
+    """A factory of started namespace Ray clusters (hopbench.testing.raycluster), skipped
+    where they cannot run; each is stopped afterwards and must leave nothing behind."""
+    from hopbench.testing import raycluster
+
+    why = raycluster.available()
+    if why:
+        pytest.skip(why)
+    made = []
+
+    def make(**kw):
+        c = raycluster.LocalCluster(**kw)
+        made.append(c)
+        return c.start()
+    yield make
+    for c in made:
+        c.stop()
+        assert c.leftovers() == []

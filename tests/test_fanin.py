@@ -242,3 +242,27 @@ def test_spec_targets_above_the_server_limit_is_refused_first(server_factory, tm
             str(tmp_path / "x"))
     assert r.returncode != 0 and "--targets 4: the server at" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_fanin_targets_on_ray_nodes_share_the_drafters_shaped_link(tmp_path, ray_cluster):
+    """3 Ray nodes, each in its own network namespace on one bridge; the server node's link
+    shaped to 100 Mbit both ways (the drafter's link). `hopbench fanin --targets 2` puts a
+    target on each other node: the reference alone, then both at once, started together;
+    sharing the drafter's link, each target's hop about doubles."""
+    cluster = ray_cluster(nodes=3, slow=0, subnet=87)
+    out = tmp_path / "f"
+    r = cluster.hopbench(0, "fanin", "--ray", cluster.head, "--server", cluster.addresses[0], "--targets", "2",
+                         "--tokens", "3", "--cycles", "60", "--warmup", "5", "--wait-nodes", "3", "--out", str(out),
+                         "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    top = doc["report"]
+    assert top["status"] == "complete" and top["fanin"]["server"] == cluster.addresses[0]
+    assert sorted(top["fanin"]["targets"]) == sorted(cluster.addresses[1:])
+    (t3,) = [p for p in top["payloads"] if p["payload"] == "T3@2"]
+    assert [t["n"] for t in t3["targets"]] == [60, 60]
+    nodes = {json.loads((out / "targets" / f"t{i}" / "report.json").read_text())["fanin"]["node"] for i in (1, 2)}
+    assert nodes == set(cluster.addresses[1:])  # one target per node
+    assert t3["aggregate"]["incast"] > 1.5, t3["aggregate"]  # bandwidth-bound: the link is shared

@@ -4,7 +4,6 @@ with Ray installed, a 4-node Ray cluster in network namespaces with one node's l
 which the matrix must name (test_matrix_names_the_slowed_node_on_a_ray_cluster)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -140,36 +139,22 @@ def test_outlier_rule_names_the_slow_node_with_its_cause_and_not_the_others():
 
 @pytest.mark.netns
 @pytest.mark.slow
-def test_matrix_names_the_slowed_node_on_a_ray_cluster(tmp_path):
+def test_matrix_names_the_slowed_node_on_a_ray_cluster(tmp_path, ray_cluster):
     """4 Ray nodes, each in its own network namespace on one bridge; node 2's link shaped to
     100 Mbit both ways. `hopbench matrix --quick` from the head node must name node 2, and
     everything is cleaned up afterwards."""
-    import subprocess
-    import sys
-
-    from hopbench.testing import raycluster
-
-    why = raycluster.available()
-    if why:
-        pytest.skip(why)
-    cluster = raycluster.LocalCluster(nodes=4, slow=2, subnet=89)
-    try:
-        cluster.start()
-        out = tmp_path / "m"
-        r = subprocess.run([*cluster.exec_prefix(0), sys.executable, "-m", "hopbench", "matrix", "--ray", cluster.head,
-                            "--quick", "--wait-nodes", "4", "--concurrency", "1", "--out", str(out), "--json"],
-                           capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
-        assert r.returncode == 0, r.stderr[-3000:]
-        doc = json.loads(r.stdout)
-        named = [(f["kind"], f["name"]) for f in doc["outliers"]]
-        assert named == [("node", cluster.addresses[2])], (named, r.stderr[-2000:])
-        assert any("shaper" in c for c in doc["outliers"][0]["causes"]), doc["outliers"][0]
-        assert (out / "plots" / "matrix_hop.png").stat().st_size > 1000 and (out / "report.html").exists()
-        top = json.loads((out / "sweep.json").read_text())
-        assert top["status"] == "complete" and len(top["matrix"]["nodes"]) == 4
-    finally:
-        cluster.stop()
-        assert cluster.leftovers() == []
+    cluster = ray_cluster(nodes=4, slow=2, subnet=89)
+    out = tmp_path / "m"
+    r = cluster.hopbench(0, "matrix", "--ray", cluster.head, "--quick", "--wait-nodes", "4", "--concurrency", "1",
+                         "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    named = [(f["kind"], f["name"]) for f in doc["outliers"]]
+    assert named == [("node", cluster.addresses[2])], (named, r.stderr[-2000:])
+    assert any("shaper" in c for c in doc["outliers"][0]["causes"]), doc["outliers"][0]
+    assert (out / "plots" / "matrix_hop.png").stat().st_size > 1000 and (out / "report.html").exists()
+    top = json.loads((out / "sweep.json").read_text())
+    assert top["status"] == "complete" and len(top["matrix"]["nodes"]) == 4
 
 
 def test_matrix_with_a_codec_measures_it_beside_the_raw_bytes(tmp_path):

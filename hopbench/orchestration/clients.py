@@ -217,11 +217,14 @@ def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None
 def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
                 secret: str | None = None, cpu: str | None = None, warn: Callable[[str], None] = print,
                 say: Callable[[str], None] = print, reference: bool = True,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                extra: dict[str, Any] | None = None,
+                runner: Callable[[list[TargetJob]], dict[int | None, str | None]] | None = None) -> dict[str, Any]:
     """Both phases (alone, then cfg.clients at once) and the run's folder, made by `folder()`
     once the server has said it serves M sessions at once; its `clients` record. Without
     `reference` only the M phase (a sweep's M = 1 cells are its reference); `extra` is
-    recorded at the top of report.json (a sweep cell's identity)."""
+    recorded at the top of report.json (a sweep cell's identity). `runner` runs the target
+    jobs (default: one spawned process each on this host; the Ray fan-in: one per node)."""
+    runner = runner or run_targets
     from hopbench.core.client import Session
 
     m = cfg.clients
@@ -248,15 +251,15 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     if reference:
         alone_dir = sub / ALONE
         say(f"phase 1: one target alone (the reference), CPU {cpus[0] if cpus[0] is not None else 'any'}")
-        err = run_targets([TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
-                                     cpus[0], None, None)])
+        err = runner([TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
+                                cpus[0], None, None)])
         alone = _read_report(alone_dir)
         if alone is None:
             raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
     say(f"{'phase 2: ' if reference else ''}{m} targets at once, started together (group {group})")
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
     jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]
-    errors = run_targets(jobs)
+    errors = runner(jobs)
     entries, sample_rows, summary_rows = aggregate(alone, [(j.target or 0, j.folder, errors.get(j.target))
                                                            for j in jobs], m)
     record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}" if reference else None,

@@ -345,12 +345,13 @@ class _Agent:
         rep["qdisc"] = _qdisc(rep["route_interface"]) if rep["route_interface"] else None
         return rep
 
-    def serve(self) -> tuple[str, int]:
+    def serve(self, max_sessions: int = 1) -> tuple[str, int]:
         if self.server is None:
             from hopbench.core.server import Server, ServerConfig
 
             self.server = Server(ServerConfig(host=self.address, port=0, poll=self.poll,
-                                              transport_settings=self.settings, loop=self.loop), log=lambda line: None)
+                                              transport_settings=self.settings, loop=self.loop,
+                                              max_sessions=max_sessions), log=lambda line: None)
             threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self.address, int(self.server.address[1])
 
@@ -369,8 +370,9 @@ class _Agent:
             out = Path(tmp) / "cell"
             out.mkdir()
             try:
-                run_session(host, port, [Payload(**job["payload"])], RunConfig.from_dict(job["config"]), folder=out,
-                            extra=job.get("extra"))
+                loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: the fan-in's
+                run_session(host, port, loads, RunConfig.from_dict(job["config"]), folder=out, extra=job.get("extra"),
+                            group=job.get("group"), target=job.get("target"))
                 answer: dict[str, Any] = {"ok": True}
             except HopbenchError as exc:
                 answer = {"ok": False, "error": str(exc)}
@@ -498,9 +500,21 @@ class RayAgents:
         rep: dict = self._call(node, "doctor")
         return rep
 
-    def serve(self, node: str) -> tuple[str, int]:
-        host, port = self._call(node, "serve")
+    def serve(self, node: str, max_sessions: int = 1) -> tuple[str, int]:
+        host, port = self._call(node, "serve", max_sessions)
         return str(host), int(port)
+
+    def run_many(self, calls: list[tuple[str, str, int, dict]]) -> list[dict]:
+        """Jobs on several nodes at once (the fan-in's targets): each node's answer, or its error."""
+        ray = self.ray
+        refs = [self.actors[node].run.remote(host, port, job) for node, host, port, job in calls]
+        out = []
+        for (node, _, _, _), ref in zip(calls, refs):
+            try:
+                out.append(ray.get(ref, timeout=self.timeout_s))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+                out.append({"ok": False, "error": f"node {node}: {type(exc).__name__}", "files": {}})
+        return out
 
     def run(self, node: str, host: str, port: int, job: dict) -> dict:
         try:

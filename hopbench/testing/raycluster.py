@@ -56,6 +56,11 @@ class LocalCluster:
     def exec_prefix(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.ns[i]]
 
+    def hopbench(self, i: int, *args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess:
+        """`hopbench ARGS` on node i (in its namespace), from the repository root."""
+        return subprocess.run([*self.exec_prefix(i), sys.executable, "-m", "hopbench", *args], capture_output=True,
+                              text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parent.parent.parent)
+
     def start(self, timeout_s: float = 90.0) -> "LocalCluster":
         try:
             self._network()
