@@ -132,10 +132,40 @@ def _read_report(folder: Path) -> dict[str, Any] | None:
     return doc
 
 
+def _ends(rows: list[dict[str, str]], gap_ns: int) -> np.ndarray:
+    """Each cycle's end on its target's own timeline (ns from its plan's start): open loop,
+    its intended send + its round trip (measured from it); closed loop, the round trips and
+    think times back to back."""
+    rtt = np.asarray([int(r["rtt_ns"]) for r in rows], dtype=np.int64)
+    if rows and rows[0].get("intended_ns"):
+        return np.asarray([int(r["intended_ns"]) for r in rows], dtype=np.int64) + rtt
+    return np.cumsum(rtt + gap_ns)
+
+
+def common_window(timelines: list[tuple[np.ndarray, np.ndarray, bool]]) -> tuple[int, int] | None:
+    """The span in which every target that completed was in its timed cycles: from the last
+    target's first timed cycle to the first target's last cycle (the plans started together,
+    so their timelines share an origin to within the server's send loop). `timelines`: per
+    target (cycle ends, timed mask, completed). None when there is no such span."""
+    done = [(ends, timed) for ends, timed, ok in timelines if ok and timed.any()]
+    if not done:
+        return None
+    starts = []
+    for ends, timed in done:  # a target's timed cycles start where its last untimed one ended
+        i0 = int(np.argmax(timed))
+        starts.append(int(ends[i0 - 1]) if i0 else 0)
+    w0 = max(starts)
+    w1 = min(int(ends[-1]) for ends, _ in done)
+    return (w0, w1) if w1 > w0 else None
+
+
 def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str | None]],
               clients: int) -> tuple[list[dict], list[dict], list[dict]]:
-    """The M phase per payload: the pooled timed samples' summary (the per-target hop at M),
-    the targets' rows, and the aggregate; returns (payload entries, sample rows, summary rows)."""
+    """The M phase per payload, over the targets' common window (common_window: every target
+    in its timed cycles; the cycles of the others' head and tail are left out: `warmup` = 2,
+    phase `outside`): the pooled round trips' summary (the per-target hop at M), a row per
+    target (its cycles in the window: n, tails, rate, goodput), and the aggregate. Returns
+    (payload entries, sample rows, summary rows)."""
     from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
 
     alone_p50 = {p["payload"]: p["summary"].get("p50_ns") for p in (alone or {}).get("payloads", [])}
@@ -150,28 +180,46 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
     summary_rows: list[dict] = []
     samples_by_target = {t: _read_csv(folder / R.SAMPLES_FILE) for t, folder, _, _ in reports}
     for label in order:
+        found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
+                 for t, _, err, rep in reports]
+        plan = next((p["plan"] for _, _, p in found if p is not None), None)
+        if plan is None:
+            continue
+        gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
+        lines: dict[int, tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool]] = {}
+        for t, err, p in found:
+            if p is None:
+                continue
+            rows = sorted((r for r in samples_by_target[t] if r["payload"] == label), key=lambda r: int(r["seq"]))
+            timed = np.asarray([r["phase"] == "timed" for r in rows], dtype=bool)
+            lines[t] = (rows, _ends(rows, gap_ns), timed, bool(p["summary"].get("complete")) and not err)
+        window = common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
         per: list[dict] = []
         pooled: list[int] = []
         merged = hdr_histogram()
-        plan = None
-        for t, _, err, rep in reports:
-            p = next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None)
+        for t, err, p in found:
             if p is None:
                 per.append({"target": t, "complete": False, "error": err or "no measurement"})
                 continue
-            plan = plan or p["plan"]
+            rows, ends, timed, _ = lines[t]
+            inside = timed & (ends > window[0]) & (ends <= window[1]) if window else timed
+            x = np.asarray([int(r["rtt_ns"]) for r in rows], dtype=np.int64)[inside]
+            for r, keep, was in zip(rows, inside, timed):
+                sample_rows.append(r if keep or not was else {**r, "warmup": 2, "phase": "outside"})
+            pooled.extend(x.tolist())
+            h = hdr_histogram(x)
+            merged.add(h)
+            st = summarize(x) if x.size else {"n": 0}
+            span_s = (window[1] - window[0]) / 1e9 if window else None
+            rate = x.size / span_s if span_s else p["summary"].get("cycles_per_s")
             s = p["summary"]
-            timed = [int(r["rtt_ns"]) for r in samples_by_target[t] if r["payload"] == label and r["phase"] == "timed"]
-            pooled.extend(timed)
-            if p.get("hdr"):
-                merged.add(hdr_histogram(encoded=p["hdr"]))
-            sample_rows.extend(r for r in samples_by_target[t] if r["payload"] == label)
             per.append({"target": t, "complete": bool(s.get("complete")), "error": p.get("error") or err,
-                        **{k: s.get(k) for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s", "goodput_mbit",
-                                                 "late_sends", "send_lag_p50_ns", "hdr_p99_ns", "hdr_p999_ns")}})
-            summary_rows.append(s)
-        if plan is None:
-            continue
+                        "n": int(x.size), "n_total": s.get("n"), "p50_ns": st.get("p50_ns"), "p99_ns": st.get("p99_ns"),
+                        "p999_ns": st.get("p999_ns"), "cycles_per_s": rate,
+                        "goodput_mbit": rate * int(plan["request_bytes"]) * 8 / 1e6 if rate else None,
+                        **{k: s.get(k) for k in ("late_sends", "send_lag_p50_ns")}, **hdr_tails(h)})
+            summary_rows.append({**s, **{k: per[-1][k] for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s",
+                                                                "goodput_mbit", "hdr_p99_ns", "hdr_p999_ns")}})
         summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
                    if not k.startswith("drift")}
         rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
@@ -179,9 +227,10 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
         base = alone_p50.get(label.rsplit("@", 1)[0])
         agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
                "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
+               "window_s": (window[1] - window[0]) / 1e9 if window else None,
                "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
                **hdr_tails(merged)}
-        first = next(s for s in summary_rows[::-1] if s.get("payload") == label)
+        first = next(p["summary"] for _, _, p in found if p is not None)
         summary.update({k: first.get(k) for k in ("payload", "transport", "tokens", "request_bytes", "reply_bytes", "k")},
                        complete=all(x["complete"] for x in per), target="all", clients=clients,
                        offered_per_s=first.get("offered_per_s"), cycles_per_s=agg["cycles_per_s"],
@@ -192,8 +241,7 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
         entries.append({"payload": label, "tokens": first.get("tokens"), "plan": plan, "summary": summary,
                         "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
                         "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
-                        "started_unix": min((q.get("started_unix") or 0 for _, _, _, rep in reports
-                                             for q in (rep or {}).get("payloads", []) if q["payload"] == label),
+                        "started_unix": min((p.get("started_unix") or 0 for _, _, p in found if p is not None),
                                             default=None)})
     return entries, sample_rows, summary_rows
 

@@ -75,7 +75,8 @@ class LocalCluster:
         _ip("addr", "add", f"{self.net}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, ns in enumerate(self.ns):
-            a, b = f"{PREFIX}{i}{self.net.split('.')[1]}a", f"{PREFIX}{i}{self.net.split('.')[1]}b"
+            a = self._host_ends()[i]
+            b = a[:-1] + "b"
             _ip("netns", "add", ns)
             _ip("link", "add", a, "type", "veth", "peer", "name", b)
             _ip("link", "set", b, "netns", ns)
@@ -118,6 +119,8 @@ class LocalCluster:
                 time.sleep(0.5)  # a grace period before SIGKILL, not synchronisation
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
+        for dev in self._host_ends():  # the kernel frees a deleted namespace's veths lazily: not left to it
+            _ip("link", "del", dev, check=False)
         _ip("link", "del", self.bridge, check=False)
         current = Path("/tmp/ray/ray_current_cluster")  # `ray start --head` left our address for "auto"
         try:
@@ -126,10 +129,13 @@ class LocalCluster:
         except OSError:
             pass
 
+    def _host_ends(self) -> list[str]:
+        return [f"{PREFIX}{i}{self.net.split('.')[1]}a" for i in range(self.n)]
+
     def leftovers(self) -> list[str]:
         names = _ip("netns", "list", check=False).stdout
-        return [ns for ns in self.ns if ns in names] + ([self.bridge] if _ip("link", "show", self.bridge,
-                                                                              check=False).returncode == 0 else [])
+        links = [d for d in [self.bridge, *self._host_ends()] if _ip("link", "show", d, check=False).returncode == 0]
+        return [ns for ns in self.ns if ns in names] + links
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
