@@ -80,7 +80,11 @@ def main() -> None:
     ap.add_argument("--handshake-timeout", type=float, default=3.0)
     a = ap.parse_args()
     ncpu = os.cpu_count() or 1
-    server_cpu, client_cpu, attack_cpu = "0", 0, (1 if ncpu > 1 else None)
+    # 2 CPUs: the honest client beside the server, the attack on the other; 4 or more: the
+    # server on all but two (its session threads spread as a drafter box's would), the honest
+    # client and the attack on one each
+    server_cpu, client_cpu, attack_cpu = ((f"0-{ncpu - 3}", ncpu - 2, ncpu - 1) if ncpu >= 4
+                                          else ("0", 0, (1 if ncpu > 1 else None)))
     srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--max-sessions", "16",
                             "--cpu", server_cpu, "--handshake-timeout", str(a.handshake_timeout)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

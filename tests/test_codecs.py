@@ -197,8 +197,11 @@ def test_run_cli_codecs_side_by_side_and_analysis_series(server, tmp_path):
     vs = [verdict(r, t, est, inputs_from(load_shape(), None, None, None)) for r, t, est in hop_rows(out, 3, groups)]
     calls = {c["codec"]: c for c in codec_calls(vs)}
     assert set(calls) == {"zstd:1", "int8"}
-    for c in calls.values():  # loopback: the raw hop is tens of us, no CPU codec can pay
-        assert c["pays"] == (c["hop_ms"] < c["raw_hop_ms"])
+    by = {v.transport: v for v in vs}
+    for c in calls.values():  # the call needs the two hops' intervals apart (verdict.codec_calls)
+        lo, hi = by[f"tcp+{c['codec']}"].hop_ci_ms or (c["hop_ms"],) * 2
+        rlo, rhi = by["tcp"].hop_ci_ms or (c["raw_hop_ms"],) * 2
+        assert c["pays"] == (hi < rlo) and c["undecided"] == (not hi < rlo and not lo > rhi)
     res = runner.invoke(app, ["verdict", str(out)])
     assert res.exit_code == 0 and "codec zstd:1 on run (tcp (synthetic data))" in res.output, res.output
     assert float(rows["T3+int8"]["rel_rms"]) > 0 and rows["T3+zstd:1"]["rel_rms"] == ""  # lossy error, lossless none
