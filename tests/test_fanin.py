@@ -238,6 +238,13 @@ def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path)
     assert doc["local_tok_s"]["value"] > 0 and "sync" in doc["capacity"]
     assert "M = 2 sync" in r.stderr and ("one drafter serves up to" in r.stderr or "not even" in r.stderr)
     assert (out / "m2" / "t2" / "report.json").exists() and (out / "summary.csv").exists()
+    run, _, _ = _run_req(srv, tmp_path / "r", tokens="3", cycles=50)  # the report's Answer says the capacity
+    page = _hb("report", str(run), "--spec", str(out), "-o", str(tmp_path / "p.html"))
+    assert page.returncode == 0, page.stderr[-2000:]
+    text = (tmp_path / "p.html").read_text()
+    assert "measured by hopbench spec --targets" in text
+    assert (f"one drafter box serves up to {doc['capacity']['sync']} targets" if doc["capacity"]["sync"]
+            else "not even one target") in text
 
 
 def test_spec_targets_above_the_server_limit_is_refused_first(server_factory, tmp_path):

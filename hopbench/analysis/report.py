@@ -183,6 +183,10 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
 
     out = []
     for sf in spec_folders:
+        targets = _spec_targets(sf)
+        if targets is not None:  # spec --targets: how many targets one drafter serves, measured
+            out.append(targets)
+            continue
         report, modes = S.analyse(sf)
         by = {m.mode: m for m in modes}
         remote = max((by[m] for m in ("sync", "overlap") if m in by), key=lambda m: m.tok_s.value, default=None)
@@ -196,6 +200,33 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
                     "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
                     "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call})
     return out
+
+
+def _spec_targets(folder: Path) -> dict | None:
+    """A `hopbench spec --targets` folder's capacity per remote mode (None: not such a folder)."""
+    import json
+
+    from hopbench.results import RUN_FILE, verify_files
+
+    path = Path(folder) / RUN_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != "hopbench.spec-targets":
+        return None
+    verify_files(path, doc)
+    caps = doc.get("capacity") or {}
+    if not caps or not isinstance(doc.get("rows"), list):
+        raise HopbenchError(f"{folder}: a spec --targets result without its capacity (status {doc.get('status')})")
+    mode = max(caps, key=lambda m: caps[m] or 0)
+    cap = caps[mode]
+    rows = [r for r in doc["rows"] if r.get("mode") == mode]
+    at = next((r for r in rows if r.get("targets") == cap), None)
+    return {"kind": "targets", "folder": str(folder), "rung": (doc.get("config") or {}).get("rung") or "run",
+            "mode": mode, "capacity": cap, "measured": sorted(r["targets"] for r in rows),
+            "local_tok_s": (doc.get("local_tok_s") or {}).get("value"),
+            "worst_tok_s": at.get("worst_tok_s") if at else None, "gain": at.get("gain_worst") if at else None}
 
 
 def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
@@ -404,7 +435,7 @@ def _answer(doc: dict) -> str:
         if v["rung"] not in best or v["hop_ms"] < doc["verdicts"][best[v["rung"]]["i"]]["hop_ms"]:
             best[v["rung"]] = {"i": i}
     items = []
-    measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or [])}
+    measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or []) if s.get("kind") != "targets"}
     rungs = doc.get("rungs") or {}
     for rung, b in best.items():
         i = b["i"]
@@ -434,6 +465,21 @@ def _answer(doc: dict) -> str:
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
     items += _codec_answers(doc)
     items += _targets_answers(doc)
+    for j, s in enumerate(doc.get("spec_measured") or []):
+        if s.get("kind") != "targets":
+            continue
+        tried = ", ".join(map(str, s["measured"]))
+        if s["capacity"] is None:
+            items.append(f'<li><b>{_esc(s["rung"])}</b>, measured by hopbench spec --targets ({_esc(s["folder"])}): '
+                         f'<span class="call costs">not even one target</span> beats co-located (M measured: {tried})</li>')
+            continue
+        items.append(f'<li><b>{_esc(s["rung"])}</b>: <span class="call pays">one drafter box serves up to '
+                     f'{s["capacity"]} targets</span> &mdash; measured by hopbench spec --targets ({_esc(s["folder"])}), '
+                     f'{_esc(s["mode"])}: at M = {s["capacity"]} the slowest target makes '
+                     f'{num(doc, f"spec_measured.{j}.worst_tok_s", 2)} tok/s against '
+                     f'{num(doc, f"spec_measured.{j}.local_tok_s", 2)} co-located '
+                     f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%), every target\'s interval above '
+                     f'co-located up to there (M measured: {tried})</li>')
     if not items:
         return ""
     inp = doc["inputs"]
