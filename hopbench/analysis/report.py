@@ -226,7 +226,8 @@ def _spec_targets(folder: Path) -> dict | None:
     return {"kind": "targets", "folder": str(folder), "rung": (doc.get("config") or {}).get("rung") or "run",
             "mode": mode, "capacity": cap, "measured": sorted(r["targets"] for r in rows),
             "local_tok_s": (doc.get("local_tok_s") or {}).get("value"),
-            "worst_tok_s": at.get("worst_tok_s") if at else None, "gain": at.get("gain_worst") if at else None}
+            "worst_tok_s": at.get("worst_tok_s") if at else None,
+            "worst_tok_s_ci": at.get("worst_tok_s_ci") if at else None, "gain": at.get("gain_worst") if at else None}
 
 
 def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
@@ -473,10 +474,13 @@ def _answer(doc: dict) -> str:
             items.append(f'<li><b>{_esc(s["rung"])}</b>, measured by hopbench spec --targets ({_esc(s["folder"])}): '
                          f'<span class="call costs">not even one target</span> beats co-located (M measured: {tried})</li>')
             continue
+        ci = (f' [{num(doc, f"spec_measured.{j}.worst_tok_s_ci.0", 2)}&ndash;'
+              f'{num(doc, f"spec_measured.{j}.worst_tok_s_ci.1", 2)}]' if (s.get("worst_tok_s_ci") or [None])[0]
+              is not None else "")
         items.append(f'<li><b>{_esc(s["rung"])}</b>: <span class="call pays">one drafter box serves up to '
                      f'{s["capacity"]} targets</span> &mdash; measured by hopbench spec --targets ({_esc(s["folder"])}), '
                      f'{_esc(s["mode"])}: at M = {s["capacity"]} the slowest target makes '
-                     f'{num(doc, f"spec_measured.{j}.worst_tok_s", 2)} tok/s against '
+                     f'{num(doc, f"spec_measured.{j}.worst_tok_s", 2)}{ci} tok/s against '
                      f'{num(doc, f"spec_measured.{j}.local_tok_s", 2)} co-located '
                      f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%), every target\'s interval above '
                      f'co-located up to there (M measured: {tried})</li>')

@@ -147,7 +147,7 @@ class RunConsole:
         if note:  # once connected (a run that cannot start says only why): advice, not an error
             self.say(f"note: {note}")
         how = f"about {req.time_s:g} s" if req.time_s else f"{req.cycles} cycles"
-        load = f", open loop {req.mps:g}/s {req.arrivals} per target" if req.mps else ""
+        load = f", open loop {req.mps:g}/s {req.arrivals} per target" if req.mps else ", closed loop"
         if req.clients > 1:
             self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how}{load}; one target alone, then "
                      f"{req.clients} at once)")

@@ -97,8 +97,10 @@ def summarize_m(m: int, folders: list[Path], errors: dict[int, str | None], mode
         agg = _estimate([sum(reps[k] for reps in by_target) for k in sorted(common)])
         values: list[float] = [t["tok_s"]["value"] for t in targets if t["tok_s"]["value"] is not None]
         worst = min(values, default=None)
+        slowest = next((t["tok_s"] for t in targets if t["tok_s"]["value"] == worst), None) if values else None
         out.append({"targets": m, "mode": mode, "per_target": targets, "aggregate_tok_s": agg,
-                    "worst_tok_s": worst, "all_beat": all(t["beats"] for t in targets) and len(targets) == m,
+                    "worst_tok_s": worst, "worst_tok_s_ci": [slowest["lo"], slowest["hi"]] if slowest else None,
+                    "all_beat": all(t["beats"] for t in targets) and len(targets) == m,
                     "gain_worst": worst / local["value"] - 1 if worst and local["value"] else None})
     return out
 
@@ -216,8 +218,10 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
             continue
         row = next(r for r in doc["rows"] if r["mode"] == mode and r["targets"] == cap)
         more = " (the most measured: more may fit)" if cap == measured[-1] else ""
+        ci = row.get("worst_tok_s_ci") or [None, None]
+        iv = f" [{ci[0]:.2f}..{ci[1]:.2f}]" if ci[0] is not None else ""
         out.append(f"{mode}: one drafter serves up to {cap} targets{more}: at M = {cap} the slowest target makes "
-                   f"{row['worst_tok_s']:.2f} tok/s against {doc['local_tok_s']['value']:.2f} co-located "
+                   f"{row['worst_tok_s']:.2f}{iv} tok/s against {doc['local_tok_s']['value']:.2f} co-located "
                    f"({row['gain_worst']:+.1%}); each target's interval over repeats is above co-located up to there")
     return out
 
