@@ -140,24 +140,61 @@ def _children() -> list[int]:
     return kids
 
 
-def test_open_loop_measures_from_the_intended_send_time(server, tmp_path):
-    """At a rate the loopback hop keeps up with, sends leave on schedule; at one it cannot
-    (an interval shorter than the round trip), every send is late and the latency measured
-    from the intended time grows with the queue: coordinated omission corrected."""
-    folder, lines, _ = _run_req(server, tmp_path / "slow", tokens="1", cycles=300, mps=500.0)
-    s = json.loads((folder / "report.json").read_text())["payloads"][0]["summary"]
-    assert s["offered_per_s"] == 500.0 and s["late_sends"] < 30
-    assert 400 < s["cycles_per_s"] <= 510
-    folder, _, _ = _run_req(server, tmp_path / "fast", tokens="3", cycles=300, mps=1e6)
+def test_open_loop_measures_from_the_intended_send_time():
+    """The open loop against a channel whose round trip is set, on a clock that only moves when
+    read (deterministic: no real time): while the round trip is shorter than the interval,
+    every send leaves at its intended time and the sample is the round trip; once it is longer,
+    each send waits for the previous reply, its lag grows, and the sample, measured from the
+    intended time, carries the backlog (coordinated omission corrected)."""
+    from hopbench.core import protocol as P
+    from hopbench.core.timing import run_cycles
+
+    now = [0]
+
+    def clock():
+        now[0] += 100  # every read moves the clock 100 ns: a spin ends
+        return now[0]
+
+    codec = P.ReplyCodec(2, 4)
+    request, reply = bytearray(64), bytearray(8)
+
+    class Channel:  # the server: answers the request's seq after `rtt` ns
+        rtt = 0
+
+        def send(self, buf):
+            pass
+
+        def recv_into(self, buf):
+            now[0] += self.rtt
+            codec.pack(buf, P.SEQ.unpack_from(request, 0)[0])
+
+    ch = Channel()
+    interval = 150_000  # below SPIN_NS: the loop spins on this clock, never sleeps for real
+    schedule = np.arange(40, dtype=np.int64) * interval
+    samples, lag = np.zeros(40, dtype=np.int64), np.zeros(40, dtype=np.int64)
+    ch.rtt = 50_000  # keeps up
+    assert run_cycles(ch, request, reply, codec, samples, clock=clock, schedule=schedule, lag=lag) == 40
+    assert lag.max() <= 300 and np.all(samples >= 50_000) and samples.max() <= 50_000 + 500
+    ch.rtt = 200_000  # falls behind by 50 us a cycle
+    run_cycles(ch, request, reply, codec, samples, clock=clock, schedule=schedule, lag=lag)
+    assert np.all(np.diff(lag[1:]) > 40_000)  # each send later than the last
+    assert samples[-1] > samples[0] + 30 * 40_000  # the backlog is in the latency
+    assert np.all(samples[1:] >= lag[1:] + 200_000)
+
+
+def test_open_loop_end_to_end(server, tmp_path):
+    """--mps through run: the schedule, the lag and the late sends land in the records; at a
+    rate no hop can keep up with, every send after the first is late."""
+    folder, lines, _ = _run_req(server, tmp_path / "fast", tokens="3", cycles=300, mps=1e6)
     p = json.loads((folder / "report.json").read_text())["payloads"][0]
     s = p["summary"]
-    assert s["late_sends"] >= 290  # the hop takes far longer than 1 us: every send after the first is late
+    assert s["offered_per_s"] == 1e6 and s["late_sends"] >= 290  # the hop takes far longer than 1 us
     rows = [ln.split(",") for ln in (folder / "samples.csv").read_text().splitlines()]
     col = {name: i for i, name in enumerate(rows[0])}
     timed = [r for r in rows[1:] if r[col["phase"]] == "timed"]
     rtt = [int(r[col["rtt_ns"]]) for r in timed]
     assert rtt[-1] > 10 * rtt[0]  # latency from the intended time: the backlog is in it
-    assert all(int(r[col["send_lag_ns"]]) >= 0 for r in timed)
+    assert all(int(r[col["send_lag_ns"]]) >= 0 and r[col["intended_ns"]] for r in timed)
     assert any("late sends" in ln for ln in lines)
 
 
