@@ -138,8 +138,13 @@ def test_drafts_that_arrive_together_run_as_one_batch():
     _all([threading.Thread(target=one) for _ in range(3)])
     assert sizes == [3, 3, 3]  # one batch: the window (30 s) never had to expire
     sizes.clear()
-    _all([threading.Thread(target=lambda: sizes.append(groups.draft("b", 0.1, 0.1, 0.2, 2))) for _ in range(3)])
-    assert sorted(sizes) == [1, 2, 2]  # max_batch 2: a batch of two, the third alone once its window (0.2 s) ends
+    together = threading.Barrier(3)
+
+    def capped():
+        together.wait()
+        sizes.append(groups.draft("b", 0.1, 0.1, 0.5, 2))
+    _all([threading.Thread(target=capped) for _ in range(3)])
+    assert sorted(sizes) == [1, 2, 2]  # max_batch 2: a batch of two, the third alone once its window (0.5 s) ends
     groups.leave(members[0])  # a member gone: two live ones close a batch of two
     sizes.clear()
     _all([threading.Thread(target=lambda: sizes.append(groups.draft("b", 0.1, 0.1, 30.0, 8))) for _ in range(2)])
