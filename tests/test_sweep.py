@@ -58,8 +58,12 @@ def test_bad_rung_key_names_key_and_file(tmp_path):
 
 
 def run_sweep_cli(out, *extra, timeout=600):
+    # SIGINT as at a terminal: a job started in the background without job control (make test
+    # from a script run with &) inherits SIGINT ignored, Python then never raises
+    # KeyboardInterrupt, and the "interrupted" sweep ran to its end (seen once, reproduced)
     return subprocess.Popen([sys.executable, "-m", "hopbench", "sweep", str(TINY), "--out", str(out), "--no-analyse", *extra],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.mark.netns
