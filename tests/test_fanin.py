@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hopbench.core.stats import jain
 from hopbench.core.timing import open_schedule
 from hopbench.errors import ConfigError
 
@@ -52,7 +53,7 @@ def test_two_targets_at_once_land_as_one_run_every_reader_takes(server_factory, 
         agg = p["aggregate"]
         assert agg["window_s"] > 0 and all(0 < t["n"] <= 200 for t in p["targets"])  # the common window's cycles
         assert p["summary"]["n"] == sum(t["n"] for t in p["targets"]) and agg["measured"] == 2
-        assert 0.5 <= agg["jain"] <= 1.0
+        assert agg["jain"] == pytest.approx(jain([t["goodput_mbit"] for t in p["targets"]]))
         assert agg["incast"] == pytest.approx(p["summary"]["p50_ns"] / agg["alone_p50_ns"])
         assert agg["cycles_per_s"] == pytest.approx(sum(t["cycles_per_s"] for t in p["targets"]))
         assert agg["hdr_p99_ns"] > 0 and agg["hdr_p999_ns"] >= agg["hdr_p99_ns"]
@@ -196,6 +197,11 @@ def test_open_loop_end_to_end(server, tmp_path):
     assert rtt[-1] > 10 * rtt[0]  # latency from the intended time: the backlog is in it
     assert all(int(r[col["send_lag_ns"]]) >= 0 and r[col["intended_ns"]] for r in timed)
     assert any("late sends" in ln for ln in lines)
+
+
+def test_jains_index():
+    assert jain([3.0, 3.0, 3.0]) == pytest.approx(1.0) and jain([1.0, 0.0]) == pytest.approx(0.5)
+    assert jain([2.0, 1.0]) == pytest.approx(0.9) and jain([]) is None and jain([0.0, 0.0]) is None
 
 
 def test_open_schedules():

@@ -2,6 +2,7 @@
 serves sessions at once, each in its own thread; the limit is told at once; a session that
 dies mid-plan touches no other; the request and reply memory holds in total."""
 
+import contextlib
 import threading
 import time
 
@@ -29,13 +30,23 @@ def _midway(n: int):
     return clock, seen
 
 
+@contextlib.contextmanager
+def _two_sessions(srv):
+    """Two live sessions against srv (both handshakes done), closed whatever happens."""
+    a, b = Session(srv.host, srv.port), Session(srv.host, srv.port)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
 @pytest.mark.parametrize("transport", ["tcp", "zmq", "ucx"])
 def test_sessions_are_served_at_once(server_factory, transport):
     if transport == "ucx":
         pytest.importorskip("ucxx")
     srv = server_factory(max_sessions=4)
-    a, b = Session(srv.host, srv.port), Session(srv.host, srv.port)  # both handshakes done: two sessions live
-    try:
+    with _two_sessions(srv) as (a, b):  # both handshakes done: two sessions live
         assert srv.server.pool.peak == 2
         results = {}
 
@@ -50,38 +61,29 @@ def test_sessions_are_served_at_once(server_factory, transport):
         assert {n: m.completed for n, m in results.items()} == {"a": 206, "b": 206}
         a.bye()
         b.bye()
-    finally:
-        a.close()
-        b.close()
 
 
 def test_one_more_client_than_the_limit_is_told_at_once(server_factory):
     srv = server_factory(max_sessions=2)
-    a, b = Session(srv.host, srv.port), Session(srv.host, srv.port)
-    try:
+    with _two_sessions(srv) as (a, b):
         with pytest.raises(Refused, match=r"serving 2 sessions at once, this server's limit \(--max-sessions 2\)"):
             Session(srv.host, srv.port, timeout_s=30.0)
         assert a.measure(small_plan(cycles=10)).completed == 16 and b.measure(small_plan(cycles=10)).completed == 16
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_session_killed_mid_plan_touches_no_other(server_factory):
     srv = server_factory(max_sessions=4)
-    a, b = Session(srv.host, srv.port), Session(srv.host, srv.port)
     clock, midway = _midway(200)
     failed = []
+    with _two_sessions(srv) as (a, b):
+        def doomed():
+            try:
+                a.measure(small_plan(cycles=100_000), clock=clock)
+            except HopbenchError as exc:
+                failed.append(exc)
 
-    def doomed():
-        try:
-            a.measure(small_plan(cycles=100_000), clock=clock)
-        except HopbenchError as exc:
-            failed.append(exc)
-
-    t = threading.Thread(target=doomed)
-    t.start()
-    try:
+        t = threading.Thread(target=doomed)
+        t.start()
         assert midway.wait(30)  # a's plan is under way ...
         control.shutdown(a.control)  # ... when its connection is cut
         t.join(30)
@@ -89,9 +91,6 @@ def test_a_session_killed_mid_plan_touches_no_other(server_factory):
         m = b.measure(small_plan(cycles=300, verify=True))  # the other session is served as before
         assert m.completed == 306 and m.error is None
         b.bye()
-    finally:
-        a.close()
-        b.close()
     srv.stop()
     assert any("error" in ln for ln in srv.lines if ln.startswith("session")), srv.lines
     assert any(ln.startswith("session") and ln.endswith("ok") for ln in srv.lines), srv.lines
@@ -101,21 +100,17 @@ def test_the_memory_budget_holds_across_sessions(server_factory):
     """Two plans of 184 KB each against a 300,000 B budget: the second is refused while the
     first runs (one line naming the budget), and accepted once it has ended."""
     srv = server_factory(max_sessions=4, max_memory_bytes=300_000)
-    a, b = Session(srv.host, srv.port), Session(srv.host, srv.port)
-    clock, midway = _midway(50)
-    result = []
-    t = threading.Thread(target=lambda: result.append(a.measure(small_plan(request_bytes=184_328, cycles=3000),
-                                                                clock=clock)))
-    t.start()
-    try:
+    with _two_sessions(srv) as (a, b):
+        clock, midway = _midway(50)
+        result = []
+        t = threading.Thread(target=lambda: result.append(a.measure(small_plan(request_bytes=184_328, cycles=3000),
+                                                                    clock=clock)))
+        t.start()
         assert midway.wait(30)
         with pytest.raises(Refused, match=r"busy: the plans of the other sessions hold 184336 of the server's 300000 B"):
             b.measure(small_plan(request_bytes=184_328, cycles=10))
         t.join(60)
         assert result and result[0].completed == 3006
-    finally:
-        a.close()
-        b.close()
     c = Session(srv.host, srv.port)
     try:
         assert c.measure(small_plan(request_bytes=184_328, cycles=10)).completed == 16  # the budget is back

@@ -29,7 +29,7 @@ import numpy as np
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import Payload, RunConfig, clients_label
+from hopbench.records import CONNECT_TIMEOUT_S, Payload, RunConfig, clients_label
 
 TARGETS_DIR = "targets"
 ALONE = "alone"
@@ -66,35 +66,42 @@ class TargetJob:
     target: int | None
 
 
-def _target_main(job: TargetJob, done: Any) -> None:
-    """A target process: pinned, one session, its own result folder; its outcome to `done`."""
-    from hopbench.orchestration.runner import run_session
-
-    if job.cpu is not None:
-        os.sched_setaffinity(0, {job.cpu})
-        os.environ["HOPBENCH_PINNED"] = str(job.cpu)
+def target_process(target: int | None, cpu: int | None, done: Any, measure: Callable[[], Any]) -> None:
+    """A target process's body: pinned, `measure()` run, its outcome (the target and its error,
+    None when it completed) put on `done`; a failure is this target's alone."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+        os.environ["HOPBENCH_PINNED"] = str(cpu)
     error = None
     try:
-        run_session(job.host, job.port, job.payloads, job.cfg, secret=job.secret,
-                    folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder),
-                    group=job.group, target=job.target)
+        measure()
     except KeyboardInterrupt:
         error = "interrupted"
     except HopbenchError as exc:
         error = str(exc)
     except Exception as exc:  # reported as this target's error; the others go on
         error = f"{exc.__class__.__name__}: {exc}"
-    done.put((job.target, error))
+    done.put((target, error))
 
 
-def run_targets(jobs: list[TargetJob]) -> dict[int | None, str | None]:
-    """Run the jobs at once, one spawned process each; each job's error (None: it completed).
-    A process that dies without a word is reported with its exit code."""
+def _target_main(job: TargetJob, done: Any) -> None:
+    """A `run` target: one session, its own result folder."""
+    from hopbench.orchestration.runner import run_session
+
+    target_process(job.target, job.cpu, done, lambda: run_session(
+        job.host, job.port, job.payloads, job.cfg, secret=job.secret, group=job.group, target=job.target,
+        folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder)))
+
+
+def run_targets(jobs: list[Any], entry: Callable[[Any, Any], None] = _target_main) -> dict[int | None, str | None]:
+    """Run the jobs at once, one spawned process each running `entry(job, done)`; each job's
+    error by its `target` (None: it completed). A process that dies without a word is
+    reported with its exit code."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     done = ctx.Queue()
-    procs = [ctx.Process(target=_target_main, args=(job, done), name=f"hopbench-target-{job.target}") for job in jobs]
+    procs = [ctx.Process(target=entry, args=(job, done), name=f"hopbench-target-{job.target}") for job in jobs]
     for p in procs:
         p.start()
     errors: dict[int | None, str | None] = {}
@@ -103,7 +110,7 @@ def run_targets(jobs: list[TargetJob]) -> dict[int | None, str | None]:
             p.join()
             if p.exitcode != 0:
                 errors[job.target] = f"target process exited with code {p.exitcode}"
-        while not done.empty() or len(errors) < len(jobs):
+        while len(errors) < len(jobs):
             try:
                 target, error = done.get(timeout=1.0)
             except Exception:  # a process that died without a word: its exit code is recorded above
@@ -115,6 +122,22 @@ def run_targets(jobs: list[TargetJob]) -> dict[int | None, str | None]:
                 p.terminate()
                 p.join(5)
     return errors
+
+
+def server_limit(host: str, port: int, timeout_s: float, secret: str | None,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[int, dict[str, Any], str | None]:
+    """The server's sessions at once (caps.max_sessions, absent: 1), environment and software,
+    read over one short session before anything is measured."""
+    from hopbench.core.client import Session
+
+    probe = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, secret=secret)
+    try:
+        limit = int((probe.server_hello.get("caps") or {}).get("max_sessions") or 1)
+        server_env, software = probe.server_env, probe.server_hello.get("software")
+        probe.bye()
+    finally:
+        probe.close()
+    return limit, server_env, software
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -273,18 +296,8 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     recorded at the top of report.json (a sweep cell's identity). `runner` runs the target
     jobs (default: one spawned process each on this host; the Ray fan-in: one per node)."""
     runner = runner or run_targets
-    from hopbench.core.client import Session
-
     m = cfg.clients
-    probe = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, secret=secret)
-    try:
-        caps = probe.server_hello.get("caps") or {}
-        server_env = probe.server_env
-        software = probe.server_hello.get("software")
-        probe.bye()
-    finally:
-        probe.close()
-    limit = int(caps.get("max_sessions") or 1)
+    limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret, cfg.connect_timeout_s)
     if m > limit:
         raise ConfigError(f"--clients {m}: the server at {host}:{port} serves {limit} session(s) at once "
                           f"(its --max-sessions); nothing was measured")

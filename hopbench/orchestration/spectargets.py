@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 from hopbench import results as R
-from hopbench.errors import ConfigError, HopbenchError
+from hopbench.errors import ConfigError
 from hopbench.orchestration.spec import SpecConfig, run_spec
 from hopbench.version import __version__
 
@@ -43,19 +42,12 @@ class SpecTargetJob:
 
 
 def _spec_target_main(job: SpecTargetJob, done: Any) -> None:
-    if job.cpu is not None:
-        os.sched_setaffinity(0, {job.cpu})
-    error = None
-    try:
-        run_spec(job.host, job.port, job.cfg, folder=lambda: R.new_folder(job.folder.parent, "", job.folder),
-                 secret=job.secret, group=job.group, target=job.target)
-    except KeyboardInterrupt:
-        error = "interrupted"
-    except HopbenchError as exc:
-        error = str(exc)
-    except Exception as exc:  # this target's error; the others go on
-        error = f"{exc.__class__.__name__}: {exc}"
-    done.put((job.target, error))
+    """A `spec` target: its remote modes against the drafter, its own spec folder."""
+    from hopbench.orchestration.clients import target_process
+
+    target_process(job.target, job.cpu, done, lambda: run_spec(
+        job.host, job.port, job.cfg, folder=lambda: R.new_folder(job.folder.parent, "", job.folder),
+        secret=job.secret, group=job.group, target=job.target))
 
 
 def _estimate(values: list[float]) -> dict[str, Any]:
@@ -77,7 +69,7 @@ def _per_repeat(folder: Path, mode: str) -> tuple[dict[int, float], list[float]]
     return {int(r["repeat"]): float(r["tok_s"]) for r in runs}, [r["batch_mean"] for r in runs if r.get("batch_mean")]
 
 
-def summarize_m(m: int, folders: list[Path], errors: dict[int, str | None], modes: list[str],
+def summarize_m(m: int, folders: list[Path], errors: dict[int | None, str | None], modes: list[str],
                 local: dict[str, Any]) -> list[dict[str, Any]]:
     """Per mode at this M: each target's tok/s (interval over repeats), the aggregate (summed
     per repeat), the mean batch, and whether every target beats co-located (its interval's
@@ -118,23 +110,14 @@ def capacity(rows: list[dict[str, Any]], mode: str) -> int | None:
 def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], folder: Callable[[], Path], *,
                      secret: str | None = None, cpu: str | None = None, say: Callable[[str], None] = print,
                      warn: Callable[[str], None] = print) -> Path:
-    import multiprocessing as mp
-
-    from hopbench.core.client import Session
-    from hopbench.orchestration.clients import cpu_plan
+    from hopbench.orchestration.clients import cpu_plan, run_targets, server_limit
 
     modes = [m for m in cfg.modes if m != "local"]
     if not modes:
         raise ConfigError("--targets needs a remote mode (sync or overlap) besides local")
     if any(m < 1 for m in targets):
         raise ConfigError(f"--targets {','.join(map(str, targets))}: target counts are 1 or more")
-    probe = Session(host, port, timeout_s=cfg.timeout_s, secret=secret)
-    try:
-        limit = int((probe.server_hello.get("caps") or {}).get("max_sessions") or 1)
-        server_env, software = probe.server_env, probe.server_hello.get("software")
-        probe.bye()
-    finally:
-        probe.close()
+    limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret)
     if max(targets) > limit:
         raise ConfigError(f"--targets {max(targets)}: the server at {host}:{port} serves {limit} session(s) at once "
                           "(its --max-sessions); nothing was measured")
@@ -166,25 +149,13 @@ def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], 
         reps, _ = _per_repeat(top / "local", "local")
         local = _estimate(list(reps.values()))
         doc["local_tok_s"] = local
-        ctx = mp.get_context("spawn")
         for m in targets:
             gid = uuid.uuid4().hex[:16]
             say(f"M = {m}: {m} target(s) at once against the drafter ({', '.join(modes)}; group {gid})")
             remote = dataclasses.replace(cfg, modes=tuple(modes))
             jobs = [SpecTargetJob(host, port, remote, top / f"m{m}" / f"t{i + 1}", secret, cpus[i],
                                   {"id": gid, "size": m}, i + 1) for i in range(m)]
-            done = ctx.Queue()
-            procs = [ctx.Process(target=_spec_target_main, args=(j, done)) for j in jobs]
-            for p in procs:
-                p.start()
-            errors: dict[int, str | None] = {}
-            for p, j in zip(procs, jobs):
-                p.join()
-                if p.exitcode != 0:
-                    errors[j.target] = f"target process exited with code {p.exitcode}"
-            while not done.empty():
-                t, e = done.get()
-                errors.setdefault(t, e)
+            errors = run_targets(jobs, _spec_target_main)
             doc["errors"].update({f"{m}/{t}": e for t, e in errors.items() if e})
             rows = summarize_m(m, [j.folder for j in jobs], errors, modes, local)
             doc["rows"].extend(rows)
