@@ -51,7 +51,10 @@ def test_two_targets_at_once_land_as_one_run_every_reader_takes(server_factory, 
         assert p["plan"]["group"]["size"] == 2
         assert [t["target"] for t in p["targets"]] == [1, 2] and all(t["n_total"] == 200 for t in p["targets"])
         agg = p["aggregate"]
-        assert agg["window_s"] > 0 and all(0 < t["n"] <= 200 for t in p["targets"])  # the common window's cycles
+        if agg["window_s"] is None:  # one CPU for both: one may end before the other's timed cycles begin
+            assert all(t["n"] == t["n_total"] for t in p["targets"])  # then every timed cycle counts
+        else:
+            assert agg["window_s"] > 0 and all(0 < t["n"] <= 200 for t in p["targets"])  # the common window's
         assert p["summary"]["n"] == sum(t["n"] for t in p["targets"]) and agg["measured"] == 2
         assert agg["jain"] == pytest.approx(jain([t["goodput_mbit"] for t in p["targets"]]))
         assert agg["incast"] == pytest.approx(p["summary"]["p50_ns"] / agg["alone_p50_ns"])
