@@ -319,7 +319,11 @@ def test_fanin_targets_on_ray_nodes_share_the_drafters_shaped_link(tmp_path, ray
     assert top["status"] == "complete" and top["fanin"]["server"] == cluster.addresses[0]
     assert sorted(top["fanin"]["targets"]) == sorted(cluster.addresses[1:])
     (t3,) = [p for p in top["payloads"] if p["payload"] == "T3@2"]
-    assert [t["n_total"] for t in t3["targets"]] == [60, 60] and all(t["n"] > 30 for t in t3["targets"])
+    # Both ran all their cycles; the common window (both in their timed cycles) holds cycles of
+    # each, but how many is the link's to decide: two TCP flows through one tbf queue need not
+    # share it evenly, and the one favoured ends first (CI saw one target with <= 30 of 60).
+    assert [t["n_total"] for t in t3["targets"]] == [60, 60], t3["targets"]
+    assert all(t["n"] >= 1 for t in t3["targets"]) and t3["summary"]["n"] == sum(t["n"] for t in t3["targets"]), t3["targets"]
     nodes = {json.loads((out / "targets" / f"t{i}" / "report.json").read_text())["fanin"]["node"] for i in (1, 2)}
     assert nodes == set(cluster.addresses[1:])  # one target per node
     assert t3["aggregate"]["incast"] > 1.5, t3["aggregate"]  # bandwidth-bound: the link is shared
