@@ -18,6 +18,8 @@ $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/cor
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot,analysis,codecs]'
+	# the nixl transport's library, as `hopbench transports` says (its wheel declares torch: --no-deps)
+	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
 	touch $@
 
 install: $(VENV)/.installed
@@ -115,6 +117,7 @@ bench-placement: install
 bench-native: install
 	@command -v sockperf >/dev/null && command -v qperf >/dev/null && command -v NPtcp >/dev/null && command -v ucx_perftest >/dev/null \
 	  || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf qperf netpipe-tcp ucx-utils)
+	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
 	$(PY) benchmarks/bench_native.py --placement same $(BENCH_ARGS)
 	$(PY) benchmarks/bench_native.py --placement split $(BENCH_ARGS)
 

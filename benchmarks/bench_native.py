@@ -20,8 +20,14 @@ random order per repeat. Every figure is converted to a full round trip in µs:
   defaults), so both pick the same protocols. It busy-polls; hopbench-ucx busy-polls too
   (`--poll busy` on both ends). Not run with `--placement same`: it busy-polls without
   yielding, so a server and a client on one CPU starve each other (a run hung past 300 s).
+- nixl_pingpong (benchmarks/nixl_pingpong.py): the minimal NIXL ping-pong, NIXL's agent
+  API used directly: a WRITE with a notification each way, both ends busy-polling, its p50
+  of full round trips. It and hopbench-nixl both run with UCX_TLS=tcp (for hopbench:
+  `--opt NIXL_UCX_TLS=tcp`): across namespaces of one host UCX would otherwise move large
+  messages through cross-memory attach, past the veth.
 - hopbench: p50 of all timed full round trips. `hopbench-tcp`/`hopbench-ucx` run the
-  compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop python`).
+  compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop python`);
+  `hopbench-nixl` the Python loop (nixl has no compiled loop), busy-polling both ends.
 
 hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
 
@@ -51,7 +57,8 @@ SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
 PLACEMENTS = {"split": ("1", "0"), "same": ("0", "0")}  # (server CPU, client CPU), every tool alike
 SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
 TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-tcp-py", "hopbench-ucx",
-         "hopbench-ucx-py")
+         "hopbench-ucx-py", "nixl_pingpong", "hopbench-nixl")
+PYTHON_LOOP_ONLY = {"nixl"}  # transports without a compiled loop
 SOCKPERF_MAX = 65_507
 BEFORE: str | None = None  # --before: another installation's python
 
@@ -143,19 +150,36 @@ def _rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float
 
         def parse(out):
             return 2 * float(re.search(r"Final:\s+\d+\s+([\d.]+)", out).group(1))
+    elif tool == "nixl_pingpong":
+        if SERVER_CPU == CLIENT_CPU:
+            return None  # it busy-polls without yielding, as ucx_perftest
+        script = str(ROOT / "benchmarks" / "nixl_pingpong.py")
+        env = ["env", "UCX_TLS=tcp"]
+        srv = subprocess.Popen(ps + env + [sys.executable, script, "server", host, str(n), str(n), str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
+        cmd = pc + env + [sys.executable, script, "client", host, str(port), str(n), str(n), str(cycles),
+                          str(max(5, cycles // 10))]
+
+        def parse(out):
+            return float(re.search(r"p50_us ([\d.]+)", out).group(1))
     else:
         tr = tool.split("-")[1]
-        loop = "python" if tool.endswith("-py") else "native"
-        poll = "busy" if tr == "ucx" else "block"  # as the tools they sit beside: ucx_perftest spins, the TCP tools block
+        loop = "python" if tool.endswith("-py") or tr in PYTHON_LOOP_ONLY else "native"
+        if tr == "nixl" and SERVER_CPU == CLIENT_CPU:
+            return None  # busy-polls both ends, as its reference
+        # as the tools they sit beside: ucx_perftest and nixl_pingpong spin, the TCP tools block
+        poll = "busy" if tr in ("ucx", "nixl") else "block"
         python, where = (BEFORE, tmp) if tool.startswith("before-") else (sys.executable, ROOT)  # outside the checkout
+        tls = ["--opt", "NIXL_UCX_TLS=tcp" if tr == "nixl" else "UCX_TLS=tcp"]
         srv = subprocess.Popen(ps + [python, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
-                                     poll, "--opt", "UCX_TLS=tcp", "--loop", loop], stdout=subprocess.DEVNULL,
+                                     poll, *tls, "--loop", loop], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd=where)
         cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
         out = tmp / f"hb-{tool}-{n}-{random.random()}"
         cmd = pc + [python, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
                     "--reply-bytes", "same", "--cycles", str(cycles), "--warmup", str(max(5, cycles // 10)),
-                    "--transport", tr, "--opt", "UCX_TLS=tcp", "--no-floor", "--out", str(out), "--poll", poll,
+                    "--transport", tr, *tls, "--no-floor", "--out", str(out), "--poll", poll,
                     "--loop", loop]
 
         def parse(_):
@@ -193,6 +217,12 @@ def main() -> None:
         raise SystemExit(f"unknown tools {sorted(unknown)} (known: {', '.join(TOOLS)})")
     global SERVER_CPU, CLIENT_CPU, PERFTEST
     SERVER_CPU, CLIENT_CPU = PLACEMENTS[a.placement]
+    import importlib.util
+
+    if importlib.util.find_spec("nixl_cu12") is None and any("nixl" in t for t in tools):
+        tools = [t for t in tools if "nixl" not in t]
+        print("nixl_pingpong and hopbench-nixl left out: nixl-cu12 is not installed "
+              "(pip install --no-deps 'nixl-cu12>=1.5'; make bench-native does)")
     need = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest") if t in tools] + ["taskset", "ss"]
     missing = [t for t in need if not shutil.which(t)]
     if missing:
@@ -200,13 +230,14 @@ def main() -> None:
     from hopbench.core import native
     from hopbench.orchestration import netem
 
-    PERFTEST = ucx_perftest()
+    PERFTEST = ucx_perftest() if any("ucx" in t for t in tools) else None
 
     print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
     print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, "
           f"clients on CPU {CLIENT_CPU}")
-    print(f"ucx_perftest: {PERFTEST[2]}; UCX environment for both: "
-          + " ".join(f"{k}={v}" for k, v in sorted(PERFTEST[1].items()) if k != "LD_LIBRARY_PATH"))
+    if PERFTEST:
+        print(f"ucx_perftest: {PERFTEST[2]}; UCX environment for both: "
+              + " ".join(f"{k}={v}" for k, v in sorted(PERFTEST[1].items()) if k != "LD_LIBRARY_PATH"))
     print("hopbench's compiled loop here: " + ("native" if native.UNAVAILABLE is None else f"python ({native.UNAVAILABLE})"))
     rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
     for name in a.places.split(","):
@@ -241,6 +272,8 @@ def main() -> None:
             for t, ref, name in (("hopbench-tcp", best, "tcp/best"), ("hopbench-tcp-py", best, "tcp-py/best"),
                                  ("hopbench-ucx", med.get("ucx_perftest"), "ucx/perftest"),
                                  ("hopbench-ucx-py", med.get("ucx_perftest"), "ucx-py/perftest"),
+                                 ("hopbench-nixl", med.get("nixl_pingpong"), "nixl/pingpong"),
+                                 ("hopbench-nixl", med.get("hopbench-ucx"), "nixl/hopbench-ucx"),
                                  ("hopbench-tcp", med.get("before-tcp"), "tcp now/before"),
                                  ("hopbench-ucx", med.get("before-ucx"), "ucx now/before")):
                 if med.get(t) is not None and ref:

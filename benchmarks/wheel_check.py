@@ -91,9 +91,9 @@ def run_outside(venv: Path, work: Path, log) -> None:
 
     hop("--version")
     out = hop("transports")
-    for name in ("tcp", "zmq", "ucx"):
-        if name not in out:
-            raise Failed(f"`hopbench transports` does not list {name}:\n{out}")
+    for name in ("tcp", "zmq", "ucx", "nixl"):
+        if not any(line.split()[:2] == [name, "available"] for line in out.splitlines()):
+            raise Failed(f"`hopbench transports` does not list {name} as available:\n{out}")
     if "fake" in out:
         raise Failed("`hopbench transports` lists the test transport 'fake'")
     hop("verdict", "--hop-ms", "lab=1.713")
@@ -175,6 +175,12 @@ def main() -> int:
         sh([sys.executable, "-m", "venv", str(venv)], cwd=tmp)
         sh([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[{EXTRAS}]"], cwd=tmp)
         log(f"  ok: installed {wheel.name}[{EXTRAS}] into a fresh venv (not editable)")
+        # nixl as `hopbench transports` tells a user to install it (its wheel declares torch: --no-deps)
+        from hopbench.transports import NIXL
+
+        line = NIXL.install_line() or ""
+        sh([str(venv / "bin" / "python"), "-m", *line.split()[:1], *[a.strip("'") for a in line.split()[1:]]], cwd=tmp)
+        log(f"  ok: {line}")
         work = tmp / "elsewhere"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()

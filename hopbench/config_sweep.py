@@ -10,7 +10,7 @@ from hopbench.config import check_keys, config_file, load_toml, parse_hostport, 
 from hopbench.errors import ConfigError
 
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
-             "placement"}
+             "nixl", "placement"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
               "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
               "placements", "codecs", "payload_from", "clients"}
@@ -28,11 +28,12 @@ class Rung:
     bytes_max: int | None = None
     ucx: dict = field(default_factory=dict)
     zmq: dict = field(default_factory=dict)
+    nixl: dict = field(default_factory=dict)  # NIXL_* settings, e.g. {NIXL_UCX_TLS = "tcp"}
     placement: str | None = None  # pins this rung to one placement (e.g. "split-busy")
     path: str = ""
 
     def settings(self) -> dict[str, dict]:
-        return {k: v for k, v in (("ucx", dict(self.ucx)), ("zmq", dict(self.zmq))) if v}
+        return {k: v for k, v in (("ucx", dict(self.ucx)), ("zmq", dict(self.zmq)), ("nixl", dict(self.nixl))) if v}
 
 
 def load_rung(name: str) -> Rung:
@@ -54,7 +55,7 @@ def load_rung(name: str) -> Rung:
                 transports=tuple(require(r, "transports", list, f, "rung.")),
                 rate_mbit=r.get("rate_mbit"), mtu=r.get("mtu", 1500), peer=r.get("peer"),
                 interface=r.get("interface"), bytes_max=r.get("bytes_max"), ucx=r.get("ucx", {}),
-                zmq=r.get("zmq", {}), placement=r.get("placement"), path=f)
+                zmq=r.get("zmq", {}), nixl=r.get("nixl", {}), placement=r.get("placement"), path=f)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,90 @@ def test_every_ucxx_exception_is_mapped_by_type():
     assert exported and exported <= set(exception_map()), sorted(c.__name__ for c in exported - set(exception_map()))
 
 
+def test_every_nixl_exception_and_status_is_mapped_by_type():
+    pytest.importorskip("nixl_cu12")
+    import nixl_cu12._bindings as nb
+    from hopbench.transports.nixl import exception_map, status_map
+
+    from hopbench.errors import HopbenchError
+
+    exported = {c for c in (getattr(nb, n) for n in dir(nb)) if isinstance(c, type) and issubclass(c, BaseException)}
+    assert exported and exported <= set(exception_map()), sorted(c.__name__ for c in exported - set(exception_map()))
+    assert all(issubclass(t, HopbenchError) for t in exception_map().values())
+    statuses = set(nb.nixl_status_t.__members__.values())
+    assert statuses == set(status_map()), statuses ^ set(status_map())
+    assert [s.name for s, t in status_map().items() if t is None] == ["NIXL_SUCCESS", "NIXL_IN_PROG"]
+
+
+NIXL_ECHO_SERVER = """
+import sys
+from hopbench.core.transport import TransportOptions, get_transport
+listener = get_transport("nixl").listen("127.0.0.1", 0, TransportOptions(timeout_s=10))
+print(listener.address[1], flush=True)
+chan = listener.accept(10)
+sys.stdin.readline()  # the client's first message is sent: only now the first receive
+req, rep = chan.alloc(64), chan.alloc(8)
+for _ in range(31):
+    chan.recv_into(req)
+    rep[:] = req[:8]
+    chan.send(rep)
+chan.close()
+"""
+
+
+def test_nixl_a_send_before_the_peer_receives_goes_eager_and_the_writes_follow():
+    """Two processes (one agent each). The first message is sent before the server posts
+    any receive: it travels in its notification (eager); the server's credit for it
+    arrives late, carrying its buffer's registration, which the WRITEs of the next
+    messages need (a regression: they failed with NIXL_ERR_NOT_FOUND, "no available
+    backends", when that late credit was dropped unread)."""
+    import subprocess
+    import sys
+
+    from hopbench.core.transport import TransportOptions
+
+    t = transport_or_skip("nixl")
+    srv = subprocess.Popen([sys.executable, "-c", NIXL_ECHO_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        port = int(srv.stdout.readline())
+        client = t.connect("127.0.0.1", port, TransportOptions(timeout_s=10))
+        msg, back = client.alloc(64), client.alloc(8)
+        msg[:] = 7
+        client.send(msg)  # no receive posted yet: after 10 ms it goes eager
+        srv.stdin.write("go\n")
+        srv.stdin.flush()
+        client.recv_into(back)
+        assert bytes(back) == bytes([7]) * 8 and client.info["eager_sends"] == 1
+        for i in range(30):
+            msg[:] = i
+            client.send(msg)
+            client.recv_into(back)
+            assert bytes(back) == bytes([i]) * 8
+        assert client.info["eager_sends"] == 1, client.info
+        client.close()
+        assert srv.wait(30) == 0
+    finally:
+        srv.kill()
+        srv.wait()
+        srv.stdin.close()
+        srv.stdout.close()
+
+
+def test_nixl_refuses_unknown_settings_and_names_its_install_line():
+    from hopbench.core.transport import registry
+    from hopbench.errors import ConfigError
+
+    reg = registry()["nixl"]
+    assert reg.install_line() == "pip install --no-deps 'nixl-cu12>=1.5'"  # its wheel declares torch
+    assert reg.owns("NIXL_UCX_TLS") and not reg.owns("UCX_TLS")
+    t = transport_or_skip("nixl")
+    t.check_settings({"NIXL_UCX_TLS": "tcp", "NIXL_num_workers": "2", "NIXL_progress_delay_us": "10"})
+    for bad in ({"NIXL_nope": "1"}, {"NIXL_progress_delay_us": "-1"}, {"NIXL_UCX_": "x"}):
+        with pytest.raises(ConfigError):
+            t.check_settings(bad)
+
+
 def test_tcp_watchdog_bounds_a_stuck_send_and_spares_an_idle_channel():
     """The TCP channel has no per-call kernel timeout (it cost 1-3 us per round trip);
     its watchdog must still bound a send the peer never drains, and must not expire a

@@ -157,12 +157,16 @@ def test_cli_without_cupy_gives_the_install_line(tmp_path):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct")])
+@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct"),
+                                            ("nixl", "staged"), ("nixl", "direct")])
 def test_real_gpu_paths_move_the_bytes(server, transport, path):
+    """direct over nixl: both ends' CuPy buffers registered as VRAM, the WRITEs GPU to GPU."""
     import cupy as cp
 
     if transport == "ucx":
         pytest.importorskip("ucxx")
+    if transport == "nixl":
+        pytest.importorskip("nixl_cu12")
     # UCX's defaults (every transport, cuda_copy included): one UCX context per process,
     # shared with the other ucx tests of this process
     s = Session(server.host, server.port)
@@ -175,6 +179,8 @@ def test_real_gpu_paths_move_the_bytes(server, transport, path):
     assert m.gpu_info["name"] and m.gpu_info["device"] == cp.cuda.Device().id
     if path == "staged":
         assert np.median(m.stages["d2h_ns"]) > 0 and np.median(m.stages["server_h2d_ns"]) > 0
+    if transport == "nixl" and path == "direct":
+        assert m.data_info["transport"] == "nixl" and m.data_info["credits_sent"] <= 3, m.data_info
 
 
 @pytest.mark.gpu

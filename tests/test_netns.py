@@ -21,16 +21,24 @@ def start_server(link, *extra):
 
 
 @pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
-                                       pytest.param("ucx", marks=pytest.mark.ucx)])
+                                       pytest.param("ucx", marks=pytest.mark.ucx),
+                                       pytest.param("nixl", marks=pytest.mark.nixl)])
 def test_two_hosts_run(tmp_path, transport):
+    from hopbench.core.transport import get_transport
+    from hopbench.errors import TransportUnavailable
+
+    try:
+        get_transport(transport)
+    except TransportUnavailable as exc:
+        pytest.skip(str(exc))
     with netem.Link.create() as link:
-        srv, port = start_server(link, "--opt", "UCX_TLS=tcp")
+        srv, port = start_server(link, "--opt", "UCX_TLS=tcp", "--opt", "NIXL_UCX_TLS=tcp")
         try:
             out = tmp_path / "r"
             cmd = link.exec_prefix("client") + [sys.executable, "-m", "hopbench", "run", "--peer",
                                                 f"{link.server_addr}:{port}", "--tokens", "1,3", "--k", "2",
                                                 "--cycles", "50", "--warmup", "5", "--transport", transport,
-                                                "--out", str(out), "--opt", "UCX_TLS=tcp"]
+                                                "--out", str(out), "--opt", "UCX_TLS=tcp", "--opt", "NIXL_UCX_TLS=tcp"]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
         finally:
@@ -46,6 +54,9 @@ def test_two_hosts_run(tmp_path, transport):
     assert rep["client_env"]["route"]["interface"]["name"] == f"{link.name}b"
     assert rep["server_env"]["netns"] == link.server_ns and rep["client_env"]["netns"] == link.client_ns
     assert rep["payloads"][0]["data_channel"]["transport"] == transport
+    if transport == "nixl":  # NIXL's own UCX moved the bytes over the veth, by TCP as asked
+        lanes = " ".join(rep["payloads"][0]["data_channel"]["selected"])
+        assert f"tcp/{link.name}b" in lanes and "cma" not in lanes, lanes
     assert not netem.leftovers() or all(not ns.startswith(link.name) for ns in netem.leftovers())
 
 

@@ -10,3 +10,6 @@ TCP = Registered("tcp", "hopbench.transports.tcp:TcpTransport", None, None, carr
 ZMQ = Registered("zmq", "hopbench.transports.zmq:ZmqTransport", "zmq", "pyzmq",
                  settings=frozenset({"copy_threshold", "sndhwm", "rcvhwm", "io_threads"}))
 UCX = Registered("ucx", "hopbench.transports.ucx:UcxTransport", "ucx", "ucxx-cu12", settings_prefix="UCX_")
+# NIXL's wheel declares torch, which its agent API does not need: the install line says --no-deps
+NIXL = Registered("nixl", "hopbench.transports.nixl:NixlTransport", None, "nixl-cu12", settings_prefix="NIXL_",
+                  install="pip install --no-deps 'nixl-cu12>=1.5'")

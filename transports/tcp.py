@@ -306,7 +306,8 @@ class TcpListener:
         except OSError:
             pass
 
-    def accept(self, timeout: float | None) -> TcpChannel:
+    def accept_socket(self, timeout: float | None) -> socket.socket:
+        """The next connection's socket (the nixl transport's setup connection is one)."""
         self._sock.settimeout(timeout)
         try:
             conn, _ = self._sock.accept()
@@ -314,6 +315,10 @@ class TcpListener:
             raise Timeout(f"no connection within {timeout} s") from None
         except OSError as exc:
             raise TransportError(f"accept failed: {exc}") from None
+        return conn
+
+    def accept(self, timeout: float | None) -> TcpChannel:
+        conn = self.accept_socket(timeout)
         try:
             return TcpChannel(conn, self._options)
         except OSError as exc:  # peer vanished between accept and setup

@@ -21,38 +21,19 @@ Why these choices (measured: benchmarks/ucx_progress.py, docs/TRANSPORTS.md):
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import os
 import re
 import select
-import tempfile
 import threading
 import time
 from typing import Any
 
 os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, always
-# UCX reads its logging options once, when libucs loads. Its INFO log names the transport
-# and device it selects for each endpoint ("tag(tcp/lo)"); send that log to a private file
-# (not the terminal) and parse it. A user's own UCX_LOG_* settings win.
-# A child process inherits a parent hopbench's private setting (marked by
-# HOPBENCH_UCX_LOG); that is not the user's, so the child takes a file of its own.
-_inherited = os.environ.get("HOPBENCH_UCX_LOG") and os.environ.get("UCX_LOG_FILE") == os.environ["HOPBENCH_UCX_LOG"]
-_LOG_PATH: str | None
-if _inherited or ("UCX_LOG_FILE" not in os.environ and "UCX_LOG_LEVEL" not in os.environ):
-    _LOG_PATH = os.path.join(tempfile.gettempdir(), f"hopbench-ucx-{os.getpid()}.log")
-    os.environ["UCX_LOG_FILE"] = _LOG_PATH
-    os.environ["UCX_LOG_LEVEL"] = "info"
-    os.environ["HOPBENCH_UCX_LOG"] = _LOG_PATH
-    def _remove_log(path: str = _LOG_PATH) -> None:
-        if os.path.exists(path):
-            os.remove(path)
-
-    atexit.register(_remove_log)
-else:
-    _LOG_PATH = None
 import libucx  # noqa: E402
+
+from ._ucxlog import LOG_PATH as _LOG_PATH  # noqa: E402  (before libucs loads: UCX's log, see there)
+from ._ucxlog import LogTail  # noqa: E402
 
 libucx.load_library()
 
@@ -128,31 +109,8 @@ def _lanes() -> list[str]:
     return sorted({n.split("/")[0] for n in names if n})
 
 
-class _LogTail:
-    """Reads the lines UCX appended to its log file since the last call."""
-
-    def __init__(self) -> None:
-        self._offset = 0
-        self._lock = threading.Lock()
-
-    def new_lines(self) -> list[str]:
-        if _LOG_PATH is None:
-            return []
-        _libc.fflush(None)  # UCX writes its log through a buffered FILE*
-        with self._lock:
-            try:
-                with open(_LOG_PATH, "rb") as fh:
-                    fh.seek(self._offset)
-                    data = fh.read()
-                    self._offset += len(data)
-            except OSError:
-                return []
-        return data.decode(errors="replace").splitlines()
-
-
-_libc = ctypes.CDLL(None)
 _graveyard: list[Any] = []  # endpoints that failed to connect (see UcxTransport.connect)
-_log = _LogTail()
+_log = LogTail()
 _selected_seen: list[str] = []
 
 

@@ -238,7 +238,10 @@ class ServerSession:
             return None
         options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
                                    settings=ctx.settings(plan))
-        listener = transport.listen(self.config.host, 0, options)
+        try:
+            listener = transport.listen(self.config.host, 0, options)
+        except HopbenchError as exc:  # the server's own settings (NIXL_UCX_TLS=...) or host: the client is told why
+            self._refuse(f"server cannot open a {plan.transport} data listener: {exc}")
         try:
             self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],

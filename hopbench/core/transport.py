@@ -181,6 +181,12 @@ class Registered:
     broken: str | None = None  # why its entry point could not be read (a plugin's fault)
     #: the protocol's control connection runs over this transport (docs/PROTOCOL.md: TCP)
     carries_control: bool = False
+    #: the exact install line when an extra cannot say it (nixl: its wheel declares torch,
+    #: which NIXL's agent API does not need: installed with --no-deps)
+    install: str | None = None
+
+    def install_line(self) -> str | None:
+        return self.install or (install_line(self.extra) if self.extra else None)
 
     def owns(self, key: str) -> bool:
         return key in self.settings or bool(self.settings_prefix and key.startswith(self.settings_prefix))
@@ -245,7 +251,7 @@ def get_transport(name: str) -> Transport:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with: {install_line(reg.extra)}" if reg.extra else ""
+        hint = f"; install it with: {reg.install_line()}" if reg.install_line() else ""
         raise TransportUnavailable(f"transport {name!r} is not available ({exc}){hint}") from None
     transport: Transport = getattr(module, attr)()
     return transport
@@ -269,8 +275,7 @@ def describe_transports() -> list[dict[str, Any]]:
             t = get_transport(reg.name)
             row.update(available=True, version=t.version(), error=None, install=None)
         except TransportUnavailable as exc:
-            row.update(available=False, version=None, error=str(exc),
-                       install=install_line(reg.extra) if reg.extra else None)
+            row.update(available=False, version=None, error=str(exc), install=reg.install_line())
         rows.append(row)
     return rows
 

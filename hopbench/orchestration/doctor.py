@@ -35,6 +35,7 @@ class Report:
     pci_without_driver: list[dict] = field(default_factory=list)
     rdma: list[dict] = field(default_factory=list)
     ucx_devices: list[str] | None = None
+    transports: list[dict] = field(default_factory=list)  # hopbench.core.transport.describe_transports()
     sysctls: dict[str, Any] = field(default_factory=dict)
     cpu_governors: dict[str, int] = field(default_factory=dict)
     peer: dict[str, Any] | None = None
@@ -124,6 +125,12 @@ def ucx_devices() -> list[str] | None:
         return None
 
 
+def _transports() -> list[dict]:
+    from hopbench.core.transport import describe_transports
+
+    return describe_transports()
+
+
 def sysctls(proc_root: Path = Path("/proc")) -> dict[str, Any]:
     keys = ["net/ipv4/tcp_slow_start_after_idle", "net/core/rmem_max", "net/core/wmem_max", "net/ipv4/tcp_rmem",
             "net/ipv4/tcp_wmem", "net/ipv4/tcp_congestion_control"]
@@ -141,6 +148,7 @@ def governors(sys_root: Path = Path("/sys")) -> dict[str, int]:
 def local_report(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"), with_ucx: bool = True) -> Report:
     r = Report(interfaces=interfaces(sys_root), pci_without_driver=pci_without_driver(sys_root),
                rdma=rdma_devices(sys_root), ucx_devices=ucx_devices() if with_ucx else None,
+               transports=_transports() if with_ucx else [],
                sysctls=sysctls(proc_root), cpu_governors=governors(sys_root))
     for i in r.interfaces:
         if i["name"] == "lo":
@@ -257,6 +265,10 @@ def format_report(r: Report) -> str:
     lines.append("RDMA devices: " + (", ".join(f"{d['device']}/{d['port']} {d['state']} {d['link_layer']} {d['rate']}"
                                                 for d in r.rdma) or "none (/sys/class/infiniband absent or empty)"))
     lines.append("UCX devices: " + (", ".join(r.ucx_devices) if r.ucx_devices is not None else "ucxx not installed"))
+    if r.transports:
+        lines.append("transports: " + "; ".join(f"{t['name']}: {t['version']}" if t["available"] else
+                                                 f"{t['name']} not installed ({t['install'] or t['error']})"
+                                                 for t in r.transports))
     lines.append("sysctls: " + ", ".join(f"{k}={v}" for k, v in r.sysctls.items()))
     lines.append(f"CPU frequency governors: {r.cpu_governors or 'not exposed (VM?)'}")
     if r.peer:

@@ -41,8 +41,7 @@ def missing_requirements(cfg: SweepConfig, rungs: list[Rung], analyse: bool) -> 
             get_transport(t)
         except TransportUnavailable:
             missing_tr.add(t)
-            extra = registry()[t].extra
-            lines.append(f"transport {t} is not installed: {install_line(extra) if extra else 'see docs/TRANSPORTS.md'}")
+            lines.append(f"transport {t} is not installed: {registry()[t].install_line() or 'see docs/TRANSPORTS.md'}")
         except HopbenchError as exc:
             missing_tr.add(t)
             lines.append(f"transport {t}: {exc}")
