@@ -126,6 +126,31 @@ def test_nixl_a_send_before_the_peer_receives_goes_eager_and_the_writes_follow()
         srv.stdout.close()
 
 
+NIXL_FORK = """
+import gc, subprocess, sys
+from hopbench.testing import conformance as C
+c, s = C.connected("nixl")
+C.exchange((c, s), [(64, 8)] * 3)
+c.close(); s.close(); del c, s; gc.collect()  # the process's agent stays cached, unused
+r = subprocess.run([sys.executable, "-c", "print('child ok')"], preexec_fn=lambda: None, capture_output=True, text=True)
+print(r.returncode, r.stdout.strip(), r.stderr.strip()[-200:])
+"""
+
+
+def test_nixl_a_forked_child_leaves_the_parents_agent_alone():
+    """subprocess with a preexec_fn forks and runs the at-fork hooks in the child: the nixl
+    transport's hook once dropped the cached agents there, and their destructors acted on
+    the parent's UCX endpoints (UCX "Fatal: unable to modify event set", a segfault that
+    aborted make test)."""
+    import subprocess
+    import sys
+
+    transport_or_skip("nixl")
+    r = subprocess.run([sys.executable, "-c", NIXL_FORK], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Fatal" not in r.stderr + r.stdout and r.stdout.startswith("0 child ok"), \
+        (r.stdout[-500:], r.stderr[-500:])
+
+
 def test_nixl_refuses_unknown_settings_and_names_its_install_line():
     from hopbench.core.transport import registry
     from hopbench.errors import ConfigError

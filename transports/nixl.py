@@ -313,9 +313,15 @@ class _Agent:
         return list(self.lanes) if LOG_PATH else ["unknown (UCX_LOG_* set by the user)"]
 
 
+_INHERITED: list[Any] = []
+
+
 def _forget_agents() -> None:
-    """A forked child (a private server process) must not use its parent's agents: same
-    name, a copy of the parent's UCX state. It creates its own."""
+    """A forked child must not use its parent's agents (same name, a copy of the parent's
+    UCX state): it creates its own. Nor may it destroy them: their destructors would act on
+    the parent's UCX endpoints (a segfault, and UCX's "unable to modify event set", in a
+    child that subprocess forked to run a preexec_fn), so they stay referenced, unused."""
+    _INHERITED.append(_Agent._agents)
     _Agent._agents = {}
     _Agent._lock = threading.Lock()
 
