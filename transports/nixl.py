@@ -30,8 +30,8 @@ Choices (measured: `make bench-native`, benchmarks/nixl_pingpong.py; docs/TRANSP
   block sleeps NIXL_progress_delay_us (default 50) between checks, in select() on the
   liveness connection: NIXL 1.5 offers no descriptor to block on, and its own progress
   thread either spins a CPU (no delay) or, with a delay, made round trips slower still
-  (measured: 4 KiB on loopback, busy 141 us; sleeping 50 us between checks 645 us; with
-  NIXL's progress thread at 50 us 1,329 us, at 0 us 31,950 us on a pinned CPU).
+  (measured: 4 KiB on loopback, busy 140 us, sleeping 50 us between checks 680 us;
+  docs/TRANSPORTS.md).
 - **Settings** (--opt, routed by the prefix NIXL_): NIXL_UCX_<VAR> is UCX_<VAR> for
   NIXL's own UCX (e.g. NIXL_UCX_TLS=tcp), set only while the agent is created;
   NIXL_<param> for the UCX backend's parameters (num_workers, ucx_devices,
