@@ -71,7 +71,6 @@ from ._ucxlog import LOG_PATH, LogTail  # before NIXL's UCX plugin loads libucs 
 
 HELLO = b"HOPBNIX1"
 DISTRIBUTION = "nixl-cu12"
-INSTALL = "pip install --no-deps 'nixl-cu12>=1.5'"  # the wheel declares torch, which NIXL's agent API does not need
 BACKEND = "UCX"
 PREFIX = "NIXL_"
 UCX_PREFIX = "NIXL_UCX_"
