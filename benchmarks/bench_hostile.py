@@ -14,6 +14,7 @@ ratio; target <= 1.10), the server's peak RSS against its start, the hostile con
 kind with the slowest close, the violations, and the CPU steal. Exit 1 on a violation.
 
     python benchmarks/bench_hostile.py [--repeats 3] [--cycles 1500] [--concurrent 200] [--seconds 6]
+                                       [--layout isolated|spread|one]
 """
 
 from __future__ import annotations
@@ -78,15 +79,27 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=6.0, help="least length of each attack period")
     ap.add_argument("--handshake-timeout", type=float, default=3.0)
+    ap.add_argument("--layout", choices=("isolated", "spread", "one"), default="isolated",
+                    help="isolated: the server's control plane (accepting, handshakes) on one CPU and each plan "
+                         "on a CPU of its own (serve --session-cpus); spread: the whole server on all but two "
+                         "CPUs; one: the whole server on CPU 0")
     a = ap.parse_args()
     ncpu = os.cpu_count() or 1
-    # 2 CPUs: the honest client beside the server, the attack on the other; 4 or more: the
-    # server on all but two (its session threads spread as a drafter box's would), the honest
-    # client and the attack on one each
-    server_cpu, client_cpu, attack_cpu = ((f"0-{ncpu - 3}", ncpu - 2, ncpu - 1) if ncpu >= 4
-                                          else ("0", 0, (1 if ncpu > 1 else None)))
+    # 4 or more CPUs: the honest client and the attack on one each (the last two), the server on
+    # the rest as --layout says. 2 CPUs: the honest client on CPU 0, the attack on CPU 1; the
+    # server on CPU 0, or (isolated) its control plane beside the attack and its plans on CPU 0.
+    client_cpu, attack_cpu = (ncpu - 2, ncpu - 1) if ncpu >= 4 else (0, 1 if ncpu > 1 else None)
+    rest = ncpu - 2 if ncpu >= 4 else 1
+    if a.layout == "isolated" and ncpu >= 2:
+        server_args = (["--cpu", "0", "--session-cpus", f"1-{rest - 1}"] if ncpu >= 4 else
+                       ["--cpu", "1", "--session-cpus", "0"])
+    elif a.layout == "spread":
+        server_args = ["--cpu", f"0-{rest - 1}"]
+    else:
+        server_args = ["--cpu", "0"]
+    server_cpu = " ".join(server_args)
     srv = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", "--max-sessions", "16",
-                            "--cpu", server_cpu, "--handshake-timeout", str(a.handshake_timeout)],
+                            *server_args, "--handshake-timeout", str(a.handshake_timeout)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = srv.stdout.readline()
@@ -129,7 +142,7 @@ def main() -> None:
         srv.terminate()
         srv.wait(10)
     d = [int(b) - int(x) for x, b in zip(steal0, steal1)]
-    print(f"{ncpu} CPUs: server on CPU {server_cpu}, honest client on CPU {client_cpu}, attack on CPU {attack_cpu}; "
+    print(f"{ncpu} CPUs: server {server_cpu} ({a.layout}), honest client on CPU {client_cpu}, attack on CPU {attack_cpu}; "
           f"{a.repeats} repeats x (idle, attack), {a.cycles} cycles per payload, {a.concurrent} hostile connections "
           f"at a time, handshake deadline {a.handshake_timeout:g} s; CPU steal {d[7] / max(1, sum(d)):.1%}")
     fails = []

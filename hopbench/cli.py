@@ -94,6 +94,7 @@ def serve(
     opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable: each key goes to the transport that declares it (UCX_* to ucx, e.g. UCX_TLS=tcp; NIXL_* to nixl, e.g. NIXL_UCX_TLS=tcp; copy_threshold, sndhwm, rcvhwm, io_threads to zmq); an unknown key is refused.")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the server (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
+    session_cpus: Annotated[Optional[str], typer.Option(help="Serve each plan on a CPU of its own from these (the least used), e.g. 1-13; accepting and handshakes keep the server's other CPUs (--cpu), so hostile or idle connections never share a CPU with a measurement.")] = None,
     gpu: Annotated[bool, typer.Option(help="Create the CUDA context at start (before UCX's) for clients that plan --memory cuda; otherwise it is made on the first such plan.")] = False,
     loop: LoopOpt = Loop.auto,
     max_sessions: Annotated[int, typer.Option(min=1, help="Sessions served at once (a drafter shared by several targets); one more client is refused at once. 1 = one after another, like iperf3 -s.")] = 16,
@@ -104,6 +105,12 @@ def serve(
     from hopbench.core.server import Server, ServerConfig
 
     _pin(cpu)
+    cpus = None
+    if session_cpus:
+        from hopbench.core.placement import SessionCpus, split_control
+
+        control, data = split_control(session_cpus)
+        cpus = SessionCpus(data, control)
     if gpu:
         from hopbench.core import gpu as gpumod
 
@@ -114,7 +121,7 @@ def serve(
                        handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
                                    max_cycles=max_cycles), transport_settings=settings, secret=secret or None,
-                       loop=loop.value, max_sessions=max_sessions, max_memory_bytes=max_memory)
+                       loop=loop.value, max_sessions=max_sessions, max_memory_bytes=max_memory, session_cpus=cpus)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     if gpu:

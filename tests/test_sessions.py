@@ -3,6 +3,7 @@ serves sessions at once, each in its own thread; the limit is told at once; a se
 dies mid-plan touches no other; the request and reply memory holds in total."""
 
 import contextlib
+import os
 import threading
 import time
 
@@ -10,7 +11,8 @@ import pytest
 
 from hopbench.core import control
 from hopbench.core.client import Session
-from hopbench.errors import HopbenchError, Refused
+from hopbench.core.placement import SessionCpus
+from hopbench.errors import ConfigError, HopbenchError, Refused
 from tests.conftest import small_plan
 
 
@@ -147,3 +149,67 @@ def test_log_lines_from_session_threads_never_splice():
     srv.listener.close()
     lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("session ")]
     assert len(lines) == 8 * 200 and all(ln.count("session") == 1 for ln in lines)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_session_cpus_put_each_plan_on_a_cpu_of_its_own(server_factory):
+    """serve --session-cpus: while a's plan is live (held midway), b's plan goes to the
+    other session CPU (the least used); each is reported in ACCEPT's transport_info, a
+    server thread runs on it alone, and the CPUs are free again after. (Two CPUs suffice
+    here: the allocation does not need the control CPU apart; split_control keeps it so.)"""
+    every = sorted(os.sched_getaffinity(0))
+    data = set(every[:2])
+    cpus = SessionCpus(data, set(every))
+    srv = server_factory(max_sessions=4, session_cpus=cpus)
+    midway, go_on = threading.Event(), threading.Event()
+    count = [0]
+    masks = []
+
+    def held() -> int:  # a's clock: stops reading at its 100th cycle until b has measured
+        count[0] += 1
+        if count[0] == 100:
+            masks.extend(_session_thread_masks())
+            midway.set()
+            go_on.wait(30)
+        return time.perf_counter_ns()
+
+    got = {}
+    with _two_sessions(srv) as (a, b):
+        t = threading.Thread(target=lambda: got.setdefault("a", a.measure(small_plan(cycles=200), clock=held)))
+        t.start()
+        assert midway.wait(30)
+        got["b"] = b.measure(small_plan(cycles=50))
+        go_on.set()
+        t.join(30)
+        assert {n: m.server_info["server_cpu"] for n, m in got.items()} == {"a": min(data), "b": max(data)}
+        assert {min(data)} in masks, masks  # a's session thread ran there
+        assert got["a"].completed == 206 and got["b"].completed == 56
+        assert cpus.load == {c: 0 for c in data}
+        m = a.measure(small_plan(cycles=20))  # nothing runs now: the lowest session CPU again
+        assert m.server_info["server_cpu"] == min(data)
+        a.bye()
+        b.bye()
+    srv.stop()
+    assert any(ln.startswith("session") and f"CPU {min(data)}," in ln for ln in srv.lines), srv.lines
+
+
+def _session_thread_masks() -> list[set[int]]:
+    """The CPU masks of this process's threads (the in-process server's among them)."""
+    from hopbench.core.placement import affinity, parse_cpus
+
+    return [parse_cpus(mask) for mask in affinity()["threads"].values()]
+
+
+def test_session_cpus_are_checked_before_anything_is_pinned(monkeypatch):
+    from hopbench.core.placement import split_control
+
+    pinned = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.append(cpus))
+    every = os.sched_getaffinity(0)
+    with pytest.raises(ConfigError, match="leaves no CPU for the control connections"):
+        split_control(",".join(map(str, sorted(every))))
+    with pytest.raises(ConfigError, match=r"CPUs \[4096\] are not this machine's"):
+        split_control("4096")
+    with pytest.raises(ConfigError, match="expected a CPU list"):
+        split_control("one")
+    assert pinned == []

@@ -4,9 +4,11 @@ affinity actually in effect, per thread."""
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hopbench.errors import ConfigError
 
@@ -39,6 +41,65 @@ def pin(text: str | None) -> None:
     except OSError as exc:
         raise ConfigError(f"--cpu {text!r}: cannot pin ({exc.strerror}); this machine has CPUs "
                           f"{sorted(os.sched_getaffinity(0))}") from None
+
+
+def split_control(session_text: str) -> tuple[set[int], set[int]]:
+    """serve --session-cpus: (the control plane's CPUs, the sessions' CPUs). The control
+    plane (accepting, handshakes: every connection before it has a plan) keeps this
+    process's CPUs less the sessions'; the process is pinned to them now, before it starts
+    threads, so connection threads inherit them."""
+    sessions = parse_cpus(session_text)
+    allowed = os.sched_getaffinity(0)
+    usable = set(range(os.cpu_count() or 1))
+    try:  # the CPUs this process could be given (its cgroup's), not only its current mask
+        usable = set(map(int, _cpu_list(Path("/sys/fs/cgroup/cpuset.cpus.effective").read_text()))) or usable
+    except (OSError, ValueError):
+        pass
+    if not sessions <= usable:
+        raise ConfigError(f"--session-cpus {session_text!r}: CPUs {sorted(sessions - usable)} are not this "
+                          f"machine's (it has {_ranges(usable)})")
+    control = allowed - sessions
+    if not control:
+        raise ConfigError(f"--session-cpus {session_text!r} leaves no CPU for the control connections (the "
+                          f"server may use {_ranges(allowed)}; give it others with --cpu)")
+    os.sched_setaffinity(0, control)
+    return control, sessions
+
+
+def _cpu_list(text: str) -> list[int]:
+    return sorted(parse_cpus(text.strip())) if text.strip() else []
+
+
+def _ranges(cpus: set[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))
+
+
+class SessionCpus:
+    """serve --session-cpus: each session's plan runs on a CPU of its own, the least used
+    one (ties: the lowest), away from the control plane's threads; the thread goes back to
+    the control CPUs when the plan ends. Hostile or idle connections never share a CPU with
+    a measurement (docs/SECURITY.md, "Served under attack")."""
+
+    def __init__(self, cpus: set[int], control: set[int]) -> None:
+        self.control = set(control)
+        self.load = {c: 0 for c in sorted(cpus)}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def pinned(self) -> Iterator[int]:
+        """The calling thread on its session CPU for the block (Linux: the mask is per thread)."""
+        with self._lock:
+            cpu = min(self.load, key=lambda c: (self.load[c], c))
+            self.load[cpu] += 1
+        try:
+            os.sched_setaffinity(0, {cpu})
+            yield cpu
+        finally:
+            try:
+                os.sched_setaffinity(0, self.control)
+            finally:
+                with self._lock:
+                    self.load[cpu] -= 1
 
 
 def affinity() -> dict[str, Any]:

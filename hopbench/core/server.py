@@ -132,6 +132,7 @@ class Server:
             if self.current is chan:
                 self.current = None
         outcome = "ok" if stats.error is None else f"error: {stats.error}"
+        where = f", CPU {','.join(map(str, sorted(stats.cpus)))}" if stats.cpus else ""
         self.log(f"session {number} from {stats.peer}: {stats.plans} plans, {stats.cycles} cycles, "
-                 f"{'/'.join(sorted(stats.transports)) or '-'}, {time.monotonic() - t0:.2f} s, {outcome}")
+                 f"{'/'.join(sorted(stats.transports)) or '-'}{where}, {time.monotonic() - t0:.2f} s, {outcome}")
         return stats

@@ -41,6 +41,8 @@ class ServerConfig:
     #: request + reply bytes of the plans served at once, across sessions (None: one
     #: largest plan's, max_request_bytes + max_reply_bytes)
     max_memory_bytes: int | None = None
+    #: --session-cpus: each plan served on a CPU of its own (hopbench.core.placement.SessionCpus)
+    session_cpus: Any = None
 
 
 class Ended(HopbenchError):

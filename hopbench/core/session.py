@@ -47,6 +47,7 @@ class SessionStats:
     cycles: int = 0
     transports: set[str] = field(default_factory=set)
     error: str | None = None
+    cpus: set[int] = field(default_factory=set)  # --session-cpus: where its plans ran
 
 
 class ServerSession:
@@ -59,6 +60,7 @@ class ServerSession:
         self.client_env: dict[str, Any] | None = None
         self.bind: P.Binding | None = None  # set once the client has authenticated
         self.plans = 0
+        self._cpu: int | None = None  # --session-cpus: the CPU the current plan runs on
         self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
 
     def run(self) -> SessionStats:
@@ -220,7 +222,15 @@ class ServerSession:
                          f"{self.budget.total} B of request and reply memory; this one needs {need} B "
                          "(try again when one ends, or a smaller plan)")
         try:
-            return self._accepted(transport, path, ctx, plan)
+            if self.config.session_cpus is None:
+                return self._accepted(transport, path, ctx, plan)
+            with self.config.session_cpus.pinned() as cpu:
+                self.stats.cpus.add(cpu)
+                self._cpu = cpu
+                try:
+                    return self._accepted(transport, path, ctx, plan)
+                finally:
+                    self._cpu = None
         finally:
             if self.budget is not None:
                 self.budget.release(need)
@@ -232,8 +242,8 @@ class ServerSession:
         plan_no, self.plans = self.plans, self.plans + 1
         if transport.reuses_control:
             self._together(plan)
-            P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop}},
-                       self.bind)
+            P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop,
+                                                                                   **self._where()}}, self.bind)
             self._serve(path, self.chan, plan, ctx)
             return None
         options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
@@ -245,7 +255,8 @@ class ServerSession:
         try:
             self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],
-                                             "transport_info": {**listener.info, "loop": ctx.loop}}, self.bind)
+                                             "transport_info": {**listener.info, "loop": ctx.loop, **self._where()}},
+                       self.bind)
             data = listener.accept(self.config.data_accept_timeout_s)
         finally:
             listener.close()
@@ -257,6 +268,9 @@ class ServerSession:
             raise
         opened: Channel = data
         return opened
+
+    def _where(self) -> dict[str, Any]:
+        return {} if self._cpu is None else {"server_cpu": self._cpu}
 
     def _together(self, plan: P.Plan) -> None:
         """A plan of a start group: its ACCEPT waits for the group's other sessions (busy.StartGroups)."""
