@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,13 +134,13 @@ def _read_safetensors(path: Path, name: str | None) -> tuple[np.ndarray, str, st
     if not isinstance(info, dict):
         raise ConfigError(f"{path}: no tensor {name!r} (it holds {', '.join(sorted(tensors)[:8])})")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in _ST_DTYPES:
+    if not isinstance(dtype, str) or dtype not in _ST_DTYPES:  # (a list is unhashable: found by fuzzing)
         raise ConfigError(f"{path}:{name}: dtype {dtype!r}; hidden states must be BF16, F16 or F32")
-    if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+    if (not isinstance(shape, list) or not all(isinstance(d, int) and 0 <= d <= 1 << 40 for d in shape)
             or not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)):
         raise ConfigError(f"{path}:{name}: malformed shape or data_offsets in the header")
     begin, end = offsets
-    nbytes = int(np.prod(shape, dtype=np.int64)) * _ST_DTYPES[dtype]
+    nbytes = math.prod(shape) * _ST_DTYPES[dtype]  # Python ints: a huge shape cannot overflow
     if not 0 <= begin <= end or end - begin != nbytes or 8 + n + end > size:
         raise ConfigError(f"{path}:{name}: data_offsets {offsets} do not hold {shape} x {dtype} inside the file "
                           f"({size} B): truncated or corrupt")
