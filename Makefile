@@ -120,6 +120,8 @@ bench-native: install
 	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
 	$(PY) benchmarks/bench_native.py --placement same $(BENCH_ARGS)
 	$(PY) benchmarks/bench_native.py --placement split $(BENCH_ARGS)
+	$(PY) benchmarks/nixl_paired.py --place loopback
+	$(PY) benchmarks/nixl_paired.py --place veth
 
 # GPU payloads (needs a CUDA GPU; installs CuPy): host vs staged vs direct, docs/GPU.md.
 # With both ends on one GPU, start the MPS daemon first (nvidia-cuda-mps-control -d).

@@ -305,7 +305,8 @@ class Session:
         if transport.reuses_control:
             return self.control, accept["transport_info"]
         opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
-                                poll=self.poll, settings=self.transport_settings.get(plan.transport, {}))
+                                poll=self.poll, settings=self.transport_settings.get(plan.transport, {}),
+                                share_cpu=native.may_share_cpu(self.client_env, self.server_env))
         data = transport.connect(self.host, int(accept["data_port"]), opts)
         if self.bind is not None:  # the server proves itself first, then this client
             try:

@@ -15,6 +15,7 @@ its client's environment, its counts); the server hands it only frozen things.""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hmac
 import os
@@ -227,6 +228,8 @@ class ServerSession:
             with self.config.session_cpus.pinned() as cpu:
                 self.stats.cpus.add(cpu)
                 self._cpu = cpu
+                # where the plan runs, for may_share_cpu (a busy loop beside its peer yields)
+                ctx = dataclasses.replace(ctx, env={**ctx.env, "cpu_affinity": [cpu]})
                 try:
                     return self._accepted(transport, path, ctx, plan)
                 finally:
@@ -247,7 +250,7 @@ class ServerSession:
             self._serve(path, self.chan, plan, ctx)
             return None
         options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
-                                   settings=ctx.settings(plan))
+                                   settings=ctx.settings(plan), share_cpu=native.may_share_cpu(ctx.env, self.client_env))
         try:
             listener = transport.listen(self.config.host, 0, options)
         except HopbenchError as exc:  # the server's own settings (NIXL_UCX_TLS=...) or host: the client is told why

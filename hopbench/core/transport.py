@@ -166,6 +166,10 @@ class TransportOptions:
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     poll: str = "auto"  # "block", "busy", or "auto": the transport's measured-faster default
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the peer may run on one of this process's CPUs (hopbench.core.native.may_share_cpu):
+    #: a busy-polling channel then yields the CPU now and then; False lets it spin as the
+    #: native tools do (a transport may ignore it)
+    share_cpu: bool = True
 
 
 @dataclass(frozen=True)
