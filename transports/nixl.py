@@ -124,7 +124,7 @@ def status_map() -> dict[Any, type | None]:
 _EXC = exception_map()
 _STATUS = status_map()
 _DONE, _BUSY = nb.NIXL_SUCCESS, nb.NIXL_IN_PROG
-_BUSY_VALUE = int(_BUSY.value)
+_BUSY_VALUE, _DONE_VALUE = int(_BUSY.value), int(_DONE.value)  # (.value: cheaper than comparing the enums)
 
 
 def _translate(exc: BaseException, what: str) -> Exception:
@@ -565,13 +565,13 @@ class NixlChannel:
                 handle = self._xfers[(src.id, rid)] = raw.makeXferReq(nb.NIXL_WRITE, src.local, [0], remote, [0], b"",
                                                                       [], False)
             status = raw.postXferReq(handle, notif)
-            if status == _BUSY:
+            if status.value == _BUSY_VALUE:
                 status = self._complete(handle)
         except (TransportError, PeerClosed, Timeout):
             raise
         except Exception as exc:
             raise _translate(exc, "send") from None
-        if status != _DONE:
+        if status.value != _DONE_VALUE:
             raise _status_error(status, "send")
 
     def _credit(self, k: int, nbytes: int, c: Credit | None, eager: bool = True) -> Credit | None:
