@@ -45,25 +45,26 @@ def _schedule(blocks: int) -> list[str]:
 
 
 def _hopbench(role: str, host: str, port: int, n: int):
-    from hopbench.core.transport import TransportOptions
-    from transports.nixl import NixlTransport
+    from hopbench.core.transport import TransportOptions, get_transport
+
+    nixl = get_transport("nixl")  # the registry's, as `hopbench run --transport nixl` gets it
 
     extra = dict(kv.split("=", 1) for kv in os.environ.get("PAIRED_OPTS", "").split() if kv)
     # as `hopbench run`/`serve` set it (hopbench.core.native.may_share_cpu): the ends pinned apart do not yield
     opts = TransportOptions(poll="busy", settings={"NIXL_UCX_TLS": "tcp", **extra},
                             share_cpu=os.environ.get("PAIRED_SHARE") == "1")
     if role == "server":
-        listener = NixlTransport().listen(host, port, opts)
+        listener = nixl.listen(host, port, opts)
         try:
             return listener.accept(60)
         finally:
             listener.close()
     for _ in range(200):  # the server's listener may not be up yet: retried, bounded
         try:
-            return NixlTransport().connect(host, port, opts)
+            return nixl.connect(host, port, opts)
         except Exception:
             time.sleep(0.05)  # the peer's start-up, not synchronisation of the measurement
-    return NixlTransport().connect(host, port, opts)
+    return nixl.connect(host, port, opts)
 
 
 def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
@@ -187,7 +188,10 @@ def main() -> None:
     cp = (link.exec_prefix("client") if link else []) + ["taskset", "-c", a.client_cpu]
     host = link.server_addr if link else "127.0.0.1"
     shared = set(a.server_cpu.split(",")) & set(a.client_cpu.split(","))  # CPUs both ends may use: they yield
-    env = dict(os.environ, UCX_TLS="tcp", PAIRED_OPTS=" ".join(a.opt),
+    # on a GPU host NIXL refuses a UCX_TLS without a CUDA transport: cuda_copy added, as hopbench's
+    # nixl transport adds it to its own (it moves no host memory)
+    gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia/gpus")
+    env = dict(os.environ, UCX_TLS="tcp,cuda_copy" if gpu else "tcp", PAIRED_OPTS=" ".join(a.opt),
                PAIRED_SHARE=os.environ.get("PAIRED_SHARE") or str(int(bool(shared))))
     me = [sys.executable, str(Path(__file__).resolve())]
     common = ["--blocks", str(a.blocks), "--block", str(a.block)]
