@@ -102,7 +102,7 @@ def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float 
             return _rtt_us(tool, n, place, duration, tmp)
         except ServerNotUp as exc:
             print(f"retrying {tool} {n} B: {exc}", file=sys.stderr)
-        except RuntimeError as exc:  # NIXL's setup failed to reach the peer (seen once in ~250 runs in a namespace)
+        except RuntimeError as exc:  # NIXL's first metadata load on a fresh namespace link (docs/TRANSPORTS.md)
             if "NIXL_ERR_BACKEND" not in str(exc):
                 raise
             print(f"retrying {tool} {n} B: its NIXL setup failed (NIXL_ERR_BACKEND)", file=sys.stderr)

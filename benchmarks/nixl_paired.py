@@ -59,10 +59,12 @@ def _hopbench(role: str, host: str, port: int, n: int):
             return listener.accept(60)
         finally:
             listener.close()
-    for _ in range(200):  # the server's listener may not be up yet: retried, bounded
+    from hopbench.errors import ConnectFailed
+
+    for _ in range(200):  # the server process may not listen yet: refused connections retried, bounded
         try:
             return nixl.connect(host, port, opts)
-        except Exception:
+        except ConnectFailed:
             time.sleep(0.05)  # the peer's start-up, not synchronisation of the measurement
     return nixl.connect(host, port, opts)
 
@@ -105,12 +107,8 @@ def client(host: str, port: int, n: int, blocks: int, block: int, warm: int) -> 
     from hopbench.core.timing import run_cycles
 
     chan = _hopbench("client", host, port, n)
-    for _ in range(200):
-        try:
-            c = socket.create_connection((host, port + 1))
-            break
-        except OSError:
-            time.sleep(0.05)  # the peer's start-up
+    c = socket.create_connection((host, port + 1), timeout=30)  # listening before the server accepted chan
+    c.settimeout(None)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     nb, agent, handle, _, keep = pp._setup(c, "client", n, n, b"")
     codec = ReplyCodec(2, 4)

@@ -80,6 +80,7 @@ MAX_METADATA = 1 << 20  # a peer's agent metadata: 0.5 KiB measured; more is ref
 MAX_REGIONS = 64  # registered regions per channel before the oldest idle ones are released
 SPIN_CHECK = 0x3F  # busy-poll: read the clock every 64 spins (and yield, when the peer may share the CPU)
 CHECK_S = 0.001  # busy-poll: the deadline and the liveness connection at most this often
+_SPINS = range(SPIN_CHECK + 1)
 
 # notifications: kind, the receiving end's id (the client's is even, the server's the client's
 # + 1: both ends of a channel may share one agent), then the kind's fields
@@ -633,20 +634,26 @@ class NixlChannel:
     def _complete(self, handle: Any) -> Any:
         status_of = self._raw.getXferStatus
         deadline = time.monotonic() + self._timeout
-        spins = range(SPIN_CHECK + 1)
         next_check = 0.0
         while True:
-            for _ in spins:
+            for _ in _SPINS:
                 status = status_of(handle)
                 if status.value != _BUSY_VALUE:  # (.value: half the cost of comparing pybind11 enums)
                     return status
             self._a.poll()  # the peer's notifications keep flowing while a WRITE is in flight
-            now = time.monotonic()
-            if now > next_check:
-                self._check(deadline, "send")
-                next_check = now + CHECK_S
-            if self._share and self._a.busy:
-                os.sched_yield()
+            _, next_check = self._between_spins(deadline, "send", next_check)
+
+    def _between_spins(self, deadline: float, what: str, next_check: float) -> tuple[float, float]:
+        """After each SPIN_CHECK + 1 busy polls: the deadline and the liveness connection at
+        most every CHECK_S, a yield when the peer may share this CPU (see transports/tcp.py).
+        Returns (now, the next check's time)."""
+        now = time.monotonic()
+        if now > next_check:
+            self._check(deadline, what)
+            next_check = now + CHECK_S
+        if self._share:
+            os.sched_yield()
+        return now, next_check
 
     def recv_into(self, buf: Any) -> None:
         """Offer buf to the peer (credit k) unless a predicted credit already did, wait for
@@ -706,10 +713,10 @@ class NixlChannel:
         box = self._box
         deadline = time.monotonic() + self._timeout
         if agent.busy:  # the hot loop: each pass costs the round trip once per protocol step
-            get, route, spins = agent.raw.getNotifs, agent.route, range(SPIN_CHECK + 1)
+            get, route = agent.raw.getNotifs, agent.route
             next_check = 0.0
             while k not in entries:
-                for _ in spins:
+                for _ in _SPINS:
                     got = get({}, [])
                     if got:
                         route(got)
@@ -717,12 +724,7 @@ class NixlChannel:
                             return True
                 if box.goodbye:
                     raise PeerClosed(f"NIXL peer closed the channel during {what}")
-                now = time.monotonic()
-                if now > next_check:  # the deadline and the liveness connection, every CHECK_S
-                    self._check(deadline, what)
-                    next_check = now + CHECK_S
-                if self._share:
-                    os.sched_yield()  # see transports/tcp.py: the peer may share this CPU
+                now, next_check = self._between_spins(deadline, what, next_check)
                 if until is not None and now > until:
                     return False
             return True

@@ -165,7 +165,7 @@ class Session:
                     m.stages["intended_ns"] = schedule
                 m.completed = self._cycles(data, plan, reply, lambda: run_cycles(
                     data, request, reply, codec, samples, clock=clock, gap_s=gap_s, loop=self.loop, info=loop_info,
-                    share_cpu=native.may_share_cpu(self.client_env, self.server_env), schedule=schedule, lag=lag))
+                    share_cpu=self._share_cpu, schedule=schedule, lag=lag))
                 self._check_tail(reply, plan)
             else:
                 request, reply = gpu_bufs
@@ -293,6 +293,11 @@ class Session:
             if data is not self.control:
                 data.close()
 
+    @property
+    def _share_cpu(self) -> bool:
+        """The server may run on this client's CPUs: a busy loop then yields now and then."""
+        return native.may_share_cpu(self.client_env, self.server_env)
+
     def _data_channel(self, plan: P.Plan) -> tuple[Channel, dict[str, Any]]:
         """PLAN, ACCEPT, and the plan's data channel (the control connection itself for a
         transport that runs on it), proven in a bound session; the server's channel info."""
@@ -306,7 +311,7 @@ class Session:
             return self.control, accept["transport_info"]
         opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
                                 poll=self.poll, settings=self.transport_settings.get(plan.transport, {}),
-                                share_cpu=native.may_share_cpu(self.client_env, self.server_env))
+                                share_cpu=self._share_cpu)
         data = transport.connect(self.host, int(accept["data_port"]), opts)
         if self.bind is not None:  # the server proves itself first, then this client
             try:

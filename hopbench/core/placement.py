@@ -52,8 +52,8 @@ def split_control(session_text: str) -> tuple[set[int], set[int]]:
     allowed = os.sched_getaffinity(0)
     usable = set(range(os.cpu_count() or 1))
     try:  # the CPUs this process could be given (its cgroup's), not only its current mask
-        usable = set(map(int, _cpu_list(Path("/sys/fs/cgroup/cpuset.cpus.effective").read_text()))) or usable
-    except (OSError, ValueError):
+        usable = parse_cpus(Path("/sys/fs/cgroup/cpuset.cpus.effective").read_text().strip())
+    except (OSError, ConfigError):
         pass
     if not sessions <= usable:
         raise ConfigError(f"--session-cpus {session_text!r}: CPUs {sorted(sessions - usable)} are not this "
@@ -64,10 +64,6 @@ def split_control(session_text: str) -> tuple[set[int], set[int]]:
                           f"server may use {_ranges(allowed)}; give it others with --cpu)")
     os.sched_setaffinity(0, control)
     return control, sessions
-
-
-def _cpu_list(text: str) -> list[int]:
-    return sorted(parse_cpus(text.strip())) if text.strip() else []
 
 
 def _ranges(cpus: set[int]) -> str:

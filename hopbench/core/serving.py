@@ -65,6 +65,11 @@ class PlanContext:
     #: the server's StartGroups (plans started together; a batching drafter's batches), or None
     groups: Any = None
 
+    @property
+    def share_cpu(self) -> bool:
+        """The client may run on this plan's CPUs: a busy loop then yields now and then."""
+        return native.may_share_cpu(self.env, self.client_env)
+
     def settings(self, plan: P.Plan) -> dict[str, Any]:
         """The server's own settings for the plan's transport (never the client's)."""
         return self.config.transport_settings.get(plan.transport, {})
@@ -117,7 +122,7 @@ class HostEcho(ServingPath):
         return echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop=ctx.config.loop,
-                           share_cpu=native.may_share_cpu(ctx.env, ctx.client_env))
+                           share_cpu=ctx.share_cpu)
 
 
 class _Gpu(ServingPath):

@@ -61,7 +61,6 @@ class ServerSession:
         self.client_env: dict[str, Any] | None = None
         self.bind: P.Binding | None = None  # set once the client has authenticated
         self.plans = 0
-        self._cpu: int | None = None  # --session-cpus: the CPU the current plan runs on
         self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
 
     def run(self) -> SessionStats:
@@ -227,18 +226,16 @@ class ServerSession:
                 return self._accepted(transport, path, ctx, plan)
             with self.config.session_cpus.pinned() as cpu:
                 self.stats.cpus.add(cpu)
-                self._cpu = cpu
                 # where the plan runs, for may_share_cpu (a busy loop beside its peer yields)
                 ctx = dataclasses.replace(ctx, env={**ctx.env, "cpu_affinity": [cpu]})
-                try:
-                    return self._accepted(transport, path, ctx, plan)
-                finally:
-                    self._cpu = None
+                return self._accepted(transport, path, ctx, plan, where={"server_cpu": cpu})
         finally:
             if self.budget is not None:
                 self.budget.release(need)
 
-    def _accepted(self, transport: Any, path: ServingPath, ctx: PlanContext, plan: P.Plan) -> Channel | None:
+    def _accepted(self, transport: Any, path: ServingPath, ctx: PlanContext, plan: P.Plan,
+                  where: dict[str, Any] | None = None) -> Channel | None:
+        """ACCEPT the plan, serve it; `where` (--session-cpus: the plan's CPU) goes into ACCEPT's transport_info."""
         self.stats.plans += 1
         self.stats.transports.add(plan.transport)
         self.state = State.SERVING
@@ -246,11 +243,11 @@ class ServerSession:
         if transport.reuses_control:
             self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": None, "transport_info": {**self.chan.info, "loop": ctx.loop,
-                                                                                   **self._where()}}, self.bind)
+                                                                                   **(where or {})}}, self.bind)
             self._serve(path, self.chan, plan, ctx)
             return None
         options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
-                                   settings=ctx.settings(plan), share_cpu=native.may_share_cpu(ctx.env, self.client_env))
+                                   settings=ctx.settings(plan), share_cpu=ctx.share_cpu)
         try:
             listener = transport.listen(self.config.host, 0, options)
         except HopbenchError as exc:  # the server's own settings (NIXL_UCX_TLS=...) or host: the client is told why
@@ -258,7 +255,7 @@ class ServerSession:
         try:
             self._together(plan)
             P.send_msg(self.chan, P.ACCEPT, {"data_port": listener.address[1],
-                                             "transport_info": {**listener.info, "loop": ctx.loop, **self._where()}},
+                                             "transport_info": {**listener.info, "loop": ctx.loop, **(where or {})}},
                        self.bind)
             data = listener.accept(self.config.data_accept_timeout_s)
         finally:
@@ -271,9 +268,6 @@ class ServerSession:
             raise
         opened: Channel = data
         return opened
-
-    def _where(self) -> dict[str, Any]:
-        return {} if self._cpu is None else {"server_cpu": self._cpu}
 
     def _together(self, plan: P.Plan) -> None:
         """A plan of a start group: its ACCEPT waits for the group's other sessions (busy.StartGroups)."""
