@@ -31,10 +31,14 @@ test: test-tools install-dev lint wheel-check
 # What the tests use from the system, installed as root with apt when missing (elsewhere
 # each test that needs one is skipped and says why): iproute2 (network namespaces), ethtool
 # (veth offloads on the emulated rungs), chromium (the report's browser test, driven by
-# Playwright), gcc (the compiled timed loop, built at install). Listed as package:command.
-TEST_TOOLS := iproute2:ip ethtool:ethtool chromium:chromium gcc:cc
+# Playwright), gcc (the compiled timed loop, built at install), ibverbs-providers (rdma-core's
+# libibverbs and libnl, as on every RDMA-capable host: a nixl process must end cleanly with
+# them loaded beside nixl-cu12's bundled copies, issue 42). Listed as package:command, or
+# package:/a/file it installs.
+TEST_TOOLS := iproute2:ip ethtool:ethtool chromium:chromium gcc:cc ibverbs-providers:/etc/libibverbs.d/mlx5.driver
 test-tools:
-	@missing=""; for pc in $(TEST_TOOLS); do command -v $${pc#*:} >/dev/null || missing="$$missing $${pc%%:*}"; done; \
+	@missing=""; for pc in $(TEST_TOOLS); do c=$${pc#*:}; \
+	  if [ "$${c#/}" != "$$c" ]; then [ -e "$$c" ]; else command -v $$c >/dev/null; fi || missing="$$missing $${pc%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (used by the tests)"; \

@@ -212,3 +212,31 @@ def test_the_suite_takes_any_maker():
 
     with pytest.raises(AssertionError):
         C.check_byte_exact_sizes(C.Maker(tcp, broken))
+
+
+NIXL_EXITS = """
+import ctypes, sys
+from hopbench.core.transport import TransportOptions, get_transport
+listener = get_transport("nixl").listen("127.0.0.1", 0, TransportOptions(timeout_s=10))
+maps = open("/proc/self/maps").read()
+print("system libnl-route loaded:", "/libnl-route-3.so.200" in maps, flush=True)
+ctypes.CDLL(None).printf(b"buffered by C stdio\\n")  # a pipe: block-buffered until exit
+listener.close()
+sys.exit(3)
+"""
+
+
+def test_a_nixl_process_ends_with_its_status_where_rdma_cores_libnl_is_loaded_too():
+    """Issue 42: with rdma-core's libraries on the host (ibverbs-providers: `make test`
+    installs it), NIXL's bundled libnl-route and the system's both load and the process
+    died at exit with SIGSEGV in rtnl_tc_unregister (returncode -11 here before the fix).
+    It must end with the status it exits with and its C stdio output delivered."""
+    import subprocess
+    import sys
+
+    transport_or_skip("nixl")
+    done = subprocess.run([sys.executable, "-c", NIXL_EXITS], capture_output=True, text=True, timeout=120)
+    if "loaded: False" in done.stdout:
+        pytest.skip("the system's libnl-route did not load here (no rdma-core: apt-get install ibverbs-providers)")
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    assert "loaded: True" in done.stdout and "buffered by C stdio" in done.stdout, done.stdout

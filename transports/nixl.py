@@ -67,7 +67,11 @@ from hopbench.errors import (
     TransportUnavailable,
 )
 
+from ._endwithout import end_without_library_destructors
 from ._ucxlog import LOG_PATH, LogTail  # before NIXL's UCX plugin loads libucs (at the first agent): UCX's log
+
+# NIXL's bundled libnl-route and the system's crash in their destructors at exit (issue 42)
+end_without_library_destructors()
 
 HELLO = b"HOPBNIX1"
 DISTRIBUTION = "nixl-cu12"
