@@ -47,6 +47,23 @@ def test_fit_recovers_alpha_beta():
     assert f.goodput_ratio == pytest.approx(117.5e6 / (1000e6 / 8 * 1448 / 1538), rel=0.03)
 
 
+def test_a_fits_interval_holds_its_own_point():
+    """Issue 42: loopback zmq printed beta 26,216.8 Mbit/s with a 95% CI of 27,642.8-36,622.4
+    (the point from the fit through the cell medians, the interval from the per-repeat fits'
+    own centre). The interval is widened to hold the point, and the method says so."""
+    mbit = 1e6 / 8
+    seg = F.Line(alpha_s=20e-6, beta_Bps=26216.8 * mbit, max_rel_resid=0.1, sse=0.0, lo_bytes=64, hi_bytes=1 << 22)
+    ci = F.SegmentCI((18e-6, 22e-6), (27642.8 * mbit, 36622.4 * mbit), 0.95, "repeats", F.RANDOM_GROUPS, 5)
+    out = F._holding_point(ci, seg)
+    assert out.beta_ci == (26216.8 * mbit, 36622.4 * mbit) and out.alpha_ci == ci.alpha_ci
+    assert out.method == F.RANDOM_GROUPS + F.WIDENED
+    assert F._holding_point(out, seg) == out  # already holds it: unchanged
+    for seed in range(4):  # and every fit of a noisy sweep, two segments or one, holds its own point
+        gs = synth_groups("r", 30e-6, 3.3e9, SIZES, noise=0.3, reps=3, seed=seed, bp=300000, alpha2=80e-6, beta2=2e9)
+        for f in F.fit_groups(gs, 61440, 3, boot=50):
+            assert f.alpha_ci[0] <= f.alpha_s <= f.alpha_ci[1] and f.beta_ci[0] <= f.beta_Bps <= f.beta_ci[1], f
+
+
 def test_fit_finds_planted_breakpoint():
     # eager below 64 KiB, rendezvous above: another alpha and beta
     gs = synth_groups("r", 20e-6, 2e9, SIZES, bp=65536, alpha2=400e-6, beta2=1e9, noise=0.01)
@@ -87,9 +104,29 @@ def test_verdict_reproduces_the_study():
     # propagated: the hop's CI ends map to tok/s near project(11) .. project(9)
     assert v.projected_tok_s_ci[0] == pytest.approx(V.project(11.0, inp)[1], rel=0.01)
     assert v.projected_tok_s_ci[1] == pytest.approx(V.project(9.0, inp)[1], rel=0.01)
-    # a CI that straddles break-even, point outside the tolerance: undecided, not a dead heat
-    assert V.verdict("x", "tcp", est(15.0, 14.0, 17.0), inp).call.startswith("undecided")
+    # a CI that straddles break-even, point outside the tolerance: with no bar, undecided, not a dead heat
+    assert V.verdict("x", "tcp", est(15.0, 14.0, 17.0), V.Inputs(15.88, 89.34, 24.05, min_gain=0)).call.startswith(
+        "undecided")
+    # issue 42: the same interval wholly below the 5% bar is a certain no, not undecided
+    assert V.verdict("x", "tcp", est(15.0, 14.0, 17.0), inp).call.startswith("not worth it")
     assert V.verdict("x", "tcp", est(20.0, 19.0, 21.0), inp).call == "keep the drafter local"
+
+
+def test_verdict_calls_from_the_whole_interval_against_the_bar():
+    """Issue 42: emu-100m's gain +0.2% with a 95% interval of -0.8%..+0.2% was "undecided
+    (straddles break-even)" though all of it is below the 5% bar; the best series per rung
+    was the lowest point hop, so one noisy series of a few repeats decided a rung."""
+    inp = V.Inputs(15.88, 89.34, 24.05)
+    assert V.decide(0.002, (-0.008, 0.002), 0.05, inp).startswith("not worth it (+0.2% < 5%)")
+    assert V.decide(-0.001, (-0.008, -0.0005), 0.05, inp) == "keep the drafter local"
+    assert V.decide(0.06, (0.04, 0.08), -0.3, inp).startswith("undecided (the 95% interval +4.0%..+8.0% holds the 5% bar")
+    assert V.decide(0.06, (0.051, 0.08), -0.3, inp) == "move the drafter"
+    assert V.decide(0.001, (-0.01, 0.01), 0.005, inp) == "dead heat"
+    noisy = V.verdict("r", "zmq", est(0.5, 0.196, 33.9), inp)  # the lowest point hop, a huge interval
+    tight = V.verdict("r", "tcp", est(1.7, 1.65, 1.75), inp)
+    slow = V.verdict("s", "tcp", est(5.0, 4.9, 5.1), inp)
+    assert noisy.call.startswith("undecided") and tight.call == "move the drafter"
+    assert V.best_per_rung([noisy, tight, slow]) == {"r": 1, "s": 2}
 
 
 def test_verdict_input_uncertainty_widens_the_projection():

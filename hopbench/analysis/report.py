@@ -429,12 +429,9 @@ def _targets_answers(doc: dict) -> list[str]:
 
 def _answer(doc: dict) -> str:
     """The verdict in a sentence per rung: its best transport's call."""
-    best: dict[str, dict] = {}
-    for i, v in enumerate(doc["verdicts"]):
-        if "@" in v["transport"]:  # the per-target hop with several targets: said by _targets_answers
-            continue
-        if v["rung"] not in best or v["hop_ms"] < doc["verdicts"][best[v["rung"]]["i"]]["hop_ms"]:
-            best[v["rung"]] = {"i": i}
+    alone = [i for i, v in enumerate(doc["verdicts"]) if "@" not in v["transport"]]  # @M: _targets_answers says it
+    picked = V.best_per_rung([doc["verdicts"][i] for i in alone])
+    best = {rung: {"i": alone[k]} for rung, k in picked.items()}
     items = []
     measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or []) if s.get("kind") != "targets"}
     rungs = doc.get("rungs") or {}

@@ -11,14 +11,14 @@ The inputs default to the remote-drafter study's measured decode cycle (configs/
 89.34 ms, 24.05 tok/s co-located). Each input may carry its own uncertainty
 ("15.88+-0.4": a 95% half-width).
 
-Calls, in this order:
-- "dead heat" when the hop is within +-tolerance of the break-even hop (the study's rule:
-  its 16.02 ms hop against 15.88 ms break-even, +0.88%, "to within 1%");
-- "undecided" when the projected gain's 95% interval straddles zero (the data cannot
-  tell a gain from a loss);
-- "move the drafter" only when the projected gain clears the minimum worth a second box
-  (`--min-gain`, default 5%); a smaller gain is "not worth it (+0.2% < 5%)";
-- otherwise "keep the drafter local".
+Calls ("dead heat" is the study's rule: its 16.02 ms hop against 15.88 ms break-even,
++0.88%, "to within 1%"):
+- "move the drafter" only when the projected gain's whole 95% interval clears the
+  minimum worth a second box (`--min-gain`, default 5%);
+- a no when the whole interval lies below that bar: "keep the drafter local" (no gain),
+  "not worth it (+0.2% < 5%)" (a gain below the bar), "dead heat" when the hop is also
+  within the tolerance of break-even (decide());
+- "undecided" only when the interval holds the bar (the data cannot tell which side).
 
 The projection assumes the whole t_draft is freed and the remote drafter's own time is
 t_draft_remote (0 by default); `hopbench spec` measures the real loop instead.
@@ -174,6 +174,44 @@ def call_for_gain(gain: float, min_gain: float) -> str:
     return "keep the drafter local"
 
 
+def decide(gain: float, gain_ci: tuple[float, float] | None, rel: float, inp: Inputs) -> str:
+    """The call from the projected gain and its 95% interval. The one decision is whether the
+    gain reaches the bar (`min_gain`; 0 when there is none): "move the drafter" needs the
+    whole interval at or above it, a "no" needs the whole interval below it ("keep the
+    drafter local", "not worth it", or "dead heat" when the hop is within the tolerance of
+    break-even), and "undecided" is left for an interval that holds the bar. An interval
+    that straddles break-even but lies wholly below a 5% bar is a certain no: whether the
+    gain is -0.8% or +0.2%, it is not worth a second box."""
+    lo, hi = gain_ci if gain_ci is not None else (gain, gain)
+    bar = inp.min_gain
+    if abs(rel) <= inp.tolerance and (hi < bar or bar == 0):
+        return "dead heat"
+    if lo >= bar and lo > 0:
+        return "move the drafter"
+    if hi < bar or hi <= 0:
+        return call_for_gain(min(gain, hi), bar)
+    where = f"the {bar:.0%} bar" if bar > 0 else "break-even"
+    return f"undecided (the 95% interval {lo:+.1%}..{hi:+.1%} holds {where})"
+
+
+def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
+    """rung -> the index of its best series (Verdicts, or their dicts as documents hold them):
+    the one whose projected gain is surely the largest (the lower end of its 95% interval;
+    the gain itself without one). By the point estimate alone, a series of a few noisy
+    repeats (a hop interval of 0.2-33.9 ms) beat every well-measured one and left its rung
+    undecided."""
+    def sure(v: "Verdict | dict") -> float:
+        d = v if isinstance(v, dict) else asdict(v)
+        return d["gain_ci"][0] if d.get("gain_ci") else d["gain"]
+
+    best: dict[str, int] = {}
+    for i, v in enumerate(vs):
+        rung = v["rung"] if isinstance(v, dict) else v.rung
+        if rung not in best or sure(v) > sure(vs[best[rung]]):
+            best[rung] = i
+    return best
+
+
 def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed: int = 3) -> Verdict:
     """hop: an Estimate in ms (or a bare number in ms, taken as exact)."""
     if not isinstance(hop, Estimate):
@@ -193,12 +231,7 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
         gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
     break_even = inp.t_draft_ms - inp.t_draft_remote_ms
     rel = hop.value / break_even - 1
-    if abs(rel) <= inp.tolerance:
-        call = "dead heat"
-    elif gain_ci is not None and gain_ci[0] <= 0 <= gain_ci[1]:
-        call = "undecided (the 95% interval straddles break-even)"
-    else:
-        call = call_for_gain(gain, inp.min_gain)
+    call = decide(gain, gain_ci, rel, inp)
     return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
                    break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain)
