@@ -186,3 +186,16 @@ def test_timing_loop_peer_close_mid_run():
     with pytest.raises(PeerClosed) as ei:
         run_cycles(a, bytearray(64), bytearray(8), P.ReplyCodec(2, 4), samples)
     assert ei.value.completed_cycles == 0
+
+
+def test_lanes_that_bypass_the_network_are_found_in_the_recorded_strings():
+    """Issue 42: UCX's own lane lines, as ucx and nixl record them."""
+    from hopbench.lanes import bypass
+
+    nixl_ns = ["self cfg#0 rma_am(tcp/lo)  amo_am(tcp/lo)  am(tcp/lo cma/memory)  ka(tcp/lo)",
+               "intra-node cfg#1 rma_am(tcp/hb1b)  amo_am(tcp/hb1b)  am(tcp/hb1b cma/memory)  ka(tcp/hb1b)"]
+    assert bypass(nixl_ns) == ["cma"]
+    assert bypass(["intra-node tag(posix/memory cma/memory sysv/memory)"]) == ["cma", "posix", "sysv"]
+    assert bypass(["intra-node tag(tcp/lo)", "inter-node cfg#1 am(tcp/eth0)"]) == []
+    assert bypass([nixl_ns[0]]) == []  # the agent's endpoint to itself is not the hop
+    assert bypass(None) == [] and bypass([3, None]) == []

@@ -66,6 +66,7 @@ from hopbench.errors import (
     TransportError,
     TransportUnavailable,
 )
+from hopbench.lanes import bypass, bypass_note
 
 from ._endwithout import end_without_library_destructors
 from ._ucxlog import LOG_PATH, LogTail  # before NIXL's UCX plugin loads libucs (at the first agent): UCX's log
@@ -456,8 +457,14 @@ class NixlChannel:
     def info(self) -> dict[str, Any]:
         """The settings in effect and the lanes UCX selected (read afresh: UCX logs them as it
         connects, on the first transfer)."""
-        return {**self._info, "selected": self._a.selected(), "eager_sends": self.eager_sends,
-                "credits_sent": self.credits_sent, "receives": self._received}
+        selected = self._a.selected()
+        out = {**self._info, "selected": selected, "eager_sends": self.eager_sends,
+               "credits_sent": self.credits_sent, "receives": self._received}
+        found = bypass(selected)
+        if found:
+            out["bypass"] = found
+            out["warnings"] = [bypass_note(found, "NIXL_UCX_TLS")]
+        return out
 
     def alloc(self, nbytes: int) -> np.ndarray:
         return np.zeros(nbytes, dtype=np.uint8)

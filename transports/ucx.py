@@ -50,6 +50,7 @@ from hopbench.errors import (  # noqa: E402
     Timeout,
     TransportError,
 )
+from hopbench.lanes import bypass, bypass_note  # noqa: E402
 
 HELLO = b"HOPBUCX1"
 TAG_TO_SERVER = ucx_api.UCXXTag(1)
@@ -291,9 +292,13 @@ class UcxChannel:
         that UCX could not honour is named in `warnings`."""
         info = dict(self._info)
         info["selected"] = _selected()
-        note = fallback_note((info.get("settings") or {}).get("UCX_TLS"), info["selected"])
-        if note:
-            info["warnings"] = [note]
+        notes = [fallback_note((info.get("settings") or {}).get("UCX_TLS"), info["selected"])]
+        found = bypass(info["selected"])
+        if found:
+            info["bypass"] = found
+            notes.append(bypass_note(found, "UCX_TLS"))
+        if any(notes):
+            info["warnings"] = [n for n in notes if n]
         return info
 
     def alloc(self, n: int) -> np.ndarray:
@@ -509,7 +514,10 @@ class UcxTransport(TransportBase):
             # closing an endpoint that failed to connect crashes ucxx 0.52 (segfault in
             # ep.close); keep it referenced and let the worker own it instead
             _graveyard.append((worker, ep))
-            raise ConnectFailed(f"cannot reach {host}:{port} over UCX: {exc}") from None
+            hint = ("; where both ends share one host (two network namespaces), UCX may have chosen shared memory "
+                    "or cma, which cannot cross them: --opt UCX_TLS=tcp keeps the hop on the network"
+                    ) if "UCX_TLS" not in options.settings and "unreachable" in str(exc).lower() else ""
+            raise ConnectFailed(f"cannot reach {host}:{port} over UCX: {exc}{hint}") from None
         except Exception as exc:
             raise ConnectFailed(f"cannot reach {host}:{port} over UCX: {exc}") from None
         info = _base_info(ctx, options)

@@ -11,7 +11,7 @@ from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import load_groups, recorded_shape
-from hopbench.analysis.hops import hop_rows, instrument_floors, placement_note, trend_warning
+from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN
@@ -89,7 +89,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     else:
         if folder is None:
             raise ConfigError("give a result folder or --hop-ms")
-        vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens)]
+        vs = verdicts(folder, operating_tokens, inputs)
     floors = instrument_floors(folder) if folder is not None else {}
     show(f"verdict at the operating payload T = {operating_tokens}"
          + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
@@ -120,7 +120,7 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
     try:
-        vs = [V.verdict(r, t, est, inputs) for r, t, est in hop_rows(folder, operating_tokens, groups)]
+        vs = verdicts(folder, operating_tokens, inputs, groups)
     except ConfigError as exc:  # no operating payload (e.g. run --bytes grid): every other figure still draws
         vs = []
         show(f"no hop-cost figure: {exc}")

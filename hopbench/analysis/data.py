@@ -15,6 +15,7 @@ import numpy as np
 
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
+from hopbench.lanes import bypass
 from hopbench.records import CellKey, clients_label, codec_label
 from hopbench.results import (
     RUN_RECORD,
@@ -46,6 +47,8 @@ class Group:
     software: str | None = None  # the software that measured it (as recorded)
     #: a codec's data: "synthetic" or the hidden-state file's name (None: no codec)
     payload_source: str | None = None
+    #: UCX transports on lanes that bypassed the network (cma, posix, ...: hopbench.lanes)
+    bypass: set[str] = field(default_factory=set)
 
     @property
     def key(self) -> CellKey:
@@ -344,6 +347,9 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             src = (p.get("codec") or {}).get("source")
             if src and g.payload_source is None:
                 g.payload_source = "synthetic" if src.get("synthetic") else Path(str(src.get("file"))).name
+            for side in ("data_channel", "server_channel"):
+                ch = p.get(side)
+                g.bypass.update(bypass(ch.get("selected")) if isinstance(ch, dict) else ())
             if p["payload"] in samples:
                 g.samples.append(samples[p["payload"]])
     if not groups:
@@ -365,7 +371,7 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
         groups, t = load_groups(f)
         top = top or t
         for g in groups:  # copies: the loaded Groups may be shared (one_reading)
-            g = replace(g, repeat_ids=[i] * len(g.repeat_ids), repeat_p50_ns=list(g.repeat_p50_ns),
+            g = replace(g, repeat_ids=[i] * len(g.repeat_ids), repeat_p50_ns=list(g.repeat_p50_ns), bypass=set(g.bypass),
                         samples=list(g.samples), started_unix=list(g.started_unix), n_cycles=list(g.n_cycles))
             m = merged.get(g.key)
             if m is None:
@@ -376,6 +382,7 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
             m.repeat_ids += g.repeat_ids
             m.started_unix += g.started_unix
             m.n_cycles += g.n_cycles
+            m.bypass |= g.bypass
     return sorted(merged.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
 
 

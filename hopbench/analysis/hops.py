@@ -41,6 +41,21 @@ def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str
     return rows
 
 
+def verdicts(folder: Path, operating_tokens: int, inputs, groups=None) -> list:
+    """The verdict of every hop row (hop_rows), a hop whose UCX lanes bypassed the network
+    marked as such (verdict.not_network): the one place commands and report build them."""
+    from hopbench.analysis import verdict as V
+
+    if groups is None:
+        groups, _ = load_groups(folder)
+    found: dict[tuple[str, str], set[str]] = {}
+    for g in groups:
+        if g.tokens == operating_tokens and g.bypass:
+            found.setdefault((gap_label(g.rung, g.gap_ms), g.transport), set()).update(g.bypass)
+    return [V.not_network(V.verdict(r, t, est, inputs), found.get((r, t), set()))
+            for r, t, est in hop_rows(folder, operating_tokens, groups)]
+
+
 def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
     """transport -> floor in ms: a run's own floor measurement, or in a sweep the smallest
     payload on the loopback rung (loaded: the folder's (groups, top), if already read)."""

@@ -107,6 +107,11 @@ def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors
     if trend:
         out.append({"kind": "repeat trend", "text": trend.removeprefix("warning: ")})
     for v in verdicts:
+        if v.not_network:
+            out.append({"kind": "not a network hop", "text": f"{v.rung}, {v.transport}: UCX moved the hop by "
+                        f"{', '.join(v.not_network)} (memory between two ends on one host, not the link): no call is "
+                        "made from it; rerun with --opt UCX_TLS=tcp (ucx) or NIXL_UCX_TLS=tcp (nixl)"})
+    for v in verdicts:
         fl = floors.get(v.transport)
         if fl and v.hop_ms < 3 * fl:
             out.append({"kind": "floor", "text": f"{v.rung} {v.transport}: the hop ({v.hop_ms:.3f} ms) is within 3x the "
@@ -237,7 +242,7 @@ def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | N
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
     problems: list[dict] = []
     try:
-        verdicts = [V.verdict(r, t, est, inputs) for r, t, est in HP.hop_rows(folder, op, groups)]
+        verdicts = HP.verdicts(folder, op, inputs, groups)
     except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
         verdicts = []
         problems.append({"kind": "no verdict", "text": str(exc)})
@@ -333,7 +338,7 @@ def _level(level: float | None, scope: str | None) -> str:
 
 
 def _call_class(call: str) -> str:
-    return ("pays" if call.startswith("move") or "pays" in call else
+    return ("costs" if call.startswith(V.NOT_NETWORK) else "pays" if call.startswith("move") or "pays" in call else
             "even" if "dead" in call or "undecided" in call or call.startswith("not worth") else "costs")
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -145,9 +145,25 @@ class Verdict:
     gain_ci: tuple[float, float] | None
     call: str
     min_gain: float = MIN_GAIN
+    #: UCX transports whose lanes bypassed the network (hopbench.lanes): no call is made
+    not_network: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+NOT_NETWORK = "not a network hop"
+
+
+def not_network(v: Verdict, found: "list[str] | set[str]") -> Verdict:
+    """The verdict of a hop whose lanes bypassed the network: its numbers stay (they are what
+    was measured), its call says it measured memory, and best_per_rung passes it over."""
+    if not found:
+        return v
+    v.not_network = sorted(found)
+    v.call = (f"{NOT_NETWORK} ({', '.join(v.not_network)}: UCX moved it through memory between two ends on one "
+              "host; rerun with UCX_TLS/NIXL_UCX_TLS=tcp)")
+    return v
 
 
 def project(hop_ms: float, inp: Inputs) -> tuple[float, float]:
@@ -199,16 +215,19 @@ def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
     the one whose projected gain is surely the largest (the lower end of its 95% interval;
     the gain itself without one). By the point estimate alone, a series of a few noisy
     repeats (a hop interval of 0.2-33.9 ms) beat every well-measured one and left its rung
-    undecided."""
-    def sure(v: "Verdict | dict") -> float:
-        d = v if isinstance(v, dict) else asdict(v)
+    undecided. A hop that bypassed the network is never the best while another exists."""
+
+    ds = [v if isinstance(v, dict) else asdict(v) for v in vs]
+
+    def sure(d: dict) -> float:
+        if d.get("not_network"):
+            return -math.inf
         return d["gain_ci"][0] if d.get("gain_ci") else d["gain"]
 
     best: dict[str, int] = {}
-    for i, v in enumerate(vs):
-        rung = v["rung"] if isinstance(v, dict) else v.rung
-        if rung not in best or sure(v) > sure(vs[best[rung]]):
-            best[rung] = i
+    for i, d in enumerate(ds):
+        if d["rung"] not in best or sure(d) > sure(ds[best[d["rung"]]]):
+            best[d["rung"]] = i
     return best
 
 
