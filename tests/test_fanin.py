@@ -263,7 +263,7 @@ def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp
 
 
 def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path):
-    """spec --targets 1,2: co-located once, then one and two target processes against one
+    """spec --targets 1,2: one and two target processes, each paired with its own co-located runs, against one
     drafter that batches their drafts (batch:A+B); per-target and aggregate tok/s with
     intervals over repeats, the mean batch, and the capacity, in the table and --json."""
     srv = server_factory(max_sessions=4)
@@ -284,6 +284,13 @@ def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path)
     assert doc["local_tok_s"]["value"] > 0 and "sync" in doc["capacity"]
     assert "M = 2 sync" in r.stderr and ("one drafter serves up to" in r.stderr or "not even" in r.stderr)
     assert (out / "m2" / "t2" / "report.json").exists() and (out / "summary.csv").exists()
+    # issue 42: each target is paired with its own co-located runs, the same acceptance outcomes per repeat
+    for t in ("t1", "t2"):
+        runs = json.loads((out / "m2" / t / "report.json").read_text())["runs"]
+        by = {(r["mode"], r["repeat"]): r["tokens_per_cycle"] for r in runs}
+        assert {m for m, _ in by} == {"local", "sync"} and all(by[("sync", k)] == by[("local", k)] for _, k in by), by
+    for t in two["per_target"]:
+        assert t["gain"] == pytest.approx(t["ratio"]["value"] - 1) and t["beats"] == (t["ratio"]["lo"] > 1)
     run, _, _ = _run_req(srv, tmp_path / "r", tokens="3", cycles=50)  # the report's Answer says the capacity
     page = _hb("report", str(run), "--spec", str(out), "-o", str(tmp_path / "p.html"))
     assert page.returncode == 0, page.stderr[-2000:]
