@@ -123,3 +123,31 @@ def test_spec_results_export_as_measured_end_to_end_records(server, tmp_path):
     path = tmp_path / "case.json"
     assert E.upsert(path, recs) == (3, 0, []) and E.upsert(path, recs) == (0, 3, [])  # stable ids
     assert E.to_csv_fields(recs, E.SPEC_FIELDS).splitlines()[0].startswith("id,schema_version,study,kind,result_id")
+
+
+def test_the_answer_from_a_measured_spec_names_every_mode_and_what_the_projection_assumes(server, tmp_path):
+    """Issue 42: with `report --spec` the Answer said "+12.7% (measured overlap)" above a table
+    projecting +19.1% (a remote drafter of 0 ms, in small print), and did not mention sync
+    (slower than local). One decision per rung, every measured mode's figure, the model named."""
+    import re
+    import subprocess
+    import sys
+
+    spec = run_spec(server.host, server.port, SpecConfig(**SHAPE, cycles=8, warmup=1, repeats=2, time_scale=0.02,
+                                                         seed=3), folder=tmp_path / "s")
+    run = tmp_path / "r"
+    r = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--tokens", "3",
+                        "--cycles", "30", "--out", str(run)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    page = subprocess.run([sys.executable, "-m", "hopbench", "report", str(run), "--spec", str(spec), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert page.returncode == 0, page.stderr
+    doc = json.loads(page.stdout)
+    (m,) = doc["spec_measured"]
+    assert [x["mode"] for x in m["modes"]] == ["sync", "overlap"] and m["status"] == "complete"
+    html = subprocess.run([sys.executable, "-m", "hopbench", "report", str(run), "--spec", str(spec), "-o",
+                           str(tmp_path / "p.html")], capture_output=True, text=True, timeout=120)
+    assert html.returncode == 0, html.stderr
+    text = re.sub(r"<[^>]+>", "", (tmp_path / "p.html").read_text())
+    answer = text[text.index("measured end to end by hopbench spec"):][:600]
+    assert "sync" in answer and "overlap" in answer and "assume a remote drafter of 0 ms" in answer, answer

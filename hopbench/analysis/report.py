@@ -200,10 +200,14 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
         local = by["local"]
         gain = remote.tok_s.value / local.tok_s.value - 1
         call = V.call_for_gain(gain, inputs.min_gain)
+        every = [{"mode": m, "tok_s": by[m].tok_s.value, "gain": by[m].tok_s.value / local.tok_s.value - 1,
+                  "repeats": by[m].tok_s.n_repeats} for m in ("sync", "overlap") if m in by]
         out.append({"folder": str(sf), "rung": (report.get("config") or {}).get("rung") or "run",
                     "transport": (report.get("config") or {}).get("transport"), "mode": remote.mode,
                     "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
-                    "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call})
+                    "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call,
+                    "modes": every, "status": report.get("status"),
+                    "repeats_asked": (report.get("config") or {}).get("repeats")})
     return out
 
 
@@ -455,11 +459,17 @@ def _answer(doc: dict) -> str:
                     "pair, shaped with tc tbf)</span>") if kind == "emulated" else ""
         if rung in measured:
             j, s = measured[rung]
+            each = "; ".join(f'{_esc(mm["mode"])} {num(doc, f"spec_measured.{j}.modes.{k}.tok_s", 2)} tok/s '
+                             f'({num(doc, f"spec_measured.{j}.modes.{k}.gain", 1, 100, sign=True)}%)'
+                             for k, mm in enumerate(s.get("modes") or []))
+            partial = (f' <span class="note">(the spec is {_esc(s["status"])}: {s["repeats"]} of '
+                       f'{s["repeats_asked"]} repeats measured)</span>') if s.get("status") not in (None, "complete") else ""
             items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
-                         f'&mdash; measured end to end by hopbench spec ({_esc(s["folder"])}), not projected: '
-                         f'{_esc(s["mode"])} over {_esc(s["transport"])} {num(doc, f"spec_measured.{j}.tok_s", 2)} tok/s '
-                         f'against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} local '
-                         f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%)</li>')
+                         f'&mdash; measured end to end by hopbench spec over {_esc(s["transport"])} '
+                         f'({_esc(s["folder"])}): {each} against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s '
+                         f'local; the call is the best mode, {_esc(s["mode"])}. The projections in the verdict table '
+                         f'below are not this answer: they assume a remote drafter of '
+                         f'{doc["inputs"]["t_draft_remote_ms"]:g} ms{partial}</li>')
             continue
         items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["call"])}">{_esc(v["call"])}</span> '
                      f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
