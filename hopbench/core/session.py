@@ -61,6 +61,7 @@ class ServerSession:
         self.client_env: dict[str, Any] | None = None
         self.bind: P.Binding | None = None  # set once the client has authenticated
         self.plans = 0
+        self._served = 0  # cycles the current plan served (DONE confirms a complete plan)
         self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
 
     def run(self) -> SessionStats:
@@ -221,17 +222,25 @@ class ServerSession:
             self._refuse(f"busy: the plans of the other sessions hold {self.budget.used} of the server's "
                          f"{self.budget.total} B of request and reply memory; this one needs {need} B "
                          "(try again when one ends, or a smaller plan)")
+        self._served = 0
         try:
             if self.config.session_cpus is None:
-                return self._accepted(transport, path, ctx, plan)
-            with self.config.session_cpus.pinned() as cpu:
-                self.stats.cpus.add(cpu)
-                # where the plan runs, for may_share_cpu (a busy loop beside its peer yields)
-                ctx = dataclasses.replace(ctx, env={**ctx.env, "cpu_affinity": [cpu]})
-                return self._accepted(transport, path, ctx, plan, where={"server_cpu": cpu})
+                opened = self._accepted(transport, path, ctx, plan)
+            else:
+                with self.config.session_cpus.pinned() as cpu:
+                    self.stats.cpus.add(cpu)
+                    # where the plan runs, for may_share_cpu (a busy loop beside its peer yields)
+                    ctx = dataclasses.replace(ctx, env={**ctx.env, "cpu_affinity": [cpu]})
+                    opened = self._accepted(transport, path, ctx, plan, where={"server_cpu": cpu})
         finally:
             if self.budget is not None:
                 self.budget.release(need)
+        # every cycle served: confirmed on the control connection only now, with the plan's CPU
+        # and memory given back, so a client that has DONE finds them free (issue 42: a test
+        # saw the CPU still held right after its plan ended)
+        if self._served == plan.total:
+            P.send_msg(self.chan, P.DONE, {"cycles": self._served}, self.bind)
+        return opened
 
     def _accepted(self, transport: Any, path: ServingPath, ctx: PlanContext, plan: P.Plan,
                   where: dict[str, Any] | None = None) -> Channel | None:
@@ -295,6 +304,5 @@ class ServerSession:
             self.stats.cycles += int(getattr(exc, "completed_cycles", 0) or 0)
             raise
         self.stats.cycles += done
-        if done == plan.total:  # every cycle served: confirmed on the control connection
-            P.send_msg(self.chan, P.DONE, {"cycles": done}, self.bind)
+        self._served = done  # DONE is sent by _plan, once the plan's CPU and memory are given back
         self.state = State.READY
