@@ -276,3 +276,29 @@ def test_spec_with_a_codec(server, tmp_path):
     assert report["config"]["codec"] == "zstd:1" and report["payload_source"]["synthetic"]
     assert "encoded by zstd:1 inside the hop (synthetic data)" in res.output
     assert all(r["hop_ms"] > 0 for r in report["runs"])
+
+
+def test_a_server_announces_its_codecs_and_a_codec_it_lacks_is_refused_before_measuring(server_factory, tmp_path,
+                                                                                          monkeypatch):
+    """Issue 42: a second host installed without the codecs extra refused --codec only after T1
+    had been measured. The server's HELLO caps name the codecs it can decode; the client
+    checks every plan against them first, nothing measured, the install line given."""
+    import subprocess
+    import sys
+
+    from hopbench.core import codecs as CD
+
+    monkeypatch.setattr(CD, "decodable", lambda: ["none", "int8"])  # the server thread's install: no zstandard
+    srv = server_factory()
+    out = tmp_path / "r"
+    r = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{srv.host}:{srv.port}", "--tokens", "1,3",
+                        "--codec", "zstd:1", "--cycles", "20", "--out", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot decode codec 'zstd'" in r.stderr and "pip install 'hopbench[codecs]'" in r.stderr, r.stderr
+    assert "nothing was measured" in r.stderr
+    assert not (out / "samples.csv").exists() or not (out / "samples.csv").read_text().count("\n") > 1
+    ok = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{srv.host}:{srv.port}", "--tokens", "1",
+                         "--codec", "int8", "--cycles", "20", "--out", str(tmp_path / "ok")], capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr

@@ -119,3 +119,17 @@ def test_a_peer_without_a_port_is_the_servers_default_port(text, want):
     from hopbench.config import DEFAULT_PORT, parse_hostport
 
     assert parse_hostport(text, default_port=DEFAULT_PORT) == want
+
+
+def test_no_build_output_is_tracked():
+    """Issue 42: hopbench/_codec.cpython-311-*.so was tracked and rebuilt by the install, so a
+    fresh clone was dirty after `make sweep`. Compiled files are build outputs, ignored."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "*.so", "*.o", "*.pyc"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked == [], tracked

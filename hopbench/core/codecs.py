@@ -48,6 +48,21 @@ class CodecUnavailable(TransportUnavailable):
     """A codec's library is not installed."""
 
 
+def decodable() -> list[str]:
+    """The codec names this install can encode and decode (their libraries importable), as a
+    server announces them in its HELLO caps so a client refuses a codec it lacks before
+    anything is measured."""
+    import importlib.util
+
+    def present(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    return [n for n in NAMES if n == "none" or present(LIBRARY[n])]
+
+
 def _lib(name: str) -> Any:
     import importlib
 

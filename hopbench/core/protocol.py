@@ -147,6 +147,8 @@ def _check(kind: Any, v: Any) -> bool:
         return isinstance(v, dict)
     if kind == "intlist":
         return isinstance(v, list) and len(v) <= 64 and all(_is_int(x) and 0 <= x <= 64 for x in v)
+    if kind == "namelist":
+        return isinstance(v, list) and len(v) <= 64 and all(isinstance(x, str) and 0 < len(x) <= 64 for x in v)
     if kind == "hex32":
         return isinstance(v, str) and len(v) == 32 and set(v) <= _HEX
     if kind == "hex64":
@@ -182,7 +184,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
     "HELLO server": {"protocol": ("int", True), "role": (frozenset({"server"}), True), "software": ("str", True),
                      "caps": ("obj", True), "auth": (("obj", None), True), "env": ("obj", False)},
     "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True),
-             "max_sessions": ("int", False)},
+             "max_sessions": ("int", False), "codecs": ("namelist", False)},
     "auth challenge": {"challenge": ("hex32", True)},
     "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True)},
     "AUTH server": {"mac": ("hex64", True), "env": ("obj", True)},

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hopbench.core import control, native
+from hopbench.core import codecs, control, native
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath, path_for
@@ -142,7 +142,8 @@ class ServerSession:
             "protocol": P.VERSION, "role": "server", "software": f"hopbench {__version__}",
             "auth": {"challenge": challenge} if challenge else None,
             "caps": {"max_request_bytes": cfg.caps.max_request_bytes, "max_reply_bytes": cfg.caps.max_reply_bytes,
-                     "max_cycles": cfg.caps.max_cycles, "max_sessions": cfg.max_sessions}}
+                     "max_cycles": cfg.caps.max_cycles, "max_sessions": cfg.max_sessions,
+                     "codecs": codecs.decodable()}}
         if not challenge:  # with a secret, nothing but this minimal HELLO before authentication
             reply["env"] = self._env_for()
         P.send_msg(self.chan, P.HELLO, reply)

@@ -193,6 +193,13 @@ def check_caps(caps: dict | None, plans: list[tuple[str, P.Plan]]) -> None:
         return
     c = P.Caps(**{k: v for k, v in caps.items() if k in ("max_request_bytes", "max_reply_bytes", "max_cycles")})
     bad = [(label, reason) for label, plan in plans if (reason := c.check(plan))]
+    can = caps.get("codecs")
+    if isinstance(can, list):  # a server that announces its codecs (older ones do not)
+        from hopbench.core.codecs import INSTALL
+
+        bad += [(label, f"the server cannot decode codec {name!r} (it has {', '.join(can)}); on the server's host: "
+                        f"{INSTALL}") for label, plan in plans
+                if (name := (plan.codec or "none").partition(":")[0]) not in can]
     if bad:
         lines = "; ".join(f"{label}: {reason}" for label, reason in bad[:4]) + (" ..." if len(bad) > 4 else "")
         raise Refused(f"the server's caps refuse {len(bad)} of {len(plans)} payloads, so nothing was measured: {lines}")
