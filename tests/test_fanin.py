@@ -334,3 +334,40 @@ def test_fanin_targets_on_ray_nodes_share_the_drafters_shaped_link(tmp_path, ray
     nodes = {json.loads((out / "targets" / f"t{i}" / "report.json").read_text())["fanin"]["node"] for i in (1, 2)}
     assert nodes == set(cluster.addresses[1:])  # one target per node
     assert t3["aggregate"]["incast"] > 1.5, t3["aggregate"]  # bandwidth-bound: the link is shared
+
+
+def test_ctrl_c_during_several_targets_keeps_a_readable_run(server_factory, tmp_path):
+    """Issue 42: Ctrl-C during `run --clients 3` printed "status incomplete" but wrote no
+    top-level report.json: the targets stayed "running", a 0-byte .tmp was left, and verdict,
+    report and hopbench.load refused the folder although its reference phase was complete."""
+    import os
+    import signal
+
+    srv = server_factory(max_sessions=4)
+    out = tmp_path / "c"
+    p = subprocess.Popen([sys.executable, "-m", "hopbench", "run", "--peer", f"{srv.host}:{srv.port}", "--tokens", "1,3",
+                          "--clients", "3", "--gap-ms", "20", "--cycles", "400", "--warmup", "2", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = ""
+    while "phase 2" not in seen:
+        line = p.stdout.readline()
+        assert line, f"the run ended before phase 2: {seen[-1500:]}"
+        seen += line
+    while not list(out.glob("targets/t*/samples.csv")):  # the targets have measured (their files written)
+        assert p.poll() is None, seen
+        os.sched_yield()
+    os.killpg(p.pid, signal.SIGINT)
+    rest, _ = p.communicate(timeout=60)
+    assert p.returncode != 0 and "Traceback" not in seen + rest, seen + rest
+    top = json.loads((out / "report.json").read_text())
+    assert top["status"] == "incomplete" and top["clients"]["targets"] == 3
+    assert not list(out.rglob("*.tmp")), list(out.rglob("*.tmp"))
+    for t in ("t1", "t2", "t3"):
+        rep = out / "targets" / t / "report.json"
+        assert not rep.exists() or json.loads(rep.read_text())["status"] != "running"
+    v = _hb("verdict", str(out), "--json")
+    assert v.returncode == 0, v.stderr[-2000:]
+    import hopbench
+
+    assert len(hopbench.load(out).cycles) > 0

@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -116,12 +117,40 @@ def run_targets(jobs: list[Any], entry: Callable[[Any, Any], None] = _target_mai
             except Exception:  # a process that died without a word: its exit code is recorded above
                 break
             errors.setdefault(target, error)
+    except KeyboardInterrupt:
+        _let_targets_save(procs)
+        raise
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()
                 p.join(5)
     return errors
+
+
+SAVE_GRACE_S = 10.0  # an interrupted target's time to write what it measured before it is ended
+
+
+def _let_targets_save(procs: list[Any]) -> None:
+    """Ctrl-C: the targets (one process group with this one, from a terminal) got SIGINT too and
+    are writing what they measured (status incomplete); they are given SAVE_GRACE_S to end
+    before anything is terminated (killing them mid-write left a 0-byte .tmp and folders that
+    said "running", issue 42). One that did not get the signal (a SIGINT sent to this
+    process alone) is sent it after the first wait."""
+    import signal
+
+    deadline = time.monotonic() + SAVE_GRACE_S / 2
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive() and p.pid:
+            try:
+                os.kill(p.pid, signal.SIGINT)
+            except OSError:
+                pass
+    deadline = time.monotonic() + SAVE_GRACE_S / 2
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
 
 
 def server_limit(host: str, port: int, timeout_s: float, secret: str | None,
@@ -320,7 +349,12 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     say(f"{'phase 2: ' if reference else ''}{m} targets at once, started together (group {group})")
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
     jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]
-    errors = runner(jobs)
+    interrupted = False
+    try:
+        errors = runner(jobs)
+    except KeyboardInterrupt:  # the run keeps what it measured: the reference and the targets' partial folders
+        interrupted = True
+        errors = {j.target: "interrupted" for j in jobs}
     entries, sample_rows, summary_rows = aggregate(alone, [(j.target or 0, j.folder, errors.get(j.target))
                                                            for j in jobs], m)
     record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}" if reference else None,
@@ -332,10 +366,14 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     header = {k: v for k, v in first.items() if k not in ("payloads", "files", "status", "error", "finished_utc")}
     header.update(server_env=server_env, server_software=software, config=cfg.to_dict(), **(extra or {}))
     failed = [t for t, e in errors.items() if e]
-    status = "complete" if not failed and (alone or {}).get("status", "complete") == "complete" else "error"
+    status = ("incomplete" if interrupted else
+              "complete" if not failed and (alone or {}).get("status", "complete") == "complete" else "error")
     write_run(top, alone, alone_dir, entries, sample_rows, summary_rows, header, record, status,
+              "interrupted (Ctrl-C) while the targets ran" if interrupted else
               f"target(s) {', '.join(map(str, failed))} failed: see clients.errors" if failed
               else (alone or {}).get("error"))
+    if interrupted:
+        raise KeyboardInterrupt
     return {**record, "folder": top, "payloads": entries}
 
 
