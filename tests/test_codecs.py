@@ -204,6 +204,11 @@ def test_run_cli_codecs_side_by_side_and_analysis_series(server, tmp_path):
         assert c["pays"] == (hi < rlo) and c["undecided"] == (not hi < rlo and not lo > rhi)
     res = runner.invoke(app, ["verdict", str(out)])
     assert res.exit_code == 0 and "codec zstd:1 on run (tcp (synthetic data))" in res.output, res.output
+    # issue 41: --json carries every call the text prints, the codecs' included
+    js = runner.invoke(app, ["verdict", str(out), "--json"])
+    doc = json.loads(js.stdout)["results"][0]
+    assert {c["codec"]: c["call"] for c in doc["codecs"]} == {k: c["call"] for k, c in calls.items()}
+    assert all(c["line"] in res.output for c in doc["codecs"]) and doc["status"] == "complete"
     assert float(rows["T3+int8"]["rel_rms"]) > 0 and rows["T3+zstd:1"]["rel_rms"] == ""  # lossy error, lossless none
     import hopbench
 

@@ -368,6 +368,9 @@ def test_ctrl_c_during_several_targets_keeps_a_readable_run(server_factory, tmp_
         assert not rep.exists() or json.loads(rep.read_text())["status"] != "running"
     v = _hb("verdict", str(out), "--json")
     assert v.returncode == 0, v.stderr[-2000:]
+    assert json.loads(v.stdout)["results"][0]["status"] == "incomplete"
+    text = _hb("verdict", str(out))
+    assert "note: this result is incomplete: the calls below come from what was measured so far" in text.stdout
     import hopbench
 
     assert len(hopbench.load(out).cycles) > 0

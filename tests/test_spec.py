@@ -151,3 +151,14 @@ def test_the_answer_from_a_measured_spec_names_every_mode_and_what_the_projectio
     text = re.sub(r"<[^>]+>", "", (tmp_path / "p.html").read_text())
     answer = text[text.index("measured end to end by hopbench spec"):][:600]
     assert "sync" in answer and "overlap" in answer and "assume a remote drafter of 0 ms" in answer, answer
+
+
+def test_an_unfinished_spec_says_how_many_repeats_it_has():
+    """Issue 42: spec-summary said "5 repeats" of a spec interrupted after one."""
+    from types import SimpleNamespace
+
+    est = lambda n: SimpleNamespace(n_repeats=n)  # noqa: E731
+    res = [SimpleNamespace(mode="local", tok_s=est(2)), SimpleNamespace(mode="overlap", tok_s=est(1))]
+    assert A._repeats({"config": {"repeats": 5}, "status": "complete"}, res) == "5 repeats"
+    assert A._repeats({"config": {"repeats": 5}, "status": "incomplete"}, res) == (
+        "incomplete: of 5 repeats asked, measured local 2, overlap 1")

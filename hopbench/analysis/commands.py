@@ -83,7 +83,9 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
 
 
 def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
-                show=print) -> list[V.Verdict]:
+                show=print, calls: dict | None = None) -> list[V.Verdict]:
+    """The verdict table and every call printed with it (the codecs', the targets'); `calls`,
+    when given, receives those calls as the JSON document carries them."""
     if hops:
         vs = [V.verdict(name, "given", ms, inputs) for name, ms in hops.items()]
     else:
@@ -94,7 +96,13 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     show(f"verdict at the operating payload T = {operating_tokens}"
          + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
     if folder is not None:
-        show(placement_note(load_groups(folder)[1]))
+        top = load_groups(folder)[1]
+        show(placement_note(top))
+        if top.get("status") not in (None, "complete"):
+            n = max((v.n_repeats or 1 for v in vs), default=0)
+            show(f"note: this result is {top['status']}: the calls below come from what was measured so far (at most "
+                 f"{n} repeat(s) per cell: the n column), not from the whole "
+                 f"{'sweep' if top.get('kind') == 'sweep' or 'rungs' in top else 'run'}")
     show(V.format_table(vs, inputs, floors))
     codecs = V.codec_calls(vs, V.codec_sources(load_groups(folder)[0]) if folder is not None else None)
     for c in codecs:
@@ -102,6 +110,8 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     targets = V.targets_calls(vs)  # several targets at once: the per-target hop against M, the capacity
     for t in targets:
         show(t["line"])
+    if calls is not None:
+        calls.update(codecs=codecs, targets=targets)
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,
                                                                 "verdicts": [v.to_dict() for v in vs], "codecs": codecs,
@@ -157,6 +167,11 @@ def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float
     atomic_write(_out(folder) / RUN_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     path = output or folder / "report.html"
     atomic_write(path, page)
+    if doc.get("status") == "running" and output is None:
+        import sys
+
+        print(f"hopbench: warning: {folder} is still running: {path} shows what was measured so far and is stale once "
+              "it ends (run report again then)", file=sys.stderr)
     return path
 
 
@@ -189,7 +204,9 @@ def verdict_documents(folders: list[Path], inputs: V.Inputs, tokens: int | None,
         if len(folders) > 1:
             show(("\n" if i else "") + f"== {folder}")
         op = tokens or recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)[1]
-        vs = run_verdict(folder, inputs, op, show=show)
-        docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs),
-                     "placement": placement_note(load_groups(folder)[1]), "verdicts": [v.to_dict() for v in vs]})
+        calls: dict = {}
+        vs = run_verdict(folder, inputs, op, show=show, calls=calls)
+        top = load_groups(folder)[1]
+        docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs), "status": top.get("status"),
+                     "placement": placement_note(top), "verdicts": [v.to_dict() for v in vs], **calls})
     return {"schema": "hopbench.verdict", "schema_version": 1, "results": docs}

@@ -96,6 +96,15 @@ def _ci(e: Estimate | None, fmt: str = "{:.2f}", rel: bool = False) -> str:
     return f"{f(e.value)} [{f(e.lo)}..{f(e.hi)}]"
 
 
+def _repeats(report: dict, results: list) -> str:
+    """The repeats as measured: all of them, or how many of those asked an unfinished spec has."""
+    asked = report["config"]["repeats"]
+    if report.get("status") in (None, "complete"):
+        return f"{asked} repeats"
+    each = ", ".join(f"{r.mode} {r.tok_s.n_repeats or 0}" for r in results)
+    return f"{report.get('status')}: of {asked} repeats asked, measured {each or 'none'}"
+
+
 def format_table(report: dict[str, Any], results: list[ModeResult]) -> str:
     cfg = report["config"]
     acc = report["acceptance"]
@@ -107,7 +116,7 @@ def format_table(report: dict[str, Any], results: list[ModeResult]) -> str:
         + (f" with the hidden states encoded by {cfg['codec']} inside the hop ("
            + ("synthetic data" if (report.get("payload_source") or {}).get("synthetic") else
               str((report.get("payload_source") or {}).get("file"))) + ")" if cfg.get("codec", "none") != "none" else "")
-        + f" to {report.get('peer') or '-'}; {cfg['repeats']} repeats x {cfg['cycles']} cycles "
+        + f" to {report.get('peer') or '-'}; {_repeats(report, results)} x {cfg['cycles']} cycles "
         f"per mode, modes interleaved; tok/s = tokens / time over each repeat; [interval] = "
         + (pct(results[0].tok_s.level) if results and results[0].tok_s.level else "-") + " over repeats",
     ]
