@@ -141,3 +141,22 @@ def test_a_hop_through_memory_between_two_namespaces_is_flagged_and_not_called(t
     doc = json.loads(rp.stdout)
     assert any(w["kind"] == "not a network hop" for w in doc["warnings"]), doc["warnings"]
     assert not any(v["call"] == "move the drafter" for v in doc["verdicts"]), doc["verdicts"]
+
+
+def test_a_refused_connection_to_another_host_names_serves_bind():
+    """Issue 42: `serve` binds 127.0.0.1 by default; the other host's refused connection gave
+    no hint. It names --bind now, in one line."""
+    with netem.Link.create() as link:
+        proc = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
+                                                              "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+        try:
+            port = ready_port(proc)
+            r = subprocess.run(link.exec_prefix("client") + [sys.executable, "-m", "hopbench", "run", "--peer",
+                                                             f"{link.server_addr}:{port}", "--tokens", "1"],
+                               capture_output=True, text=True, timeout=120)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "refused" in line and f"hopbench serve --bind {link.server_addr}:{port}" in line, r.stderr

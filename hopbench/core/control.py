@@ -11,12 +11,31 @@ import contextlib
 from typing import Any, Iterator
 
 from hopbench.core.transport import TransportOptions, control_transport
+from hopbench.errors import ConnectFailed
 
 
 def connect(host: str, port: int, *, timeout_s: float, connect_timeout_s: float, poll: str = "auto") -> Any:
-    """The client's control connection to a `hopbench serve`."""
+    """The client's control connection to a `hopbench serve`. A refused connection to another
+    host names the usual cause: `serve` binds 127.0.0.1 unless given --bind."""
     opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll)
-    return control_transport().connect(host, port, opts)
+    try:
+        return control_transport().connect(host, port, opts)
+    except ConnectFailed as exc:
+        if "refused" not in str(exc).lower() or _loopback(host):
+            raise
+        raise ConnectFailed(f"{exc} (is `hopbench serve` running there and listening on that address? It binds "
+                            f"127.0.0.1 unless told otherwise: on that host, hopbench serve --bind {host}:{port} "
+                            f"or --bind 0.0.0.0:{port})") from None
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
 
 
 def listen(host: str, port: int, *, idle_timeout_s: float, poll: str = "auto") -> Any:
