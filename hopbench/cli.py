@@ -58,7 +58,9 @@ class Loop(str, Enum):
     python = "python"
 
 
-LoopOpt = Annotated[Loop, typer.Option(help="The timed loop: auto (the compiled one where it is built and applies, else Python, saying why), native (refuse without it) or python (the reference).")]
+LOOP_HELP = ("The timed loop: auto (the compiled one where it is built and applies, else Python, saying why), native "
+             "(refuse without it) or python (the reference).")
+LoopOpt = Annotated[Loop, typer.Option(help=LOOP_HELP)]
 
 
 class Memory(str, Enum):
@@ -131,42 +133,42 @@ def serve(
 
 @app.command()
 def run(
-    peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).")],
-    port: PortOpt = None,
-    transport: Annotated[str, typer.Option(help="tcp, zmq, ucx or nixl.")] = "tcp",
-    tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,2,3 (61,440 B each).")] = None,
-    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.")] = None,
-    k: Annotated[Optional[int], typer.Option(help="Draft depth K (ids in the reply); default from configs/shape.toml.")] = None,
-    reply_bytes: Annotated[Optional[str], typer.Option(help="Reply size: default K x id bytes; 'same' for symmetric (echo-sized) replies, or a number.")] = None,
-    cycles: Annotated[int, typer.Option(help="Timed cycles per payload.")] = 1000,
-    time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="Measure about this many seconds per payload instead of --cycles (iperf3's -t; a 20-cycle probe per payload sets the count).")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).")] = 100,
-    verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body.")] = False,
-    gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).")] = 0.0,
-    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
-    timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.")] = TIMEOUT_S,
-    out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
-    name: Annotated[str, typer.Option(help="Suffix of the result folder name.")] = "run",
-    results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
-    shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).")] = None,
-    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable (UCX_TLS=tcp, copy_threshold=65536).")] = None,
-    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for a server started with --secret.")] = None,
-    interface: Annotated[Optional[str], typer.Option(help="Warn unless the route to the peer leaves by this interface.")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s): checked against the interface speed and recorded (fit compares beta with it).")] = None,
-    rung_name: Annotated[Optional[str], typer.Option("--rung", help="Name of the link in the results (default 'run'), e.g. 1gbe-lab.")] = None,
-    strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.")] = False,
-    cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.")] = None,
-    floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.")] = True,
-    memory: Annotated[Memory, typer.Option(help="Where the payload lives on both ends: host, or cuda (GPU; needs the gpu extra).")] = Memory.host,
-    server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.")] = None,
-    gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).")] = GpuPath.staged,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).")] = False,
-    loop: LoopOpt = Loop.auto,
-    codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).")] = "none",
-    payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of [tokens, layers, hidden]; default synthetic.")] = None,
-    clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).")] = 1,
-    mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.")] = None,
-    arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.")] = "fixed",
+    peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).", rich_help_panel="Connection")],
+    port: Annotated[Optional[int], typer.Option("--port", "-p", min=1, max=65535, help="The server's port; overrides the one in --peer (iperf3's -p).", rich_help_panel="Connection")] = None,
+    transport: Annotated[str, typer.Option(help="tcp, zmq, ucx or nixl.", rich_help_panel="Connection")] = "tcp",
+    tokens: Annotated[Optional[str], typer.Option(help="Accepted tokens per cycle, e.g. 1,2,3 (61,440 B each).", rich_help_panel="Payload")] = None,
+    bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.", rich_help_panel="Payload")] = None,
+    k: Annotated[Optional[int], typer.Option(help="Draft depth K (ids in the reply); default from configs/shape.toml.", rich_help_panel="Payload")] = None,
+    reply_bytes: Annotated[Optional[str], typer.Option(help="Reply size: default K x id bytes; 'same' for symmetric (echo-sized) replies, or a number.", rich_help_panel="Payload")] = None,
+    cycles: Annotated[int, typer.Option(help="Timed cycles per payload.", rich_help_panel="Timing")] = 1000,
+    time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="Measure about this many seconds per payload instead of --cycles (iperf3's -t; a 20-cycle probe per payload sets the count).", rich_help_panel="Timing")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).", rich_help_panel="Timing")] = 100,
+    verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body (the bytes; spec's --verify is the target's forward).", rich_help_panel="Payload")] = False,
+    gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).", rich_help_panel="Timing")] = 0.0,
+    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).", rich_help_panel="Connection")] = Poll.auto,
+    timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.", rich_help_panel="Connection")] = TIMEOUT_S,
+    out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).", rich_help_panel="Output")] = None,
+    name: Annotated[str, typer.Option(help="Suffix of the result folder name.", rich_help_panel="Output")] = "run",
+    results_dir: Annotated[Path, typer.Option(help="Where result folders go.", rich_help_panel="Output")] = Path("results"),
+    shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).", rich_help_panel="Output")] = None,
+    opt: Annotated[Optional[list[str]], typer.Option(help="Transport option KEY=VALUE, repeatable (UCX_TLS=tcp, copy_threshold=65536).", rich_help_panel="Connection")] = None,
+    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for a server started with --secret.", rich_help_panel="Connection")] = None,
+    interface: Annotated[Optional[str], typer.Option(help="Warn unless the route to the peer leaves by this interface.", rich_help_panel="Connection")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s): checked against the interface speed and recorded (fit compares beta with it).", rich_help_panel="Output")] = None,
+    rung_name: Annotated[Optional[str], typer.Option("--rung", help="Name of the link in the results (default 'run'), e.g. 1gbe-lab.", rich_help_panel="Output")] = None,
+    strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.", rich_help_panel="Output")] = False,
+    cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.", rich_help_panel="Connection")] = None,
+    floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.", rich_help_panel="Output")] = True,
+    memory: Annotated[Memory, typer.Option(help="Where the payload lives on both ends: host, or cuda (GPU; needs the gpu extra).", rich_help_panel="GPU")] = Memory.host,
+    server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.", rich_help_panel="GPU")] = None,
+    gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).", rich_help_panel="GPU")] = GpuPath.staged,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).", rich_help_panel="Output")] = False,
+    loop: Annotated[Loop, typer.Option(help=LOOP_HELP, rich_help_panel="Connection")] = Loop.auto,
+    codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).", rich_help_panel="Payload")] = "none",
+    payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of \\[tokens, layers, hidden]; default synthetic.", rich_help_panel="Payload")] = None,
+    clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
+    mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
+    arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -199,7 +201,7 @@ def spec(
     transport: Annotated[str, typer.Option(help="tcp, zmq, ucx or nixl.")] = "tcp",
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
-    verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms.")] = "sleep:73.46",
+    verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward; run's --verify is a CRC of the request).")] = "sleep:73.46",
     draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
     draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft (its GPU may be faster).")] = "sleep:15.88",
     fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
@@ -359,7 +361,7 @@ def spec_summary(results: Annotated[Path, typer.Argument(help="A hopbench spec r
 @app.command()
 def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep config (configs/sweep.toml).")] = Path("configs/sweep.toml"),
-    quick: Annotated[bool, typer.Option(help="The [quick] profile: a smaller grid, under 2 minutes.")] = False,
+    quick: Annotated[bool, typer.Option(help="The \\[quick] profile: a smaller grid, under 2 minutes.")] = False,
     rungs: Annotated[Optional[str], typer.Option(help="Only these rungs (comma-separated names from configs/rungs/).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Sweep folder (resumed when it holds an unfinished sweep).")] = None,
     new: Annotated[bool, typer.Option(help="Start afresh even if an unfinished sweep of this config exists.")] = False,

@@ -131,3 +131,38 @@ def test_missing_extra_names_the_install_line(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "install it with: pip install 'hopbench[zmq]'" in r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1
+
+
+def test_every_options_help_is_shown_whole():
+    """Issue 42: --payload-from's help lost "[tokens, layers, hidden]" to rich markup ("file of
+    ;"). Every option of every command shows its whole help text."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import typer.main
+
+    from hopbench.cli import app
+
+    group = typer.main.get_command(app)
+    env = {**os.environ, "COLUMNS": "400", "TERM": "xterm"}
+    for name, cmd in group.commands.items():  # as a terminal shows it: through rich, its markup parsed
+        out = subprocess.run([sys.executable, "-m", "hopbench", name, "--help"], capture_output=True, text=True,
+                             env=env, timeout=60).stdout
+        shown = re.sub(r"[\s│]+", " ", out)
+        for p in cmd.params:
+            if getattr(p, "param_type_name", None) == "option" and p.help:  # typer's own Option class
+                want = re.sub(r"\s+", " ", p.help.replace("\\[", "["))
+                assert want in shown, (name, p.name, want)
+
+
+def test_run_help_groups_its_flags():
+    """Issue 42: `run --help` was 36 flags in one panel."""
+    import typer.main
+
+    from hopbench.cli import app
+
+    run = typer.main.get_command(app).commands["run"]
+    panels = {getattr(p, "rich_help_panel", None) for p in run.params if getattr(p, "param_type_name", "") == "option"}
+    assert panels == {"Connection", "Payload", "Timing", "Load", "GPU", "Output"}, panels
