@@ -58,6 +58,14 @@ def load_rung(name: str) -> Rung:
                 zmq=r.get("zmq", {}), nixl=r.get("nixl", {}), placement=r.get("placement"), path=f)
 
 
+#: every sweep key but the rungs has a default (configs/sweep.toml's values, the name the
+#: file's stem): a minimal config is `[sweep] rungs = ["loopback"]`
+SWEEP_DEFAULTS: dict = {"transports": ["tcp", "zmq", "ucx"], "tokens": [1, 2, 3, 4, 5, 6, 7, 8], "k": 2,
+                        "bytes_min": 64, "bytes_max": 4194304, "bytes_points": 9, "repeats": 5, "cell_budget_s": 0.35,
+                        "min_cycles": 10, "max_cycles": 2000, "warmup": 10, "seed": 0, "gaps_ms": [0],
+                        "operating_tokens": 3}
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     name: str
@@ -92,6 +100,7 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
     f = str(path)
     s = dict(require(data, "sweep", dict, f))
     check_keys(s, SWEEP_KEYS, f, "sweep.")
+    s = {"name": path.stem, **SWEEP_DEFAULTS, **s}
     if quick:
         q = data.get("quick", {})
         check_keys(q, SWEEP_KEYS, f, "quick.")

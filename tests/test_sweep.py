@@ -157,3 +157,17 @@ def test_rung_placement_overrides_sweep(tmp_path):
     cfg = load_sweep(TINY)
     cells = plan_cells(cfg, [load_rung(str(p)), load_rung("loopback")], load_shape().shape, 1, ["split-busy"])
     assert {c.label for c in cells} == {"lb@same-block", "loopback"}
+
+
+def test_a_minimal_sweep_config_names_only_its_rungs(tmp_path):
+    """Issue 42: a minimal sweep config needed every key, reported one missing key per attempt."""
+    from hopbench.config_sweep import SWEEP_DEFAULTS, load_sweep
+
+    p = tmp_path / "mine.toml"
+    p.write_text('[sweep]\nrungs = ["loopback"]\n')
+    cfg = load_sweep(p)
+    assert cfg.name == "mine" and cfg.rungs == ("loopback",) and cfg.repeats == SWEEP_DEFAULTS["repeats"]
+    assert cfg.tokens == tuple(SWEEP_DEFAULTS["tokens"]) and cfg.operating_tokens == 3 and cfg.gaps_ms == (0.0,)
+    p.write_text('[sweep]\nrepeats = 2\n')
+    with pytest.raises(ConfigError, match="missing key sweep.rungs"):
+        load_sweep(p)
