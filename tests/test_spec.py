@@ -162,3 +162,15 @@ def test_an_unfinished_spec_says_how_many_repeats_it_has():
     assert A._repeats({"config": {"repeats": 5}, "status": "complete"}, res) == "5 repeats"
     assert A._repeats({"config": {"repeats": 5}, "status": "incomplete"}, res) == (
         "incomplete: of 5 repeats asked, measured local 2, overlap 1")
+
+
+def test_hopbench_load_reads_a_spec_folder(server, tmp_path):
+    """Issue 42: hopbench.load refused spec folders."""
+    import hopbench
+
+    out = run_spec(server.host, server.port, SpecConfig(**SHAPE, cycles=8, warmup=1, repeats=2, time_scale=0.02,
+                                                        seed=3), folder=tmp_path / "s")
+    f = hopbench.load(out)
+    assert set(f.cells["mode"]) == {"local", "sync", "overlap"} and (f.cells["repeats"] == 2).all()
+    assert {"mode", "repeat"} <= set(f.cycles.columns) and len(f.cycles) > 0 and f.fits.empty
+    assert f.top["schema"] == "hopbench.spec"

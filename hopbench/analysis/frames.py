@@ -9,7 +9,9 @@
 - `cells`: one row per cell, the estimate every command uses (hopbench.estimate), with its
   interval, level, scope, repeats and cycles;
 - `fits`: one row per rung x transport, the alpha-beta fit with CIs and the regime.
-Reads run and sweep folders of every schema version (tests/golden)."""
+Reads run and sweep folders of every schema version (tests/golden), and `hopbench spec`
+folders: there `cycles` is its cycles.csv (one row per decode cycle: mode, repeat, ...),
+`cells` one row per mode with tok/s and its interval over repeats, `fits` empty."""
 
 from __future__ import annotations
 
@@ -37,9 +39,33 @@ def _pandas() -> Any:
     return pandas
 
 
+def _spec_frames(path: str | Path) -> Frames | None:
+    """A `hopbench spec` folder as Frames (None: not one)."""
+    from hopbench import results as R
+    from hopbench.analysis import spec as S
+
+    try:
+        top = R.ResultFolder(path).read_top()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(top, dict) or top.get("schema") != "hopbench.spec":
+        return None
+    pd = _pandas()
+    report, cycles, _ = S.load(path)
+    _, modes = S.analyse(path)
+    cells = [{"mode": m.mode, "tok_s": m.tok_s.value, "ci_lo": m.tok_s.lo, "ci_hi": m.tok_s.hi, "ci_level": m.tok_s.level,
+              "repeats": m.tok_s.n_repeats, "tokens_per_cycle": m.tokens_per_cycle, "hit_rate": m.hit_rate}
+             for m in modes]
+    return Frames(cycles, pd.DataFrame(cells), pd.DataFrame(), report)
+
+
 def load(path: str | Path, bytes_per_token: int | None = None, operating_tokens: int | None = None) -> Frames:
     pd = _pandas()
     from hopbench.analysis import fit as F
+
+    spec = _spec_frames(path)
+    if spec is not None:
+        return spec
 
     groups, top = load_groups(path)
     bpt, op = recorded_shape(path, bytes_per_token, operating_tokens)
