@@ -105,7 +105,7 @@ def test_a_number_that_differs_from_the_json_is_caught(browser, tmp_path):
     page.close()
 
 
-@pytest.mark.parametrize("width", [1400, 800])
+@pytest.mark.parametrize("width", [1400, 800, 390])
 @pytest.mark.parametrize("kind", ["sweep-v1", "run-v1"])
 def test_the_page_fits_its_window_without_sideways_scrolling(browser, tmp_path, kind, width):
     """Issue 28 item 10: at 1,400 px the page scrolled sideways (the environment table) and

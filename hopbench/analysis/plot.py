@@ -182,8 +182,8 @@ def hop_cost(verdicts, t_draft_ms: float, operating_tokens: int):
     bottom, top = hop_ylim(verdicts, t_draft_ms)
     ax.set_ylim(bottom=bottom, top=top)
     ax.set_title(HOP_TITLE, fontsize=10)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # below the axes: inside, it hid the bars' labels (issue 42)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     return fig
 
@@ -438,7 +438,7 @@ def hop_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str
     rungs, width, per_transport = hop_bars(verdicts)
     p = S.Panel(HOP_HEAD, "rung (label: hop and projected tok/s gain)",
                 hop_ylabel(verdicts, operating_tokens), xlog=False, categories=rungs,
-                ylim=hop_ylim(verdicts, t_draft_ms), legend="upper right")
+                ylim=hop_ylim(verdicts, t_draft_ms), legend="below")  # above the bars it hid their labels (issue 42)
     p.series = [S.Series("bars", b.x, b.y, S.color(i), b.transport, lo=b.lo, hi=b.hi, width=width, notes=b.notes)
                 for i, b in enumerate(per_transport)]
     p.hlines = [(t_draft_ms, "crimson", "--", f"break-even hop = t_draft = {t_draft_ms} ms")]

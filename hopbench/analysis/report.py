@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,6 +313,11 @@ pre{background:#f6f8fa;padding:.6em 1em;overflow-x:auto;white-space:pre-wrap;ove
 #environment table{table-layout:fixed;width:100%}#environment td{white-space:normal;overflow-wrap:anywhere;text-align:left}
 @media (max-width:1000px){body{padding:.5em .8em;font-size:12.5px}th,td{padding:.15em .3em}td{white-space:normal}
 #fit table{font-size:10.5px}}
+@media (max-width:600px){.wide{overflow-x:visible}table,#environment table{display:block;width:100%}
+table tbody{display:block}tr:has(>th){display:none}tr{display:block;border:1px solid #d0d5de;margin:.4em 0}
+td,#environment td{display:block;border:0;border-bottom:1px solid #eef1f6;white-space:normal;
+overflow-wrap:anywhere;text-align:right}td::before{content:attr(data-h);float:left;font-weight:600;text-align:left;
+color:#444;max-width:45%;margin-right:.8em}#fit table{font-size:inherit}}
 """
 
 
@@ -623,7 +629,7 @@ def render(a: Analysed, doc: dict) -> str:
         .replace("</table>", "</table></div>")
     data = json.dumps(doc, sort_keys=True).replace("</", "<\\/")
     title = f"hopbench report: {Path(doc['folder']).name}"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
+    return _label_cells(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head><body>'
             f'<h1>{_esc(title)}</h1><p class="q">{_esc(doc["question"])}</p>'
             f'<p class="note">{_esc(doc["kind"])} {_esc(doc["folder"])}, {_esc(doc["created_utc"])}, '
@@ -632,6 +638,30 @@ def render(a: Analysed, doc: dict) -> str:
             + f'<section id="figures"><h2>Figures</h2>{figs}</section>'
             + _cells_section(doc) + _warnings_section(doc) + _env_section(doc) + _commands_section(doc)
             + f'<script type="application/json" id="hopbench-data">{data}</script></body></html>\n')
+
+
+_TABLE = re.compile(r"<table>(.*?)</table>", re.S)
+_ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+
+
+def _label_cells(page: str) -> str:
+    """Each table cell carries its column's header (data-h): on a narrow screen (CSS, max-width
+    600px) a table's rows become cards of labelled lines, so the verdict's call needs no
+    sideways scroll at 390 px (issue 42)."""
+    def table(m: re.Match) -> str:
+        rows = _ROW.findall(m.group(1))
+        if not rows or "<th" not in rows[0]:
+            return m.group(0)
+        heads = [html.escape(html.unescape(re.sub(r"<[^>]+>", "", h)), quote=True)
+                 for h in re.findall(r"<th[^>]*>(.*?)</th>", rows[0], re.S)]
+
+        def row(r: re.Match) -> str:
+            cells = iter(heads)
+            return "<tr>" + re.sub(r"<td(?=[ >])", lambda _: f'<td data-h="{next(cells, "")}"', r.group(1)) + "</tr>"
+
+        return "<table>" + _ROW.sub(row, m.group(1)) + "</table>"
+
+    return _TABLE.sub(table, page)
 
 
 def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> tuple[dict, str]:
