@@ -199,3 +199,22 @@ def test_lanes_that_bypass_the_network_are_found_in_the_recorded_strings():
     assert bypass(["intra-node tag(tcp/lo)", "inter-node cfg#1 am(tcp/eth0)"]) == []
     assert bypass([nixl_ns[0]]) == []  # the agent's endpoint to itself is not the hop
     assert bypass(None) == [] and bypass([3, None]) == []
+
+
+def test_a_table_fits_the_terminal_it_is_printed_on(monkeypatch):
+    """Issue 42: the verdict table ran 200-250 columns wide on a terminal. On one it fits the
+    terminal's width (text columns wrap, numbers whole); in a pipe it keeps one row per line."""
+    import os
+    import shutil
+
+    from hopbench.analysis.tables import render
+
+    cols = ["rung", "transport", "hop ms", "gain", "call"]
+    rows = [["emu-100m", "tcp", "16.020", "+0.2%", "not worth it (+0.2% < 5%): the whole 95% interval below the bar"]]
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((60, 24)))
+    import re
+
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", render(cols, rows, right={2, 3}, call_column=4, terminal=True))
+    assert max(len(line) for line in shown.splitlines()) <= 60 and "16.020" in shown and "+0.2%" in shown
+    piped = render(cols, rows, right={2, 3}, call_column=4, terminal=False)
+    assert len(piped.splitlines()) == 2  # the header and the one row
