@@ -224,3 +224,109 @@ class SpecServer(Wire):
     def close(self) -> None:
         self.listener.close()
         self.thread.join(timeout=10)
+
+
+# ---- data channels (docs/PROTOCOL.md "Data channels"), each opened from the document ------
+
+def request(seq: int, size: int) -> bytes:
+    return struct.pack("<Q", seq) + bytes(size - 8)
+
+
+def check_reply(reply: bytes, seq: int, k: int, id_bytes: int) -> None:
+    code = {2: "H", 4: "I", 8: "Q"}[id_bytes]
+    assert struct.unpack_from(f"<{k}{code}", reply) == tuple((seq * k + i) % 2 ** (8 * id_bytes) for i in range(k))
+
+
+class ZmqData:
+    """zmq: a PAIR socket connected to tcp://HOST:data_port; "HOPBZMQ1" each way; one message
+    per request and per reply; an empty message before closing."""
+
+    HELLO = b"HOPBZMQ1"
+
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0):
+        import zmq
+
+        self.sock = zmq.Context.instance().socket(zmq.PAIR)
+        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+        self.sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
+        self.sock.connect(f"tcp://{host}:{port}")
+        self.sock.send(self.HELLO)
+        self.answer = self.sock.recv()
+
+    def send(self, data: bytes) -> None:
+        self.sock.send(data)
+
+    def recv(self) -> bytes:
+        return self.sock.recv()
+
+    def close(self) -> None:
+        self.sock.send(b"")
+        self.sock.close()
+
+
+class UcxData:
+    """ucx: a UCX endpoint to the listener on data_port; tag messages, client -> server tag 1,
+    server -> client tag 2; "HOPBUCX1" each way."""
+
+    HELLO = b"HOPBUCX1"
+
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0):
+        os.environ.setdefault("RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY", "false")
+        import libucx
+
+        libucx.load_library()
+        import numpy as np
+        import ucxx._lib.libucxx as u
+        from ucxx._lib.arr import Array
+
+        self.np, self.u, self.Array, self.timeout_s = np, u, Array, timeout_s
+        self.ctx = u.UCXContext({"TLS": "tcp"}, feature_flags=(u.Feature.TAG,))
+        self.worker = u.UCXWorker(self.ctx)
+        self.ep = u.UCXEndpoint.create(self.worker, host, port, True)
+        self.send(self.HELLO)
+        self.answer = self.recv(len(self.HELLO))
+
+    def _wait(self, req) -> None:
+        import time
+
+        deadline = time.monotonic() + self.timeout_s
+        while not req.completed:
+            self.worker.progress()
+            assert time.monotonic() < deadline, "UCX request timed out"
+        req.check_error()
+
+    def send(self, data: bytes) -> None:
+        buf = self.np.frombuffer(bytearray(data), dtype=self.np.uint8)  # held until the send completes
+        self._wait(self.ep.tag_send(self.Array(buf), self.u.UCXXTag(1)))
+
+    def recv(self, n: int) -> bytes:
+        buf = self.np.zeros(n, dtype=self.np.uint8)
+        self._wait(self.ep.tag_recv(self.Array(buf), self.u.UCXXTag(2)))
+        return buf.tobytes()
+
+    def close(self) -> None:
+        self.ep.close_blocking(10_000_000, 100)
+
+
+def nixl_setup(host: str, port: int, chan_id: int, metadata: bytes) -> bytes:
+    """nixl: the client's setup block (u32 big-endian length, "HOPBNIX1", the channel id as u32
+    big-endian, the agent's metadata) over TCP to data_port; returns the server's block."""
+    sock = socket.create_connection((host, port), timeout=10)
+    try:
+        body = b"HOPBNIX1" + struct.pack("!I", chan_id) + metadata
+        sock.sendall(struct.pack("!I", len(body)) + body)
+        n = b""
+        while len(n) < 4:
+            got = sock.recv(4 - len(n))
+            assert got, "the server closed during setup"
+            n += got
+        want = struct.unpack("!I", n)[0]
+        out = b""
+        while len(out) < want:
+            got = sock.recv(want - len(out))
+            assert got, "the server closed during setup"
+            out += got
+        return out
+    finally:
+        sock.close()

@@ -433,3 +433,147 @@ def test_a_real_server_refuses_the_test_only_transport():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# ---- issue 41: what an independent peer could not predict, each from the document ---------
+
+def _spec_plan(c: SpecClient, transport: str, **extra) -> tuple[int, dict]:
+    c.send_frame(P.PLAN, {"transport": transport, "request_bytes": 64, "reply_bytes": 8, "k": 2, "id_bytes": 4,
+                          "cycles": 5, "warmup": 1, **extra})
+    return c.recv_frame()
+
+
+@pytest.mark.parametrize("transport", [pytest.param("zmq", marks=pytest.mark.zmq),
+                                       pytest.param("ucx", marks=pytest.mark.ucx)])
+def test_a_data_channel_opened_from_the_document_is_served(server, transport):
+    """docs/PROTOCOL.md "Data channels": zmq's PAIR socket and "HOPBZMQ1" each way, ucx's tag
+    messages (1 to the server, 2 back) and "HOPBUCX1" each way; then one message per request
+    and reply, DONE on the control connection."""
+    from tests.specpeer import UcxData, ZmqData, check_reply, request
+
+    _need(transport)
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, accept = _spec_plan(c, transport)
+    assert t == P.ACCEPT and isinstance(accept["data_port"], int), accept
+    data = (ZmqData if transport == "zmq" else UcxData)(server.host, accept["data_port"])
+    assert data.answer == data.HELLO  # the server's first bytes, byte by byte
+    for seq in range(1 + 1 + 5):
+        data.send(request(seq, 64))
+        reply = data.recv() if transport == "zmq" else data.recv(8)
+        assert len(reply) == 8
+        check_reply(reply, seq, 2, 4)
+    assert c.done() == 7
+    c.send_frame(P.BYE)
+    data.close()
+    assert c.closed()
+
+
+@pytest.mark.nixl
+def test_nixls_setup_bytes_are_the_documents(server):
+    """nixl's data port: a block (u32 big-endian length) of "HOPBNIX1", the channel id and the
+    agent's metadata, client first; the server's block echoes the id and carries its own."""
+    from tests.specpeer import nixl_setup
+
+    _need("nixl")
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, accept = _spec_plan(c, "nixl")
+    assert t == P.ACCEPT, accept
+    got = nixl_setup(server.host, accept["data_port"], 0x1234, b"not an agent's metadata")
+    assert got[:8] == b"HOPBNIX1" and got[8:12] == (0x1234).to_bytes(4, "big") and len(got) > 12
+    t, obj = c.recv_frame()  # our metadata is no NIXL agent's: the plan ends with one line
+    assert t == P.ERROR and obj["reason"], obj
+
+
+@pytest.mark.parametrize("how", ["counter", "direction", "key", "tampered"])
+def test_a_frame_failing_its_tag_gets_a_tagged_error_then_the_close(server_factory, how):
+    """docs/PROTOCOL.md "Session binding": the server answers a frame whose tag fails with
+    ERROR, tagged with its own next counter, naming the frame; then closes."""
+    import hashlib
+    import hmac
+
+    srv = server_factory(secret=SECRET)
+    c = SpecClient(srv.host, srv.port)
+    c.handshake(SECRET)
+    body = json.dumps({"transport": "tcp", "request_bytes": 64, "reply_bytes": 8, "k": 2, "id_bytes": 4,
+                       "cycles": 5, "warmup": 1}).encode()
+    frame = P.HEADER.pack(b"HOPB", P.VERSION, P.PLAN, len(body), 0) + body
+    key, direction, counter = c.key, b"c", c.sent
+    if how == "counter":
+        counter += 1
+    elif how == "direction":
+        direction = b"s"
+    elif how == "key":
+        key = hashlib.sha256(b"another key").digest()
+    tag = hmac.new(key, direction + counter.to_bytes(8, "little") + frame, hashlib.sha256).digest()
+    if how == "tampered":
+        frame = frame[:-1] + b" "
+    c.sock.sendall(frame + tag)
+    t, obj = c.recv_frame()  # checks the server's tag with its counter 0: it is tagged
+    assert t == P.ERROR and "PLAN failed the session's tag" in obj["reason"], obj
+    assert c.closed()
+
+
+@pytest.mark.parametrize("spec", [None, {}, {"mode": "sync"}, []])
+def test_a_spec_that_is_not_a_whole_object_is_an_error(server, spec):
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", spec=spec)
+    assert t == P.ERROR and "spec" in obj["reason"], obj
+
+
+def test_codec_group_alone_is_an_error_and_a_none_frame_is_the_body(server):
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", codec_group=6144)
+    assert t == P.ERROR and "'codec_group' without 'codec'" in obj["reason"], obj
+    c = SpecClient(server.host, server.port)  # codec none: a frame header, then the body as it is
+    c.handshake()
+    t, _ = _spec_plan(c, "tcp", codec="none", codec_group=28)
+    assert t == P.ACCEPT
+    import struct
+
+    for seq in range(7):
+        c.sock.sendall(struct.pack("<QII", seq, 56, 0) + bytes(56))
+        reply = c.recv_exact(8)
+        assert struct.unpack("<2I", reply) == (seq * 2, seq * 2 + 1)
+    assert len(c.recv_exact(7 * 8)) == 56  # the decode times
+    assert c.done() == 7
+    c = SpecClient(server.host, server.port)  # a plain request under none: aborted with a reason a peer reads
+    c.handshake()
+    _spec_plan(c, "tcp", codec="none", codec_group=28)
+    c.sock.sendall(bytes(64))
+    reason = c.read_abort(c.recv_exact(8), 8)
+    assert "a none frame carries 0 B; the body is 56 B" in reason, reason
+
+
+@pytest.mark.parametrize("env", [[1], None, "x"])
+def test_a_hello_whose_env_is_no_object_is_an_error(server, env):
+    c = SpecClient(server.host, server.port)
+    c.send_frame(P.HELLO, {"protocol": P.VERSION, "role": "client", "software": "spec", "env": env})
+    t, obj = c.recv_frame()
+    assert t == P.ERROR and "'env' must be an object" in obj["reason"], obj
+
+
+def test_busy_under_one_session_at_a_time_waits_its_grace_then_refuses_or_serves(server_factory):
+    """docs/PROTOCOL.md "Busy": with --max-sessions 1 a second HELLO is answered 2 s after its
+    connection while the first session still runs (REFUSE busy); when that session ends
+    within the 2 s, the waiting client is served instead."""
+    import time
+
+    srv = server_factory(max_sessions=1)
+    a = SpecClient(srv.host, srv.port)
+    a.handshake()
+    b = SpecClient(srv.host, srv.port)
+    t0 = time.monotonic()
+    b.send_frame(P.HELLO, {"protocol": P.VERSION, "role": "client", "software": "spec"})
+    t, obj = b.recv_frame()
+    assert t == P.REFUSE and obj["reason"].startswith("busy: serving another client"), obj
+    assert time.monotonic() - t0 >= 1.9  # the grace, not "at once"
+    c = SpecClient(srv.host, srv.port)
+    c.send_frame(P.HELLO, {"protocol": P.VERSION, "role": "client", "software": "spec"})
+    a.send_frame(P.BYE)  # the session ends within c's grace: c is served
+    assert a.closed()
+    t, hello = c.recv_frame()
+    assert t == P.HELLO and hello["role"] == "server", hello

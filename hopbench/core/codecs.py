@@ -90,11 +90,16 @@ class Codec:
         return body
 
     def decode(self, enc: Any, out: np.ndarray) -> None:
-        out[:] = np.frombuffer(enc, dtype=np.uint8)
+        got = np.frombuffer(enc, dtype=np.uint8)
+        if got.size != out.size:  # none: the body as it is, exactly
+            raise ProtocolError(f"a none frame carries {got.size} B; the body is {out.size} B (none sends it as it is)")
+        out[:] = got
 
     def bound(self, body_bytes: int) -> int:
-        """The largest encoded body a receiver accepts for body_bytes (a longer frame is malformed)."""
-        return body_bytes + body_bytes // 8 + 4096
+        """The largest encoded body a receiver accepts for body_bytes (a longer frame is
+        malformed): none's is the body itself; the lossless libraries' body + body/8 + 4096
+        (above zstd's, lz4's and blosc2's own worst cases); fp8's and int8's their exact size."""
+        return body_bytes if self.name == "none" else body_bytes + body_bytes // 8 + 4096
 
     @property
     def library(self) -> str:
@@ -348,7 +353,7 @@ class Int8(_Scaled):
 
 
 def _level(spec: str, text: str, lo: int, hi: int) -> int:
-    if not text.isdigit() or not lo <= int(text) <= hi:
+    if not (text.isascii() and text.isdigit()) or not lo <= int(text) <= hi:
         raise _fail(spec, f"level {text!r} must be an integer {lo}..{hi}")
     return int(text)
 

@@ -195,7 +195,7 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
              "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
              "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
              "server_memory": (frozenset({"host", "cuda"}), False),
-             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": (("obj", None), False),
+             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": ("obj", False),
              "codec": ("str", False), "codec_group": ("int", False), "group": ("obj", False)},
     "group": {"id": ("str", True), "size": ("int", True)},
     "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
@@ -414,13 +414,15 @@ class Plan:
             raise ProtocolError("PLAN: 'payload_crc32' must be null or an unsigned 32-bit integer")
         if obj.get("verify") and crc is None:
             raise ProtocolError("PLAN: 'verify' is true but 'payload_crc32' is null")
+        if "codec_group" in obj and "codec" not in obj:
+            raise ProtocolError("PLAN: 'codec_group' without 'codec' (it sizes a codec plan's groups)")
         plan = cls(
             transport=obj["transport"], request_bytes=obj["request_bytes"], reply_bytes=obj["reply_bytes"],
             k=obj["k"], id_bytes=obj["id_bytes"], cycles=obj["cycles"], warmup=obj["warmup"],
             verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(obj.get("gap_ms", 0.0)),
             transport_settings=obj.get("transport_settings") or {},
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
-            gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if obj.get("spec") else None,
+            gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if "spec" in obj else None,
             codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
             group=validate(obj["group"], "group") if "group" in obj else None,
         )

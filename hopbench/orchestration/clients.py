@@ -73,6 +73,16 @@ def target_process(target: int | None, cpu: int | None, done: Any, measure: Call
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
         os.environ["HOPBENCH_PINNED"] = str(cpu)
+    import signal
+
+    def first_interrupt_only(signum: int, frame: Any) -> None:
+        # Ctrl-C reaches a target twice when the parent passes it on as well: the second must
+        # not cut the first's save short (a .tmp was left, issue 42)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, first_interrupt_only)
     error = None
     try:
         measure()
