@@ -161,3 +161,27 @@ def test_result_headers_are_typed_records():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "hopbench" / "orchestration").rglob("*.py"))
              for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
     assert not found, found
+
+
+def test_the_client_side_of_a_plan_is_as_clean_as_the_servers():
+    """REVIEW4 §5.1, as checks (issue 39): one client path per plan kind over a transport
+    resolved once per plan, partial results in a typed carrier (timing.Progress,
+    Session.measured) instead of attributes patched onto exceptions, short functions in the
+    client, every orchestration session a context manager, a codec parsed once per path."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "hopbench"
+    client = (root / "core" / "client.py").read_text()
+    assert client.count("get_transport(") <= 1
+    patched = re.compile(r'completed_cycles = |\.measurement = |getattr\(exc, "(completed_cycles|measurement)"')
+    for p in root.rglob("*.py"):
+        text = p.read_text()
+        assert not patched.search(text), p
+        if p.parent.name == "core":
+            assert "type: ignore[attr-defined]" not in text, p
+        if "orchestration" in p.parts:
+            assert not re.search(r"^\s*(s|session|probe) = Session\(", text, re.M), p
+    longest = max(f.end_lineno - f.lineno + 1 for f in ast.walk(ast.parse(client)) if isinstance(f, ast.FunctionDef))
+    assert longest <= 40, longest
+    assert (root / "core" / "serving.py").read_text().count("codecs.parse(") <= 2

@@ -151,7 +151,7 @@ def test_a_corrupt_frame_is_a_one_line_abort_and_the_server_serves_on(server):
     for bad in ("long", "garbage"):
         s = Session(server.host, server.port)
         plan = P.Plan("tcp", 8 + 61440, 8, 2, 4, 5, 0, codec="zstd:1", codec_group=W)
-        data, _ = s._data_channel(plan)
+        data = s._open(plan, s._transport(plan)).channel
         n = 10**7 if bad == "long" else 100
         data.send(bytearray(C.FRAME.pack(0, n, 0)))
         if bad == "garbage":

@@ -8,7 +8,7 @@ import pytest
 
 from hopbench.core import protocol as P
 from hopbench.core.stats import summarize
-from hopbench.core.timing import run_cycles
+from hopbench.core.timing import Progress, run_cycles
 from hopbench.errors import ConfigError, PeerClosed, ProtocolError, VerifyError
 from hopbench.estimate import median_interval, ranks_for_level
 from hopbench.shape import load_shape, log_grid
@@ -171,11 +171,12 @@ def test_timing_loop_rejects_stale_reply_and_keeps_prior_samples():
     t = threading.Thread(target=echo_ids, args=(b, 64, 8, codec, 5, 3))
     t.start()
     samples = np.zeros(10, dtype=np.int64)
-    with pytest.raises(VerifyError, match="seq 3") as ei:
-        run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=FakeClock(7))
+    progress = Progress()
+    with pytest.raises(VerifyError, match="seq 3"):
+        run_cycles(a, bytearray(64), bytearray(8), codec, samples, clock=FakeClock(7), progress=progress)
     a.close()
     t.join()
-    assert ei.value.completed_cycles == 3
+    assert progress.done == 3
     assert list(samples[:4]) == [7, 7, 7, 0]  # the stale reply never became a sample
 
 
@@ -183,9 +184,10 @@ def test_timing_loop_peer_close_mid_run():
     a, b = fake.pair()
     b.close()
     samples = np.zeros(3, dtype=np.int64)
-    with pytest.raises(PeerClosed) as ei:
-        run_cycles(a, bytearray(64), bytearray(8), P.ReplyCodec(2, 4), samples)
-    assert ei.value.completed_cycles == 0
+    progress = Progress(done=-1)
+    with pytest.raises(PeerClosed):
+        run_cycles(a, bytearray(64), bytearray(8), P.ReplyCodec(2, 4), samples, progress=progress)
+    assert progress.done == 0
 
 
 def test_lanes_that_bypass_the_network_are_found_in_the_recorded_strings():

@@ -197,7 +197,7 @@ fail:
 }
 
 /* (completed, status, phase, detail, exception or None): an interrupt's exception is handed
- * back with the count, so the caller can attach completed_cycles to it as the Python loop
+ * back with the count, so the caller can record it (progress.done) as the Python loop
  * does; phase names the failing call (0 = receive, 1 = send). */
 static PyObject *result(Py_ssize_t done, int st, int phase, int64_t detail) {
     if (st == HB_INTERRUPTED) {

@@ -9,7 +9,7 @@ stages and the direct path keep the Python loop). Which loop ran is recorded per
 
 Both loops keep one contract (hopbench.core.timing): the seq stamp and the id check
 outside the timed span, one sample per cycle into the preallocated array, a wrong reply
-never a sample, `completed_cycles` on every exception, the same exceptions."""
+never a sample, `progress.done` set on every exception, the same exceptions."""
 
 from __future__ import annotations
 
@@ -74,13 +74,10 @@ def _ids(codec: ReplyCodec) -> tuple[int, int]:
     return codec.k, codec.span // codec.k
 
 
-def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int, done: int, exc: Any) -> None:
+def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int, exc: Any) -> None:
     if status == Status["INTERRUPTED"]:
-        err = exc if isinstance(exc, BaseException) else KeyboardInterrupt()
-    else:
-        err = ep.error(Status(status).name.lower(), detail, what, nbytes)
-    err.completed_cycles = done  # type: ignore[attr-defined]
-    raise err
+        raise exc if isinstance(exc, BaseException) else KeyboardInterrupt()
+    raise ep.error(Status(status).name.lower(), detail, what, nbytes)
 
 
 def may_share_cpu(mine: dict[str, Any] | None, peer: dict[str, Any] | None) -> bool:
@@ -101,8 +98,9 @@ YIELD_EVERY = 8  # empty polls between sched_yield calls when the peer may share
 
 
 def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
-               gap_s: float = 0.0, share_cpu: bool = True) -> int:
-    """The timed loop in C: samples[i] = the round trip of seq i in ns (CLOCK_MONOTONIC)."""
+               progress: Any, gap_s: float = 0.0, share_cpu: bool = True) -> int:
+    """The timed loop in C: samples[i] = the round trip of seq i in ns (CLOCK_MONOTONIC);
+    progress.done = the round trips completed, also when it raises."""
     assert _C is not None
     k, idb = _ids(codec)
     y = YIELD_EVERY if share_cpu else 0
@@ -116,20 +114,17 @@ def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, 
     finally:
         if ep.hold is not None:
             ep.hold(False)
+    progress.done = done
     if st == Status["BAD_REPLY"]:  # the Python checker says what was wrong, in its own words
-        try:
-            codec.check(reply, done)
-        except BaseException as err:
-            err.completed_cycles = done  # type: ignore[attr-defined]
-            raise
+        codec.check(reply, done)
     if st:
         what = "send" if phase else "receive"
-        _raise(ep, st, detail, what, len(memoryview(reply).cast("B")), done, exc)
+        _raise(ep, st, detail, what, len(memoryview(reply).cast("B")), exc)
     return done
 
 
 def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, total: int, crc: int | None,
-             on_bad_seq: Callable[[int], None], share_cpu: bool = True) -> int:
+             on_bad_seq: Callable[[int], None], progress: Any, share_cpu: bool = True) -> int:
     """The server's echo loop in C; a request with another seq goes to on_bad_seq (as in Python)."""
     assert _C is not None
     k, idb = _ids(codec)
@@ -142,12 +137,13 @@ def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, to
     finally:
         if ep.hold is not None:
             ep.hold(False)
+    progress.done = done
     if st == Status["BAD_SEQ"]:
         on_bad_seq(done)
         return done
     if st:
         what = "send" if phase else "receive"
-        _raise(ep, st, detail, what, len(memoryview(request).cast("B")), done, exc)
+        _raise(ep, st, detail, what, len(memoryview(request).cast("B")), exc)
     return done
 
 

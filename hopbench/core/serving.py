@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from hopbench.core import native
 from hopbench.core import protocol as P
-from hopbench.core.timing import echo_cycles
+from hopbench.core.timing import Progress, echo_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import HopbenchError, ProtocolError
 from hopbench.records import TIMEOUT_S
@@ -64,6 +64,8 @@ class PlanContext:
     loop: str = ""
     #: the server's StartGroups (plans started together; a batching drafter's batches), or None
     groups: Any = None
+    #: the cycles the plan's loop served, also when it raised (the session's statistics)
+    progress: Progress = field(default_factory=Progress)
 
     @property
     def share_cpu(self) -> bool:
@@ -95,7 +97,11 @@ def bad_request(ctx: PlanContext, chan: Channel, request: Any, seq: int, plan: P
 
 
 class ServingPath:
+    """One plan kind's serving: `check` (the REFUSE line, or None; what it parses it keeps),
+    then `serve` on the same instance (path_for makes one per plan)."""
+
     name = "?"
+    codec: Any = None  # a codec-carrying plan's codec, parsed by check()
     #: why the compiled echo loop cannot serve this kind (None: it can)
     python_only: str | None = "this plan needs the Python loop (GPU memory or the spec loop)"
 
@@ -122,7 +128,7 @@ class HostEcho(ServingPath):
         return echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop=ctx.config.loop,
-                           share_cpu=ctx.share_cpu)
+                           share_cpu=ctx.share_cpu, progress=ctx.progress)
 
 
 class _Gpu(ServingPath):
@@ -168,7 +174,7 @@ class GpuStaged(_Gpu):
         done = echo_cycles(staged, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, req.host, seq, plan),
-                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes))
+                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), progress=ctx.progress)
         if done == plan.total:
             chan.send(timings.view(np.uint8).reshape(-1))
         return done
@@ -194,7 +200,8 @@ class GpuDirect(_Gpu):
         return echo_cycles(chan, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total, crc=crc,
                            on_bad_seq=bad_seq, on_bad_crc=bad_crc, recv_buf=req.device, send_buf=rep.device,
                            fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
-                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True)
+                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True,
+                           progress=ctx.progress)
 
 
 class SpecDrafter(ServingPath):
@@ -215,7 +222,7 @@ class SpecDrafter(ServingPath):
             if plan.codec is not None:
                 from hopbench.core import codecs
 
-                codecs.parse(plan.codec, plan.codec_group)
+                self.codec = codecs.parse(plan.codec, plan.codec_group)  # parsed once, here: serve uses it
         except HopbenchError as exc:
             return f"cannot run this spec plan: {exc}"
         return None
@@ -248,7 +255,7 @@ class SpecDrafter(ServingPath):
 
             from hopbench.core import codecs
 
-            frames = codecs.FrameReceiver(codecs.parse(plan.codec, plan.codec_group), info.request_bytes, ctx.clock)
+            frames = codecs.FrameReceiver(self.codec, info.request_bytes, ctx.clock)
 
             def states(tokens: int, view: Any) -> None:
                 frames.recv(chan, np.frombuffer(view, dtype=np.uint8))
@@ -276,7 +283,7 @@ class CodecEcho(ServingPath):
         from hopbench.core import codecs
 
         try:
-            codec = codecs.parse(str(plan.codec), plan.codec_group)
+            codec = self.codec = codecs.parse(str(plan.codec), plan.codec_group)  # parsed once, here: serve uses it
             if plan.server_memory == "cuda":
                 from hopbench.core import gpucodec
 
@@ -296,7 +303,7 @@ class CodecEcho(ServingPath):
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
         reply_codec = P.ReplyCodec(plan.k, plan.id_bytes)
         decode_ns = np.zeros(plan.total, dtype=np.int64)
-        codec: Any = codecs.parse(str(plan.codec), plan.codec_group)
+        codec: Any = self.codec
         device_body = None
         if plan.server_memory == "cuda":  # decoded on the drafter's GPU, into its device buffer
             from hopbench.core import gpu, gpucodec
@@ -308,7 +315,8 @@ class CodecEcho(ServingPath):
             lambda seq: reply_codec.pack(reply, seq, corrupt=True), device_body)
         try:
             done = echo_cycles(wrapped, request, reply, reply_codec, plan.total,
-                               on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python")
+                               on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python",
+                               progress=ctx.progress)
         except codecs.ClientAborted as exc:
             ctx.log(f"client aborted plan at seq {exc.seq}: {str(exc)[:200]}")
             return exc.seq

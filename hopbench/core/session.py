@@ -301,8 +301,8 @@ class ServerSession:
     def _serve(self, path: ServingPath, chan: Channel, plan: P.Plan, ctx: PlanContext) -> None:
         try:
             done = path.serve(chan, plan, ctx)
-        except BaseException as exc:
-            self.stats.cycles += int(getattr(exc, "completed_cycles", 0) or 0)
+        except BaseException:
+            self.stats.cycles += ctx.progress.done  # what the loop served before it stopped
             raise
         self.stats.cycles += done
         self._served = done  # DONE is sent by _plan, once the plan's CPU and memory are given back

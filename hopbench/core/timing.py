@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -28,6 +29,16 @@ from hopbench.core.protocol import SEQ, ReplyCodec
 from hopbench.core.transport import Channel
 
 _HOOKED = "this plan needs the Python loop (device buffers, a per-cycle hook or an injected clock)"
+
+
+@dataclass
+class Progress:
+    """How far a loop got: `done` round trips complete (a client's samples[:done] are valid).
+    Every loop (Python or compiled, client or server) sets it as it returns **or raises**, so
+    a caller reads it after an exception: the typed carrier of a partial result, where the
+    loops used to patch `completed_cycles` onto the exception."""
+
+    done: int = 0
 
 
 def run_cycles(
@@ -49,6 +60,7 @@ def run_cycles(
     share_cpu: bool = True,
     schedule: np.ndarray | None = None,
     lag: np.ndarray | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Run len(samples) round trips; samples[i] gets the round trip of seq i in ns.
 
@@ -62,8 +74,8 @@ def run_cycles(
     buffers). `stamp()` runs untimed after the seq is written (direct GPU: copy it to the
     device); `settle()` runs untimed after t1 (direct GPU: copy the reply back to check it).
 
-    Returns the number of cycles completed. On any exception (transport error, verify
-    error, KeyboardInterrupt) the exception gets `completed_cycles`: samples[:n] are valid.
+    Returns the number of cycles completed; `progress.done` holds it too, also when the loop
+    raises (transport error, verify error, KeyboardInterrupt): samples[:done] are valid.
 
     `loop`: "auto" hands the whole loop to the compiled one (hopbench.core.native) where it
     is built and applies, "python" runs this one (the reference), "native" refuses without
@@ -71,16 +83,17 @@ def run_cycles(
     peer may run on this process's CPUs (hopbench.core.native.may_share_cpu), so a
     busy-polling compiled loop yields now and then.
     """
+    progress = progress if progress is not None else Progress()
     if schedule is not None:
         return _open_loop(channel, request, reply, codec, samples, clock, schedule,
-                          lag if lag is not None else np.zeros(len(samples), dtype=np.int64), info)
+                          lag if lag is not None else np.zeros(len(samples), dtype=np.int64), info, progress)
     hooked = (stamp or settle or send_buf is not None or recv_buf is not None or not native.default_clock(clock)
               or (gap_s and sleep is not time.sleep))
     ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
     if info is not None:
         info["loop"] = which
     if ep is not None:
-        return native.run_client(ep, request, reply, codec, samples, gap_s, share_cpu)
+        return native.run_client(ep, request, reply, codec, samples, progress, gap_s, share_cpu)
     pack_seq = SEQ.pack_into
     send = channel.send
     recv_into = channel.recv_into
@@ -105,9 +118,8 @@ def run_cycles(
             i += 1
             if gap_s:
                 sleep(gap_s)  # think time between hops (--gap-ms), not synchronisation
-    except BaseException as exc:
-        exc.completed_cycles = i  # type: ignore[attr-defined]
-        raise
+    finally:
+        progress.done = i
     return i
 
 
@@ -115,7 +127,8 @@ SPIN_NS = 200_000  # open loop: sleep until this close to a send's intended time
 
 
 def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
-               clock: Callable[[], int], schedule: np.ndarray, lag: np.ndarray, info: dict[str, Any] | None) -> int:
+               clock: Callable[[], int], schedule: np.ndarray, lag: np.ndarray, info: dict[str, Any] | None,
+               progress: Progress) -> int:
     """run_cycles' open loop (see there): pacing to a schedule is the load's definition, so the
     wait before a send is a sleep then a spin on the clock (not synchronisation)."""
     if info is not None:
@@ -143,9 +156,8 @@ def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, sa
             samples[i] = t1 - intended
             lag[i] = t0 - intended
             i += 1
-    except BaseException as exc:
-        exc.completed_cycles = i  # type: ignore[attr-defined]
-        raise
+    finally:
+        progress.done = i
     return i
 
 
@@ -178,8 +190,10 @@ def echo_cycles(
     loop: str = "auto",
     info: dict[str, Any] | None = None,
     share_cpu: bool = True,
+    progress: Progress | None = None,
 ) -> int:
-    """The server's loop for one plan: `total` round trips. Returns the cycles served.
+    """The server's loop for one plan: `total` round trips. Returns the cycles served, which
+    `progress.done` holds too, also when the loop raises.
 
     `request`/`reply` are the host buffers checked and packed; the channel moves
     `recv_buf`/`send_buf` (default the same). A request whose seq is not the expected one
@@ -193,8 +207,19 @@ def echo_cycles(
     ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
     if info is not None:
         info["loop"] = which
+    progress = progress if progress is not None else Progress()
     if ep is not None:
-        return native.run_echo(ep, request, reply, codec, total, crc, on_bad_seq, share_cpu)
+        return native.run_echo(ep, request, reply, codec, total, crc, on_bad_seq, progress, share_cpu)
+    progress.done = _echo(channel, request, reply, codec, total, crc, on_bad_seq, on_bad_crc, send_buf, recv_buf,
+                          fetch, after_pack, check_late, progress)
+    return progress.done
+
+
+def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, total: int, crc: int | None,
+          on_bad_seq: Callable[[int], None], on_bad_crc: Callable[[int], None] | None, send_buf: Any, recv_buf: Any,
+          fetch: Callable[[], None] | None, after_pack: Callable[[], None] | None, check_late: bool,
+          progress: Progress) -> int:
+    """echo_cycles' Python loop (see there); progress.done follows every served cycle."""
     recv_into, send = channel.recv_into, channel.send
     into = request if recv_buf is None else recv_buf
     out = reply if send_buf is None else send_buf
@@ -205,26 +230,30 @@ def echo_cycles(
     if after_pack is not None:
         after_pack()
     seq = 0
-    for seq in range(total):
-        recv_into(into)
-        if not check_late:
-            if unpack_seq(request, 0)[0] != seq:
-                on_bad_seq(seq)
-                return seq
-            if body is not None and zlib.crc32(body) != crc:
-                codec.pack(reply, seq, corrupt=True)
-                if after_pack is not None:
-                    after_pack()
-        send(out)
-        if check_late:
-            if fetch is not None:
-                fetch()
-            if unpack_seq(request, 0)[0] != seq:
-                on_bad_seq(seq)
-                return seq
-            if body is not None and zlib.crc32(body) != crc and on_bad_crc is not None:
-                on_bad_crc(seq)
-        pack(seq + 1)
-        if after_pack is not None:
-            after_pack()
+    try:
+        for seq in range(total):
+            recv_into(into)
+            if not check_late:
+                if unpack_seq(request, 0)[0] != seq:
+                    on_bad_seq(seq)
+                    return seq
+                if body is not None and zlib.crc32(body) != crc:
+                    codec.pack(reply, seq, corrupt=True)
+                    if after_pack is not None:
+                        after_pack()
+            send(out)
+            if check_late:
+                if fetch is not None:
+                    fetch()
+                if unpack_seq(request, 0)[0] != seq:
+                    on_bad_seq(seq)
+                    return seq
+                if body is not None and zlib.crc32(body) != crc and on_bad_crc is not None:
+                    on_bad_crc(seq)
+            pack(seq + 1)
+            if after_pack is not None:
+                after_pack()
+        seq = total
+    finally:
+        progress.done = seq  # a bad seq returns early: the cycles before it were served
     return total

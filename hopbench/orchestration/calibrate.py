@@ -24,12 +24,9 @@ def _client_child(conn: Any, port: int, p: Placement, cycles: int) -> None:
 
     try:
         pin(p.client_cpu)
-        s = Session("127.0.0.1", port, poll=p.poll)
-        try:
+        with Session("127.0.0.1", port, poll=p.poll) as s:
             out = {f"p50_ns_{n}": float(np.median(s.measure(P.Plan("tcp", n, 8, 2, 4, cycles, 30)).timed)) for n in SIZES}
             s.bye()
-        finally:
-            s.close()
         conn.send(out)
     except Exception as exc:  # reported in the calibration table
         conn.send({"error": f"{exc.__class__.__name__}: {exc}"[:300]})

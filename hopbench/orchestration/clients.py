@@ -169,13 +169,10 @@ def server_limit(host: str, port: int, timeout_s: float, secret: str | None,
     read over one short session before anything is measured."""
     from hopbench.core.client import Session
 
-    probe = Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, secret=secret)
-    try:
+    with Session(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, secret=secret) as probe:
         limit = int((probe.server_hello.get("caps") or {}).get("max_sessions") or 1)
         server_env, software = probe.server_env, probe.server_hello.get("software")
         probe.bye()
-    finally:
-        probe.close()
     return limit, server_env, software
 
 

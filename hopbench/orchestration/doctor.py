@@ -221,8 +221,7 @@ def peer_report(host: str, port: int, expected_interface: str | None = None, run
     check_route(r, rt, expected_interface)
     local_if = next((i for i in r.interfaces if i["name"] == rt.get("interface")), None)
     check_speed(r, rung_rate_mbit, local_if)
-    s = Session(host, port, secret=secret)
-    try:
+    with Session(host, port, secret=secret) as s:
         server_env = s.server_env
         try:
             pmtu = control.path_mtu(s.control)
@@ -237,8 +236,6 @@ def peer_report(host: str, port: int, expected_interface: str | None = None, run
         n = max(3, min(500, int(probe_s / max(est, 1e-4))))
         t = float(np.median(s.measure(P.Plan("tcp", big, 8, 2, 4, n, 2)).timed))
         goodput_mbps = big * 8 / max(t - small, 1.0) * 1e3
-    finally:
-        s.close()
     server_if = (server_env.get("route_to_client") or {}).get("interface") or {}
     speeds = [x for x in ((local_if or {}).get("speed_mbps"), server_if.get("speed_mbps")) if x]
     slower_end = min(speeds) if speeds else None

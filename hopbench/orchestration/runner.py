@@ -174,12 +174,9 @@ def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
 
     cfg = ServerConfig(host="127.0.0.1", port=0, once=True, poll=poll, transport_settings=transport_settings or {})
     with ServerProcess(cfg) as srv:
-        s = Session("127.0.0.1", srv.address[1], poll=poll, transport_settings=transport_settings or {})
-        try:
+        with Session("127.0.0.1", srv.address[1], poll=poll, transport_settings=transport_settings or {}) as s:
             m = s.measure(P.Plan(transport, 64, k * id_bytes, k, id_bytes, cycles, max(10, cycles // 10)))
             s.bye()
-        finally:
-            s.close()
     x = np.sort(m.timed)
     lo, hi, level = median_interval(x)
     return {"transport": transport, "where": "loopback", "request_bytes": 64, "reply_bytes": k * id_bytes,
@@ -247,8 +244,17 @@ def run_session(
 
         source = source_for(cfg.payload_from, (cfg.bytes_per_token or 2 * cfg.hidden) // (2 * cfg.hidden), cfg.hidden)
     client_env = envmod.collect(peer_host=host)
-    session = Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
-                      transport_settings=cfg.transport_settings, client_env=client_env, secret=secret, loop=cfg.loop)
+    with Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
+                 transport_settings=cfg.transport_settings, client_env=client_env, secret=secret,
+                 loop=cfg.loop) as session:
+        return _measure_payloads(session, host, port, payloads, cfg, folder, client_env, source, group, target, floor,
+                                 extra, on_payload, on_warning)
+
+
+def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
+                      client_env: dict[str, Any], source: Any, group: str | None, target: int | None, floor: bool,
+                      extra: dict[str, Any] | None, on_payload: Any, on_warning: Any) -> "RunWriter":
+    """run_session's measuring, over its open session: each payload's plan, written as it ends."""
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
         coded = p.codec != "none"
@@ -260,12 +266,8 @@ def run_session(
                       group={"id": group, "size": cfg.clients} if group else None)
 
 
-    try:
-        check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
-        folder = folder() if callable(folder) else folder
-    except BaseException:
-        session.close()
-        raise
+    check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
+    folder = folder() if callable(folder) else folder
     header = R.RunReport(peer=f"{host}:{port}", config=cfg.to_dict(), client_env=client_env,
                          server_env=session.server_env, server_software=session.server_hello.get("software"),
                          server_caps=session.server_hello.get("caps"), extra=extra or {}).to_dict()
@@ -283,10 +285,9 @@ def run_session(
                 schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
             try:
                 m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule)
-            except BaseException as exc:
-                mm = getattr(exc, "measurement", None)
-                if mm is not None:
-                    writer.add(mm, p, probe)
+            except BaseException:
+                if session.measured is not None:  # what this plan measured before it stopped
+                    writer.add(session.measured, p, probe)
                 raise
             summary = writer.add(m, p, probe)
             writer.write("running")
@@ -305,5 +306,4 @@ def run_session(
         raise
     finally:
         writer.write(status, error)
-        session.close()
     return writer

@@ -9,6 +9,7 @@ atomically after every mode, so an interrupted run keeps what it measured."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -157,13 +158,13 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
 
         source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
     seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
-    session = None
     client_env = envmod.collect(peer_host=host)
-    if remote_modes:
-        assert host is not None and port is not None
-        session = Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, transport_settings=cfg.transport_settings,
-                          client_env=client_env, secret=secret)
-    try:
+    with contextlib.ExitStack() as opened:
+        session = None
+        if remote_modes:
+            assert host is not None and port is not None
+            session = opened.enter_context(Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, secret=secret,
+                                                   transport_settings=cfg.transport_settings, client_env=client_env))
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
         report: dict[str, Any] = {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
@@ -231,9 +232,6 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                         on_mode(s)
             if session is not None:
                 session.bye()
-    finally:
-        if session is not None:
-            session.close()
     return folder
 
 

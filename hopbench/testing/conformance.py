@@ -277,7 +277,7 @@ CHECKS: list[Callable[[Maker], None]] = [
 # Python reference or the compiled one, hopbench.core.native). Each check takes a
 # transport name, a poll mode and a loop ("python" or "native") and holds both loops to
 # one behaviour: the same samples, the same bytes on the wire, the same exceptions with the
-# same completed_cycles.
+# same count of completed round trips (timing.Progress).
 
 K, ID_BYTES = 2, 4
 
@@ -398,7 +398,7 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
 def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> None:
     import numpy as np
 
-    from hopbench.core.timing import run_cycles
+    from hopbench.core.timing import Progress, run_cycles
     from hopbench.errors import VerifyError
 
     codec = _codec()
@@ -412,10 +412,12 @@ def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> N
 
         th, box = _thread(echo)
         samples = np.zeros(10, dtype=np.int64)
+        progress = Progress()
         try:
-            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop)
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop,
+                       progress=progress)
         except VerifyError as exc:
-            assert getattr(exc, "completed_cycles", None) == 3, exc
+            assert progress.done == 3, (progress, exc)
             assert str(exc) == f"reply to seq 3 carries ids {list(codec.expected(2))}, expected " \
                                f"{list(codec.expected(3))} (stale or wrong reply)", str(exc)
             assert (samples[:3] > 0).all() and samples[3] == 0  # a wrong reply is never a sample
@@ -430,18 +432,19 @@ def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
     client loop reports it as a checksum mismatch."""
     import numpy as np
 
-    from hopbench.core.timing import echo_cycles, run_cycles
+    from hopbench.core.timing import Progress, echo_cycles, run_cycles
     from hopbench.errors import VerifyError
 
     codec = _codec()
     with _loop_pair(name, poll) as (client, server):
         th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 5,
                                               crc=12345, on_bad_seq=lambda seq: None, loop=loop))
+        progress = Progress(done=-1)
         try:
             run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, np.zeros(5, dtype=np.int64),
-                       loop=loop)
+                       loop=loop, progress=progress)
         except VerifyError as exc:
-            assert "checksum mismatch at seq 0" in str(exc) and getattr(exc, "completed_cycles", None) == 0, exc
+            assert "checksum mismatch at seq 0" in str(exc) and progress.done == 0, (progress, exc)
             return
         finally:
             client.close()  # ends the server's loop, waiting for the next request, before the join
@@ -470,7 +473,7 @@ def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> 
 def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> None:
     import numpy as np
 
-    from hopbench.core.timing import run_cycles
+    from hopbench.core.timing import Progress, run_cycles
 
     codec = _codec()
     with _loop_pair(name, poll) as (client, server):
@@ -485,10 +488,12 @@ def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> No
 
         th, box = _thread(echo_then_close)
         samples = np.zeros(50, dtype=np.int64)
+        progress = Progress()
         try:
-            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop)
+            run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, samples, loop=loop,
+                       progress=progress)
         except PeerClosed as exc:
-            assert getattr(exc, "completed_cycles", None) == 5, exc
+            assert progress.done == 5, (progress, exc)
             assert (samples[:5] > 0).all() and not samples[5:].any()
             return
         finally:
@@ -499,7 +504,7 @@ def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> No
 def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
     import numpy as np
 
-    from hopbench.core.timing import run_cycles
+    from hopbench.core.timing import Progress, run_cycles
 
     codec = _codec()
     with _loop_pair(name, poll, timeout_s=0.5) as (client, server):
@@ -512,11 +517,12 @@ def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
 
         th, box = _thread(echo_then_silence)
         t0 = time.monotonic()
+        progress = Progress()
         try:
             run_cycles(client, client.alloc(64), client.alloc(K * ID_BYTES), codec, np.zeros(20, dtype=np.int64),
-                       loop=loop)
+                       loop=loop, progress=progress)
         except Timeout as exc:
-            assert getattr(exc, "completed_cycles", None) == 3 and time.monotonic() - t0 < 10, exc
+            assert progress.done == 3 and time.monotonic() - t0 < 10, (progress, exc)
             return
         finally:
             th.join(30)

@@ -65,15 +65,13 @@ def _server_answers(host: str, port: int) -> str | None:
     from hopbench.core.client import Session
 
     try:
-        s = Session(host, port, timeout_s=5.0, connect_timeout_s=5.0)
+        with Session(host, port, timeout_s=5.0, connect_timeout_s=5.0) as s:
+            try:
+                s.bye()
+            except HopbenchError:
+                pass  # it answered; how it ends the session is the cells' business
     except HopbenchError as exc:
         return str(exc)
-    try:
-        s.bye()
-    except HopbenchError:
-        pass  # it answered; how it ends the session is the cells' business
-    finally:
-        s.close()
     return None
 
 

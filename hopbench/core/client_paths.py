@@ -1,0 +1,265 @@
+"""The client's side of a plan, one path per plan kind, as the server has its serving paths
+(hopbench.core.serving): chosen once by `client_path_for(plan)`, run over the plan's data
+route, resolved once (`DataPath`: the transport and its channel). iperf3's `sp->snd`.
+
+Each path has three steps, called by `Session.measure` in this order:
+- `prepare(run)`: everything untimed before the PLAN crosses, the rules of its kind checked
+  (a random body and its CRC-32, a codec's bodies and their CRCs, GPU buffers); returns the
+  plan to send (it may now carry its `payload_crc32`);
+- `cycles(data, run)`: the timed loop over the data channel; the round trips completed are
+  in `run.progress.done`, also when it raises;
+- `after(data, run)`: what follows the last reply (the reply's tail, the server's stage
+  times).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+
+from hopbench.core import protocol as P
+from hopbench.core.timing import Progress, run_cycles
+from hopbench.core.transport import Channel, Transport
+from hopbench.errors import ConfigError, ProtocolError
+
+
+@dataclass
+class DataPath:
+    """A plan's data route, resolved once per plan: its transport, the channel (the control
+    connection itself for a transport that runs on it) and the server's channel info."""
+
+    transport: Transport
+    channel: Channel
+    server_info: dict[str, Any]
+
+
+@dataclass
+class PlanRun:
+    """One plan's run as its path sees it: the plan, where its samples and stages go, and the
+    loop's settings."""
+
+    plan: P.Plan
+    m: Any  # hopbench.core.client.Measurement
+    transport: Transport
+    settings: dict[str, Any]  # this transport's client settings
+    clock: Callable[[], int]
+    gap_s: float
+    loop: str
+    share_cpu: bool
+    source: Any = None  # a codec plan's hidden states (hopbench.core.hidden.Source)
+    schedule: np.ndarray | None = None  # open loop: each cycle's intended send time
+    progress: Progress = field(default_factory=Progress)
+    loop_info: dict[str, str] = field(default_factory=dict)  # which timed loop ran (hopbench.core.native)
+
+    @property
+    def ids(self) -> P.ReplyCodec:
+        return P.ReplyCodec(self.plan.k, self.plan.id_bytes)
+
+    def loop_args(self) -> dict[str, Any]:
+        return {"clock": self.clock, "gap_s": self.gap_s, "info": self.loop_info, "progress": self.progress}
+
+
+class ClientPath:
+    name = "?"
+    #: the host buffer the last reply lands in (an abort from the server is read from it)
+    reply_host: Any = None
+
+    def prepare(self, run: PlanRun) -> P.Plan:
+        return run.plan
+
+    def cycles(self, data: DataPath, run: PlanRun) -> int:
+        raise NotImplementedError
+
+    def after(self, data: DataPath, run: PlanRun) -> None:
+        check_tail(self.reply_host, run.plan)
+
+
+def check_tail(reply: Any, plan: P.Plan) -> None:
+    """The bytes of a reply after the K ids are zero (docs/PROTOCOL.md); checked on the last
+    reply, after the loop, so it costs nothing per cycle."""
+    tail = np.frombuffer(memoryview(reply).cast("B"), dtype=np.uint8)[plan.k * plan.id_bytes:]
+    if tail.size and tail.any():
+        raise ProtocolError(f"the server's reply carries non-zero bytes after the {plan.k} ids "
+                            f"(first at offset {plan.k * plan.id_bytes + int(np.argmax(tail != 0))})")
+
+
+def _verify_body(run: PlanRun) -> tuple[P.Plan, bytes | None]:
+    """With verify: a random body, fixed for the plan, and the plan carrying its CRC-32."""
+    if not run.plan.verify:
+        return run.plan, None
+    body = os.urandom(run.plan.request_bytes - P.SEQ_BYTES)
+    return dataclasses.replace(run.plan, payload_crc32=zlib.crc32(body)), body
+
+
+class HostRoundTrip(ClientPath):
+    """Host memory, raw payloads: the timed loop, compiled where it applies; open loop when
+    the run has a schedule (each send's lag behind its intended time is `send_lag_ns`)."""
+
+    name = "host round trip"
+
+    def prepare(self, run: PlanRun) -> P.Plan:
+        plan, self.body = _verify_body(run)
+        return plan
+
+    def cycles(self, data: DataPath, run: PlanRun) -> int:
+        chan, plan = data.channel, run.plan
+        request, self.reply_host = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
+        if self.body is not None:
+            memoryview(request).cast("B")[P.SEQ_BYTES:] = self.body
+        lag = None
+        if run.schedule is not None:
+            lag = run.m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
+            run.m.stages["intended_ns"] = run.schedule
+        return run_cycles(chan, request, self.reply_host, run.ids, run.m.samples_ns, loop=run.loop,
+                          share_cpu=run.share_cpu, schedule=run.schedule, lag=lag, **run.loop_args())
+
+
+class _Gpu(ClientPath):
+    """CUDA memory at this end (or at the server's only: then this end is host memory and the
+    server's copy times follow the last reply)."""
+
+    def prepare(self, run: PlanRun) -> P.Plan:
+        from hopbench.core import gpu
+
+        plan, self.body = _verify_body(run)
+        gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, run.transport, run.settings)
+        self.bufs = None
+        if plan.client_memory == "cuda":  # the CUDA context before UCX's
+            run.m.gpu_info = gpu.device_info()
+            request = gpu.Staging(plan.request_bytes)
+            self.bufs = (request, gpu.Staging(plan.reply_bytes, request.stream))
+            request.fill_random(0)
+            if self.body is not None:
+                request.host[P.SEQ_BYTES:] = np.frombuffer(self.body, dtype=np.uint8)
+                request.h2d()
+        return plan
+
+    def cycles(self, data: DataPath, run: PlanRun) -> int:
+        if self.bufs is None:  # only the server's end is on the GPU: this end is host memory
+            host = HostRoundTrip()
+            host.body = self.body
+            done = host.cycles(data, run)
+            self.reply_host = host.reply_host
+            return done
+        request, reply = self.bufs
+        self.reply_host = reply.host
+        return self._loop(data, run, request, reply)
+
+    def _loop(self, data: DataPath, run: PlanRun, request: Any, reply: Any) -> int:
+        raise NotImplementedError
+
+    def after(self, data: DataPath, run: PlanRun) -> None:
+        super().after(data, run)
+        m = run.m
+        if run.plan.server_stages:  # the server's own copy times follow the last reply
+            server = np.zeros((run.plan.total, 2), dtype=np.int64)
+            data.channel.recv_into(server.view(np.uint8).reshape(-1))
+            m.stages["server_h2d_ns"], m.stages["server_d2h_ns"] = server[:, 0], server[:, 1]
+            if "transfer_ns" in m.stages:
+                m.stages["wire_ns"] = m.stages["transfer_ns"] - server[:, 0] - server[:, 1]
+
+
+class GpuStaged(_Gpu):
+    """The copies are a channel wrapper (pinned host buffers), timed with the same clock."""
+
+    name = "GPU staged"
+
+    def _loop(self, data: DataPath, run: PlanRun, request: Any, reply: Any) -> int:
+        from hopbench.core.gpu import CLIENT_STAGES, StagedClientChannel
+
+        stages = np.zeros((run.plan.total, len(CLIENT_STAGES)), dtype=np.int64)
+        run.m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
+        staged = StagedClientChannel(data.channel, request, reply, stages, run.clock)
+        return run_cycles(staged, request.host, reply.host, run.ids, run.m.samples_ns, loop=run.loop,
+                          **run.loop_args())
+
+
+class GpuDirect(_Gpu):
+    """The transport moves device memory itself; the seq is stamped on the device untimed."""
+
+    name = "GPU direct"
+
+    def _loop(self, data: DataPath, run: PlanRun, request: Any, reply: Any) -> int:
+        return run_cycles(data.channel, request.host, reply.host, run.ids, run.m.samples_ns,
+                          send_buf=request.device, recv_buf=reply.device, stamp=partial(request.h2d, 0, P.SEQ_BYTES),
+                          settle=reply.d2h, loop=run.loop, **run.loop_args())
+
+
+class CodecRoundTrip(ClientPath):
+    """The request bodies cross encoded (docs/CODECS.md): windows of the run's hidden states,
+    encoded inside the timed hop; the server's decode times follow the last reply."""
+
+    name = "codec round trip"
+
+    def prepare(self, run: PlanRun) -> P.Plan:
+        from hopbench.core import codecs
+
+        plan, m, source = run.plan, run.m, run.source
+        if source is None:
+            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+        codec = codecs.parse(plan.codec or "none", plan.codec_group)
+        body_bytes = plan.request_bytes - P.SEQ_BYTES
+        per_token = source.bits.shape[1] * 2
+        tokens = body_bytes // per_token if body_bytes % per_token == 0 else None
+        bodies = source.bodies(body_bytes, tokens, min(plan.total, -(-source.tokens // (tokens or 1))))
+        self.crcs = codecs.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
+        if plan.verify:
+            plan = dataclasses.replace(plan, payload_crc32=self.crcs[0])
+        self.where, self.bodies = codec, bodies
+        if plan.client_memory == "cuda":  # the states are born on the GPU: cast there, only the codes cross
+            self._on_gpu(plan, codec, m)
+        m.codec_info = {"codec": codec.name, "library": self.where.library, "lossless": codec.lossless,
+                        "kernel": getattr(self.where, "kernel", "library"), "source": source.record,
+                        "bodies": len(self.bodies)}
+        if not codec.lossless:  # what the lossy codec does to these states (computed untimed, on the CPU codec)
+            m.codec_info["error"] = codecs.reconstruction_error(codec, bodies)
+        return plan
+
+    def _on_gpu(self, plan: P.Plan, codec: Any, m: Any) -> None:
+        from hopbench.core import gpu, gpucodec
+
+        if codec.lossless and plan.server_memory != "cuda":
+            raise ConfigError(f"--codec {codec.name} from CUDA memory: nvCOMP's bitstream needs nvCOMP at both "
+                              "ends (--memory cuda for both); fp8 and int8 cross between GPU and CPU ends")
+        self.where = gpucodec.for_memory(codec, "cuda")  # fp8/int8: the CPU codec's bytes, so the same CRCs
+        m.gpu_info = gpu.device_info()
+        self.bodies = [gpu.load().asarray(b) for b in self.bodies]
+
+    def cycles(self, data: DataPath, run: PlanRun) -> int:
+        from hopbench.core import codecs
+
+        plan, m = run.plan, run.m
+        self.stages = codecs.CodecStages(np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64))
+        m.stages["encode_ns"], m.stages["wire_bytes"] = self.stages.encode_ns, self.stages.wire_bytes
+        wrapped = codecs.CodecClientChannel(data.channel, self.where, self.bodies, self.crcs, self.stages, run.clock)
+        request, self.reply_host = data.channel.alloc(plan.request_bytes), data.channel.alloc(plan.reply_bytes)
+        return run_cycles(wrapped, request, self.reply_host, run.ids, m.samples_ns, loop="python", **run.loop_args())
+
+    def after(self, data: DataPath, run: PlanRun) -> None:
+        super().after(data, run)
+        decode = np.zeros(run.plan.total, dtype=np.int64)  # the server's decode times follow the last reply
+        data.channel.recv_into(decode.view(np.uint8).reshape(-1))
+        run.m.stages["decode_ns"] = decode
+        run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - decode
+
+
+def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None) -> ClientPath:
+    """The one client path of this plan's kind (spec plans run through Session.run_spec)."""
+    if schedule is not None and (plan.codec or plan.uses_gpu):
+        raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec or "
+                          "--memory cuda")
+    if plan.codec:
+        return CodecRoundTrip()
+    if plan.uses_gpu:
+        return GpuDirect() if plan.gpu_path == "direct" and plan.client_memory == "cuda" else GpuStaged()
+    return HostRoundTrip()
+
+
+__all__ = ["ClientPath", "CodecRoundTrip", "DataPath", "GpuDirect", "GpuStaged", "HostRoundTrip", "PlanRun",
+           "check_tail", "client_path_for"]
