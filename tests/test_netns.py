@@ -2,6 +2,7 @@
 veth pair, created and removed by the tests. Skipped (with the reason) without root/ip."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -111,13 +112,18 @@ def test_a_hop_through_memory_between_two_namespaces_is_flagged_and_not_called(t
                              capture_output=True, text=True, check=True).stdout.strip()
         subprocess.run(link.exec_prefix("server") + ["ip", "link", "set", "dev", f"{link.name}a", "address", mac],
                        check=True)
-        srv, port = start_server(link)
+        # both ends as a user starts them: without the UCX_* settings ucxx put into this test
+        # process's environment when it was imported (they change the lanes UCX picks)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("UCX_")}
+        srv = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
+                               f"{link.server_addr}:0"], stdout=subprocess.PIPE, text=True, env=env)
+        port = ready_port(srv)
         try:
             cmd = link.exec_prefix("client") + [sys.executable, "-m", "hopbench", "run", "--peer",
                                                 f"{link.server_addr}:{port}", "--tokens", "3", "--k", "2",
                                                 "--cycles", "50", "--warmup", "5", "--transport", transport,
                                                 "--out", str(out), "--rung", "emu-1g", "--rate", "1000"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
         finally:
             srv.terminate()
             srv.wait(10)
