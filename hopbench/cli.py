@@ -140,9 +140,9 @@ def run(
     bytes_: Annotated[Optional[str], typer.Option("--bytes", help="Request sizes: a list, 'grid' (config's log grid) or log:LO:HI:N.", rich_help_panel="Payload")] = None,
     k: Annotated[Optional[int], typer.Option(help="Draft depth K (ids in the reply); default from configs/shape.toml.", rich_help_panel="Payload")] = None,
     reply_bytes: Annotated[Optional[str], typer.Option(help="Reply size: default K x id bytes; 'same' for symmetric (echo-sized) replies, or a number.", rich_help_panel="Payload")] = None,
-    cycles: Annotated[int, typer.Option(help="Timed cycles per payload.", rich_help_panel="Timing")] = 1000,
+    cycles: Annotated[Optional[int], typer.Option(help="Timed cycles per payload (default 1000; 100 with --stream, whose cycles follow a real-time forward).", rich_help_panel="Timing")] = None,
     time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="Measure about this many seconds per payload instead of --cycles (iperf3's -t; a 20-cycle probe per payload sets the count).", rich_help_panel="Timing")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up cycles per payload (run, recorded, excluded).", rich_help_panel="Timing")] = 100,
+    warmup: Annotated[Optional[int], typer.Option(help="Warm-up cycles per payload (run, recorded, excluded; default 100, 10 with --stream).", rich_help_panel="Timing")] = None,
     verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body (the bytes; spec's --verify is the target's forward).", rich_help_panel="Payload")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).", rich_help_panel="Timing")] = 0.0,
     poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).", rich_help_panel="Connection")] = Poll.auto,
@@ -169,6 +169,11 @@ def run(
     clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
     mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
     arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
+    stream: Annotated[str, typer.Option(help="off, or layers: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md).", rich_help_panel="Stream")] = "off",
+    layers: Annotated[Optional[int], typer.Option(help="The target's layer count: tap k is ready after k of them (default 78, GLM-5.2's).", rich_help_panel="Stream")] = None,
+    forward_ms: Annotated[Optional[float], typer.Option(help="The verify forward's length in ms (default the shape's cycle - t_draft: 73.46).", rich_help_panel="Stream")] = None,
+    layer_times: Annotated[Optional[Path], typer.Option(help="A per-layer profile: each layer's end time in ms within the forward, one per line (CSV first column).", rich_help_panel="Stream")] = None,
+    stream_cost_ms: Annotated[float, typer.Option(help="The extraction cost per streamed forward in ms (per-layer hooks, piecewise CUDA graphs: 0.5-1.6 ms measured, docs/STREAM.md); the accept count goes that much later.", rich_help_panel="Stream")] = 0.0,
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -181,7 +186,8 @@ def run(
         out=out, name=name, results_dir=results_dir, shape=shape, opt=tuple(opt or ()), secret=secret or None,
         interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
         memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value,
-        codec=codec, payload_from=payload_from, clients=clients, mps=mps, arrivals=arrivals)
+        codec=codec, payload_from=payload_from, clients=clients, mps=mps, arrivals=arrivals, stream=stream,
+        layers=layers, forward_ms=forward_ms, layer_times=layer_times, stream_cost_ms=stream_cost_ms)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:

@@ -36,12 +36,19 @@ class Payload:
     request_bytes: int
     reply_bytes: int
     codec: str = "none"  # the payload crosses encoded (docs/CODECS.md)
+    stream: bool = False  # the payload crosses streamed during the forward (docs/STREAM.md)
 
 
 def codec_label(name: str, codec: str) -> str:
     """A transport or payload as analysis names it under a codec: "tcp" -> "tcp+fp8" (its own
     series: its own fit, verdict and table row); unchanged for "none"."""
     return name if not codec or codec == "none" else f"{name}+{codec}"
+
+
+def stream_label(name: str, stream: str | None) -> str:
+    """A series streamed during the verify forward: "tcp" -> "tcp~layers" (its own series:
+    the exposed hop, its own verdict; no fit over one payload); unchanged when not streamed."""
+    return f"{name}~{stream}" if stream else name
 
 
 def clients_label(name: str, clients: int) -> str:
@@ -91,6 +98,9 @@ class RunConfig:
     mps: float | None = None
     arrivals: str = "fixed"
     seed: int = 0
+    #: the streamed hop (docs/STREAM.md): {"mode": "layers", "chunks", "chunk_bytes", "taps",
+    #: "layers", "forward_ms", "cost_ms", "layer_times", "ready_ms"}; None when not streamed
+    stream: dict[str, Any] | None = None
 
     @property
     def memory(self) -> tuple[str, str]:

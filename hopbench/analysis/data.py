@@ -16,7 +16,7 @@ import numpy as np
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.lanes import bypass
-from hopbench.records import CellKey, clients_label, codec_label
+from hopbench.records import CellKey, clients_label, codec_label, stream_label
 from hopbench.results import (
     RUN_RECORD,
     SAMPLES_FILE,
@@ -291,10 +291,12 @@ def _read_folder(folder: Path) -> Folder:
 
 
 def series_of(plan: dict[str, Any]) -> str:
-    """A plan's series: the transport, "+codec" under a codec, "@M" when M targets ran at once."""
+    """A plan's series: the transport, "+codec" under a codec, "~layers" streamed during the
+    forward, "@M" when M targets ran at once."""
     group = plan.get("group")
     size = group.get("size") if isinstance(group, dict) else None
-    return clients_label(codec_label(plan["transport"], plan.get("codec") or "none"),
+    streamed = "layers" if isinstance(plan.get("stream"), dict) else None
+    return clients_label(stream_label(codec_label(plan["transport"], plan.get("codec") or "none"), streamed),
                          size if isinstance(size, int) else 1)
 
 

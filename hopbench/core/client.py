@@ -131,14 +131,15 @@ class Session:
         env: dict[str, Any] = self.server_hello.get("env", {})
         return env
 
-    def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns,
-                gap_s: float = 0.0, source: Any = None, schedule: np.ndarray | None = None) -> Measurement:
+    def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns, gap_s: float = 0.0,
+                source: Any = None, schedule: np.ndarray | None = None, stream: Any = None) -> Measurement:
         """Run one plan through its client path (hopbench.core.client_paths), chosen once, over
         its transport, resolved once. Transport and verify errors and Ctrl-C propagate; what
         was measured before them is `self.measured`. A codec plan's request bodies are windows
-        of `source` (hopbench.core.hidden.Source); `schedule`: open loop (run_cycles)."""
+        of `source` (hopbench.core.hidden.Source); `schedule`: open loop (run_cycles); `stream`:
+        a streamed plan's forward schedule (hopbench.core.stream)."""
         self.measured = None
-        path = client_path_for(plan, schedule)
+        path = client_path_for(plan, schedule, stream)
         transport = self._transport(plan)
         m = self.measured = Measurement(plan, np.zeros(plan.total, dtype=np.int64), 0, {}, {}, time.time())
         run = PlanRun(plan, m, transport, self.transport_settings.get(plan.transport, {}), clock, gap_s, self.loop,
@@ -287,16 +288,17 @@ class Session:
                 except HopbenchError as inner:
                     reason = f"(unreadable abort frame: {inner})"
                 raise PeerError(f"the server aborted the plan after {progress.done} round trips: {reason}") from None
-            self._abort(data, plan, str(exc))
+            self._abort(data, path.abort_bytes(plan), str(exc))
             raise
         except KeyboardInterrupt:
-            self._abort(data, plan, "client interrupted")
+            self._abort(data, path.abort_bytes(plan), "client interrupted")
             raise
 
     @staticmethod
-    def _abort(data: Channel, plan: P.Plan, reason: str) -> None:
+    def _abort(data: Channel, size: int, reason: str) -> None:
+        """Abort the plan towards the server, cut to the message size it expects next."""
         try:
-            P.send_abort(data, reason, plan.request_frame_bytes)
+            P.send_abort(data, reason, size)
         except Exception:  # best effort: the peer may be gone
             pass
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import zlib
 from dataclasses import dataclass, field
 from functools import partial
@@ -69,6 +70,10 @@ class ClientPath:
     name = "?"
     #: the host buffer the last reply lands in (an abort from the server is read from it)
     reply_host: Any = None
+
+    def abort_bytes(self, plan: P.Plan) -> int:
+        """The size of the message the server expects next: this end's abort is cut to it."""
+        return plan.request_frame_bytes
 
     def prepare(self, run: PlanRun) -> P.Plan:
         return run.plan
@@ -249,11 +254,91 @@ class CodecRoundTrip(ClientPath):
         run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - decode
 
 
-def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None) -> ClientPath:
-    """The one client path of this plan's kind (spec plans run through Session.run_spec)."""
-    if schedule is not None and (plan.codec or plan.uses_gpu):
-        raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec or "
-                          "--memory cuda")
+SPIN_NS = 200_000  # a scheduled send: sleep until this close to its time, then spin on the clock
+
+
+def _until(clock: Callable[[], int], when: int) -> None:
+    """Wait for a scheduled send (the forward's timeline is the load's definition, not
+    synchronisation): a sleep, then a spin on the clock."""
+    ahead = when - clock()
+    if ahead > SPIN_NS:
+        time.sleep((ahead - SPIN_NS) / 1e9)
+    while clock() < when:
+        pass
+
+
+class StreamedRoundTrip(ClientPath):
+    """The streamed hop (docs/STREAM.md): each cycle the forward's clock starts at t0, chunk j
+    goes at t0 + its ready time, the accept count (the end message) at t0 + the forward's end
+    (+ the extraction cost), and the sample is the **exposed hop**: ids back - that time.
+    Recorded per cycle: the chunks' worst send lag, the end message's, and the server's hold
+    (its receipt of the end message - of the last chunk, its own clock)."""
+
+    name = "streamed round trip"
+
+    def __init__(self, sched: Any) -> None:
+        self.sched = sched  # hopbench.core.stream.Schedule
+        self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
+
+    def abort_bytes(self, plan: P.Plan) -> int:
+        return self.pending or plan.request_frame_bytes
+
+    def cycles(self, data: DataPath, run: PlanRun) -> int:
+        plan, chan, m = run.plan, data.channel, run.m
+        assert plan.stream is not None
+        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        if len(self.sched.ready_ns) != chunks:
+            raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
+        chunk, end = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES)
+        self.reply_host = chan.alloc(plan.reply_bytes)
+        lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
+        end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
+        run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
+        check, clock, pack, samples = run.ids.checker(self.reply_host), run.clock, P.SEQ.pack_into, m.samples_ns
+        ready, finish = self.sched.ready_ns, self.sched.end_ns
+        i = 0
+        try:
+            while i < plan.total:
+                t0 = clock()
+                for j in range(chunks):
+                    pack(chunk, 0, i * chunks + j)
+                    self.pending = size
+                    _until(clock, t0 + ready[j])
+                    lag[i] = max(lag[i], clock() - t0 - ready[j])
+                    chan.send(chunk)
+                P.STREAM_END.pack_into(end, 0, i, 0, 0)
+                self.pending = P.STREAM_END_BYTES
+                _until(clock, t0 + finish)
+                end_lag[i] = clock() - t0 - finish
+                chan.send(end)
+                self.pending = 0
+                chan.recv_into(self.reply_host)
+                samples[i] = clock() - t0 - finish
+                check(i)
+                i += 1
+                if run.gap_s:
+                    time.sleep(run.gap_s)  # think time between cycles (--gap-ms), not synchronisation
+        finally:
+            run.progress.done = i
+        return i
+
+    def after(self, data: DataPath, run: PlanRun) -> None:
+        super().after(data, run)
+        hold = np.zeros(run.plan.total, dtype=np.int64)  # the server's hold times follow the last reply
+        data.channel.recv_into(hold.view(np.uint8).reshape(-1))
+        run.m.stages["server_hold_ns"] = hold
+
+
+def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None, stream: Any = None) -> ClientPath:
+    """The one client path of this plan's kind (spec plans run through Session.run_spec);
+    `stream`: a streamed plan's forward schedule (hopbench.core.stream.Schedule)."""
+    if schedule is not None and (plan.codec or plan.uses_gpu or plan.stream):
+        raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec, "
+                          "--memory cuda or --stream")
+    if plan.stream is not None:
+        if stream is None:
+            raise ConfigError("a streamed plan needs the forward's schedule (hopbench.core.stream.schedule)")
+        return StreamedRoundTrip(stream)
     if plan.codec:
         return CodecRoundTrip()
     if plan.uses_gpu:
@@ -262,4 +347,5 @@ def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None) -> ClientP
 
 
 __all__ = ["ClientPath", "CodecRoundTrip", "DataPath", "GpuDirect", "GpuStaged", "HostRoundTrip", "PlanRun",
+           "StreamedRoundTrip",
            "check_tail", "client_path_for"]

@@ -48,6 +48,11 @@ MAX_DEPTH = 32  # JSON nesting a body may have (objects and arrays)
 #: plans started together (PLAN `group`, docs/PROTOCOL.md): the most targets in one group,
 #: the longest id, and how long the server holds a plan's ACCEPT for the group's others
 MAX_GROUP = 1024
+#: streamed plans (docs/PROTOCOL.md "Streamed plans"): the most chunks a cycle's request is cut
+#: into (a model's aux layers), and the end message that follows them (seq u64, accepted u32, 0 u32)
+MAX_STREAM_CHUNKS = 64
+STREAM_END_BYTES = 16
+STREAM_END = struct.Struct("<QII")
 MAX_GROUP_ID = 64
 GROUP_WAIT_S = 120.0
 ID_CODES = {2: "H", 4: "I", 8: "Q"}
@@ -196,7 +201,9 @@ SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
              "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
              "server_memory": (frozenset({"host", "cuda"}), False),
              "gpu_path": (frozenset({"staged", "direct"}), False), "spec": ("obj", False),
-             "codec": ("str", False), "codec_group": ("int", False), "group": ("obj", False)},
+             "codec": ("str", False), "codec_group": ("int", False), "group": ("obj", False),
+             "stream": ("obj", False)},
+    "stream": {"chunks": ("int", True), "chunk_bytes": ("int", True)},
     "group": {"id": ("str", True), "size": ("int", True)},
     "spec": {"mode": (frozenset({"sync", "overlap"}), True), "bytes_per_token": ("int", True),
              "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
@@ -352,6 +359,9 @@ class Plan:
     #: plans started together (docs/PROTOCOL.md "Plans started together"): {"id": str, "size": M};
     #: the server holds this plan's ACCEPT until the group's M sessions have sent theirs
     group: dict[str, Any] | None = None
+    #: a streamed plan (docs/PROTOCOL.md "Streamed plans"): {"chunks": C, "chunk_bytes": B}; each
+    #: cycle's request crosses as C chunk messages of B bytes, then a 16-byte end message
+    stream: dict[str, Any] | None = None
 
     @property
     def uses_gpu(self) -> bool:
@@ -366,7 +376,9 @@ class Plan:
     @property
     def request_frame_bytes(self) -> int:
         """The size of the client's first data message of a cycle (its aborts are cut to it):
-        a codec plan's frame header, else the whole request."""
+        a codec plan's frame header, a streamed plan's chunk, else the whole request."""
+        if self.stream is not None:
+            return int(self.stream["chunk_bytes"])
         return CODEC_FRAME_BYTES if self.codec else self.request_bytes
 
     @property
@@ -378,7 +390,7 @@ class Plan:
         """The PLAN body: only the keys docs/PROTOCOL.md lists (an absent spec is not sent)."""
         d = asdict(self)
         d["transport_settings"] = d["transport_settings"] or {}
-        for key in ("spec", "codec", "group"):
+        for key in ("spec", "codec", "group", "stream"):
             if d[key] is None:
                 del d[key]
         if d["codec_group"] == 0:
@@ -399,11 +411,28 @@ class Plan:
             return "cycles must be at least 1"
         if self.codec is not None and not 1 <= self.codec_group <= 1 << 20:
             return "a codec plan's codec_group must be between 1 and 1048576"
+        if self.stream is not None:
+            wrong = self._stream_error()
+            if wrong:
+                return wrong
         if self.group is not None:
             if not 1 <= len(self.group["id"]) <= MAX_GROUP_ID:
                 return f"a group's id must be 1 to {MAX_GROUP_ID} characters"
             if not 1 <= self.group["size"] <= MAX_GROUP:
                 return f"a group's size must be between 1 and {MAX_GROUP}"
+        return None
+
+    def _stream_error(self) -> str | None:
+        assert self.stream is not None
+        chunks, size = self.stream["chunks"], self.stream["chunk_bytes"]
+        if not 1 <= chunks <= MAX_STREAM_CHUNKS:
+            return f"a streamed plan's chunks must be between 1 and {MAX_STREAM_CHUNKS}"
+        if size < STREAM_END_BYTES:
+            return f"a streamed plan's chunk_bytes must be at least {STREAM_END_BYTES}"
+        if self.request_bytes != chunks * size:
+            return f"a streamed plan's request_bytes must be chunks x chunk_bytes = {chunks * size}"
+        if self.spec is not None or self.codec is not None or self.uses_gpu or self.verify:
+            return "a streamed plan is raw host memory without verify: not with spec, codec, cuda memory or verify"
         return None
 
     @classmethod
@@ -425,6 +454,7 @@ class Plan:
             gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if "spec" in obj else None,
             codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
             group=validate(obj["group"], "group") if "group" in obj else None,
+            stream=validate(obj["stream"], "stream") if "stream" in obj else None,
         )
         wrong = plan.range_error()
         if wrong:

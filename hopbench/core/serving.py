@@ -327,8 +327,62 @@ class CodecEcho(ServingPath):
         return done
 
 
+class StreamDrafter(ServingPath):
+    """A streamed plan (docs/PROTOCOL.md "Streamed plans"): per cycle the chunks (each's first
+    8 bytes the running chunk counter, seq x chunks + j), then the 16-byte end message with
+    the seq; the reply's ids go once both are in. The server's clock stamps the last chunk's
+    and the end message's arrivals; after the last reply, per cycle the ns between them (how
+    long the drafter held every chunk before the accept count came) follow as int64s."""
+
+    name = "stream drafter"
+    python_only = "a streamed plan's chunks and accept count are read in Python"
+
+    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        import numpy as np
+
+        assert plan.stream is not None
+        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        chunk, end, reply = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES), chan.alloc(plan.reply_bytes)
+        ids, clock, counter, stamp = P.ReplyCodec(plan.k, plan.id_bytes), ctx.clock, P.SEQ.unpack_from, P.STREAM_END
+        idle = np.zeros(plan.total, dtype=np.int64)
+        seq = 0
+        try:
+            for seq in range(plan.total):
+                for j in range(chunks):
+                    chan.recv_into(chunk)
+                    if counter(chunk, 0)[0] != seq * chunks + j:
+                        return self._stopped(ctx, chan, chunk, f"chunk {j} of cycle {seq} carries counter "
+                                                               f"{counter(chunk, 0)[0]}, expected {seq * chunks + j}",
+                                             plan, seq)
+                last = clock()
+                chan.recv_into(end)
+                idle[seq] = clock() - last
+                if stamp.unpack_from(end, 0)[0] != seq:
+                    return self._stopped(ctx, chan, end, f"the end message of cycle {seq} carries seq "
+                                                         f"{stamp.unpack_from(end, 0)[0]}", plan, seq)
+                ids.pack(reply, seq)
+                chan.send(reply)
+            seq = plan.total
+        finally:
+            ctx.progress.done = seq
+        chan.send(idle.view(np.uint8).reshape(-1))
+        return plan.total
+
+    @staticmethod
+    def _stopped(ctx: PlanContext, chan: Channel, msg: Any, why: str, plan: P.Plan, seq: int) -> int:
+        """A message out of place: the client's abort (the plan ends, the session goes on), or a
+        fault (the server aborts on the data stream and ends the session)."""
+        if P.is_abort(msg):
+            ctx.log(f"client aborted plan at seq {seq}: {P.read_abort(chan, msg)[:200]}")
+            return seq
+        abort(chan, why, plan)
+        return seq
+
+
 def path_for(plan: P.Plan) -> ServingPath:
     """The one serving path of this plan's kind."""
+    if plan.stream is not None:
+        return StreamDrafter()
     if plan.spec is not None:
         return SpecDrafter()
     if plan.codec is not None:

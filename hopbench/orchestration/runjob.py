@@ -16,7 +16,7 @@ from hopbench.config import parse_int_list
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import pct
-from hopbench.records import Payload, RunConfig, codec_label
+from hopbench.records import Payload, RunConfig, codec_label, stream_label
 from hopbench.shape import ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
 
 
@@ -31,9 +31,9 @@ class RunRequest:
     bytes: str | None = None
     k: int | None = None
     reply_bytes: str | None = None
-    cycles: int = 1000
+    cycles: int | None = None  # default 1000, 100 with --stream (its cycles follow a real-time forward)
     time_s: float | None = None
-    warmup: int = 100
+    warmup: int | None = None  # default 100, 10 with --stream
     verify: bool = False
     gap_ms: float = 0.0
     poll: str = "auto"
@@ -58,6 +58,11 @@ class RunRequest:
     clients: int = 1  # targets at once (one process and session each; hopbench.orchestration.clients)
     mps: float | None = None  # open loop: cycles per second per target (None: closed loop)
     arrivals: str = "fixed"  # open loop's schedule: fixed intervals or poisson
+    stream: str = "off"  # "layers": the aux layers streamed during the verify forward (docs/STREAM.md)
+    layers: int | None = None  # the target's layer count (default hopbench.core.stream.DEFAULT_LAYERS)
+    forward_ms: float | None = None  # the verify forward's length (default the shape's cycle - t_draft)
+    layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
+    stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -104,15 +109,50 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     loads = [dataclasses.replace(p, label=codec_label(p.label, c), codec=c)
              for p in payloads(sh.bytes_per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
              for c in codecs]
-    cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=req.cycles, warmup=req.warmup,
+    stream = _stream(req, scfg, k)
+    cycles = req.cycles if req.cycles is not None else (100 if stream else 1000)
+    warmup = req.warmup if req.warmup is not None else (10 if stream else 100)
+    if stream is not None:
+        sent = stream["chunks"] * stream["chunk_bytes"]  # the bytes of T = K + 1, sent after the forward or during it
+        loads = [Payload("B64", None, 64, k * sh.id_bytes),  # the link's small round trip, for the model
+                 Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
+                 Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True)]
+    cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup,
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=sh.bytes_per_token, tokens=tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
-                    mps=req.mps, arrivals=req.arrivals)
+                    mps=req.mps, arrivals=req.arrivals, stream=stream)
     return loads, cfg
+
+
+def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None:
+    """--stream layers: each aux layer's K + 1 rows as a chunk, sent when its layer ends within
+    the verify forward (hopbench.core.stream), checked before connecting; None without it."""
+    if req.stream == "off":
+        return None
+    if req.stream != "layers":
+        raise ConfigError(f"--stream {req.stream}: off or layers")
+    if req.tokens or req.bytes or req.codec.strip() not in ("", "none") or req.clients > 1 or req.mps or req.time_s \
+            or req.verify or "cuda" in req.memory:
+        raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
+                          "round trip: not with --tokens, --bytes, --codec, --clients, --mps, --time, --verify or "
+                          "--memory cuda")
+    from hopbench.core import stream as ST
+
+    sh = scfg.shape
+    forward = req.forward_ms if req.forward_ms is not None else scfg.cycle_ms - scfg.t_draft_ms
+    times = ST.read_layer_times(req.layer_times) if req.layer_times else None
+    layers = req.layers if req.layers is not None else (len(times) if times else ST.DEFAULT_LAYERS)
+    sched = ST.schedule(sh.aux_layers, forward, layers, times, req.stream_cost_ms)
+    from hopbench.shape import DTYPE_BYTES
+
+    return {"mode": "layers", "chunks": len(sh.aux_layers), "chunk_bytes": (k + 1) * sh.hidden * DTYPE_BYTES[sh.dtype],
+            "taps": list(sh.aux_layers), "layers": layers, "forward_ms": forward, "cost_ms": req.stream_cost_ms,
+            "layer_times": str(req.layer_times) if req.layer_times else None,
+            "ready_ms": [r / 1e6 for r in sched.ready_ns]}
 
 
 def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host")) -> list[str]:
@@ -146,7 +186,7 @@ class RunConsole:
     def start(self, folder: Path, req: RunRequest, n: int, note: str | None) -> None:
         if note:  # once connected (a run that cannot start says only why): advice, not an error
             self.say(f"note: {note}")
-        how = f"about {req.time_s:g} s" if req.time_s else f"{req.cycles} cycles"
+        how = f"about {req.time_s:g} s" if req.time_s else f"{req.cycles or ('100' if req.stream != 'off' else '1000')} cycles"
         load = f", open loop {req.mps:g}/s {req.arrivals} per target" if req.mps else ", closed loop"
         if req.clients > 1:
             self.say(f"hopbench run -> {folder}  ({req.transport}, {n} payloads x {how}{load}; one target alone, then "
@@ -214,12 +254,74 @@ def run(req: RunRequest, console: RunConsole) -> Path:
 
     if req.clients > 1:
         return _run_clients(req, console, loads, cfg, make_folder, made)
+    extra: dict[str, Any] = {"doctor": pre.to_dict()}
+    model = stream_model(cfg, console) if cfg.stream else None
+    if model is not None:
+        extra["stream_model"] = model.to_dict()
+    rows: list[dict[str, Any]] = []
+
+    def on_payload(summary: dict[str, Any]) -> None:
+        rows.append(summary)
+        console.row(summary)
+
     with naming_what_was_kept(made):
-        w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=console.row,
-                        on_warning=console.warn, secret=req.secret, extra={"doctor": pre.to_dict()}, floor=req.floor,
-                        source=source)
+        w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=on_payload,
+                        on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source)
+    if cfg.stream:
+        stream_lines(cfg, model, rows, console)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
+
+
+def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
+    """The streamed hop's model on the link's nominal rate (--rate), before measuring: its
+    tail, the link's idle share of the forward, the least rate that hides every chunk; a
+    warning when the chunks cannot all cross before the accept count. None without --rate."""
+    from hopbench.core import stream as ST
+
+    assert cfg.stream is not None
+    if not cfg.rate_mbit:
+        console.say("note: give the link's rate (--rate MBIT) to check the streamed hop against its model")
+        return None
+    m = ST.model(ST.from_record(cfg.stream), cfg.stream["chunk_bytes"], cfg.rate_mbit)
+    if m.tail_ms > 0:
+        console.warn(f"at {cfg.rate_mbit:g} Mbit/s the chunks cannot all cross before the accept count: the model "
+                     f"exposes a tail of {m.tail_ms:.2f} ms (the least rate that hides them: {m.hiding_rate_mbit:.1f} "
+                     "Mbit/s)")
+    return m
+
+
+def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], console: RunConsole) -> None:
+    """After a streamed run: the exposed hop beside the model's (a warning when they disagree by
+    more than 5% and 0.2 ms), the bytes it costs per cycle, and what the schedule assumed."""
+    from hopbench.core import stream as ST
+
+    assert cfg.stream is not None
+    small = next((r for r in rows if r.get("request_bytes") == 64 and r.get("n")), None)
+    sync = next((r for r in rows if r.get("request_bytes") != 64 and "~" not in r["payload"] and r.get("n")), None)
+    streamed = next((r for r in rows if "~" in r["payload"] and r.get("n")), None)
+    st = cfg.stream
+    cost = f", extraction cost {st['cost_ms']:g} ms" if st["cost_ms"] else ""
+    console.say(f"streamed: {st['chunks']} chunks of {st['chunk_bytes']:,} B (K + 1 = {cfg.k + 1} rows of each aux "
+                f"layer {st['taps']}) at {', '.join(f'{r:.2f}' for r in st['ready_ms'])} ms of a {st['forward_ms']:g} ms "
+                f"forward ({st['layers']} layers{', profile ' + str(st['layer_times']) if st['layer_times'] else ''}"
+                f"{cost}); "
+                f"the accept count at its end")
+    if streamed is None:
+        return
+    exposed = streamed["p50_ns"] / 1e6
+    versus = (f" against the synchronous hop of the same bytes after the forward, {sync['p50_ns'] / 1e6:.3f} ms "
+              f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
+    console.say(f"exposed hop (ids back - the forward's end): p50 {exposed:.3f} ms over {streamed['n']} cycles{versus}")
+    if model is None or small is None:
+        return
+    want = model.expected_exposed_ms(small["p50_ns"] / 1e6)
+    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + one small round trip "
+                f"{small['p50_ns'] / 1e6:.3f} ms = {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the "
+                f"forward; the least rate that hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")
+    if ST.disagrees(exposed, want):
+        console.warn(f"the exposed hop {exposed:.3f} ms and the model's {want:.3f} ms disagree by more than 5% and "
+                     "0.2 ms: the link is not the rate given, or the sends ran late (send_lag_ns in samples.csv)")
 
 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,

@@ -263,10 +263,17 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
                       gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
                       server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
                       codec_group=cfg.hidden if coded else 0,
-                      group={"id": group, "size": cfg.clients} if group else None)
+                      group={"id": group, "size": cfg.clients} if group else None,
+                      stream={"chunks": cfg.stream["chunks"], "chunk_bytes": cfg.stream["chunk_bytes"]}
+                      if p.stream and cfg.stream else None)
 
 
     check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
+    stream_schedule = None
+    if cfg.stream:  # the forward's timeline every streamed cycle follows (hopbench.core.stream)
+        from hopbench.core.stream import from_record
+
+        stream_schedule = from_record(cfg.stream)
     folder = folder() if callable(folder) else folder
     header = R.RunReport(peer=f"{host}:{port}", config=cfg.to_dict(), client_env=client_env,
                          server_env=session.server_env, server_software=session.server_hello.get("software"),
@@ -284,7 +291,8 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
 
                 schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
             try:
-                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule)
+                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
+                                    stream=stream_schedule if p.stream else None)
             except BaseException:
                 if session.measured is not None:  # what this plan measured before it stopped
                     writer.add(session.measured, p, probe)

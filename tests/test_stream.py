@@ -1,0 +1,200 @@
+"""The streamed hop (issue 40, docs/STREAM.md): the forward's schedule and its model, the
+streamed plan over every transport, the protocol's checks, the CLI end to end, and across
+two namespaces on a shaped link."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hopbench.core import protocol as P
+from hopbench.core import stream as ST
+from hopbench.core.client import Session
+from hopbench.errors import ConfigError
+from hopbench.orchestration import netem
+from tests.specpeer import SpecClient
+
+TAPS = (8, 23, 39, 55, 70)
+CHUNK = 3 * 6144 * 2  # K + 1 = 3 rows of one aux layer, BF16
+
+
+def test_the_schedule_puts_each_tap_where_its_layer_ends():
+    s = ST.schedule(TAPS, 73.46, 78)
+    assert [round(r / 1e6, 2) for r in s.ready_ns] == [7.53, 21.66, 36.73, 51.80, 65.93]
+    assert s.forward_ns == 73_460_000 and s.end_ns == s.forward_ns
+    assert ST.schedule(TAPS, 73.46, 78, cost_ms=1.2).end_ns == 74_660_000  # the extraction cost delays the count
+    profile = [i * 0.5 for i in range(1, 79)]  # a profile: each layer's end in ms
+    assert [r / 1e6 for r in ST.schedule(TAPS, 73.46, 78, profile).ready_ns] == [4.0, 11.5, 19.5, 27.5, 35.0]
+
+
+@pytest.mark.parametrize("args,says", [
+    (dict(layers=60), "below the deepest aux layer"),
+    (dict(layer_times_ms=[1.0, 3.0, 2.0] + [4.0] * 75), "monotone"),
+    (dict(layer_times_ms=[float(i) for i in range(1, 79)]), "after the forward"),
+    (dict(layer_times_ms=[1.0] * 10), "deepest aux layer is 70"),
+    (dict(cost_ms=-1.0), ">= 0"),
+])
+def test_a_timeline_that_cannot_be_is_one_line(args, says):
+    with pytest.raises(ConfigError, match=says):
+        ST.schedule(TAPS, 73.46, **{"layers": 78, **args})
+    with pytest.raises(ConfigError, match="positive"):
+        ST.schedule(TAPS, 0.0, 78)
+
+
+def test_the_model_queues_the_chunks_on_the_link():
+    """By hand: at 100 Mbit/s a 36,864 B chunk takes (36,864 + 26 x 90) x 8 / 1e8 = 3.136 ms;
+    every chunk is done long before the count (no tail); at 10 Mbit/s each takes 31.4 ms and
+    they queue: the last finishes at 7.53 + 5 x 31.36 = 164.3 ms, a tail of 90.9 ms."""
+    s = ST.schedule(TAPS, 73.46, 78)
+    fast, slow = ST.model(s, CHUNK, 100.0), ST.model(s, CHUNK, 10.0)
+    assert ST.wire_s(CHUNK, 100.0) == pytest.approx(3.1363e-3, rel=1e-4)
+    assert fast.tail_ms == 0.0 and fast.finish_ms[-1] == pytest.approx(65.93 + 3.136, abs=0.01)
+    assert slow.tail_ms == pytest.approx(7.53 + 5 * 31.363 - 73.46, abs=0.05)
+    # the least rate that hides every chunk: at it the last chunk ends at the count, not before
+    edge = ST.model(s, CHUNK, fast.hiding_rate_mbit)
+    assert edge.tail_ms == pytest.approx(0.0, abs=1e-3) and ST.model(s, CHUNK, 0.99 * fast.hiding_rate_mbit).tail_ms > 0
+    assert ST.disagrees(1.0, 0.7) and not ST.disagrees(0.25, 0.1) and not ST.disagrees(104.0, 100.0)
+
+
+def _streamed(transport, chunks=5, size=4096, cycles=12):
+    return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, stream={"chunks": chunks, "chunk_bytes": size})
+
+
+@pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
+                                       pytest.param("ucx", marks=pytest.mark.ucx),
+                                       pytest.param("nixl", marks=pytest.mark.nixl)])
+def test_a_streamed_plan_runs_on_every_transport(server, transport):
+    from tests.test_protocol_contract import _need
+
+    _need(transport)
+    sched = ST.schedule(TAPS, 4.0, 78)
+    with Session(server.host, server.port) as s:  # the in-process server's own UCX settings: the same
+        m = s.measure(_streamed(transport), stream=sched)
+        s.bye()
+    total = m.plan.total
+    assert m.completed == total and (m.samples_ns[:total] > 0).all()
+    for stage in ("send_lag_ns", "end_lag_ns", "server_hold_ns"):
+        assert m.stages[stage].shape == (total,), stage
+    assert (m.stages["end_lag_ns"] >= 0).all() and (m.stages["server_hold_ns"] > 0).all()
+    assert m.data_info["loop"].startswith("python (a streamed plan")
+
+
+def test_a_chunk_out_of_place_aborts_with_its_reason_and_bad_stream_plans_are_errors(server):
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    c.send_frame(P.PLAN, _streamed("tcp", 2, 64).to_wire())
+    assert c.recv_frame()[0] == P.ACCEPT
+    c.sock.sendall(P.SEQ.pack(0) + bytes(56) + P.SEQ.pack(5) + bytes(56))  # chunk 1 of cycle 0 says 5
+    reason = c.read_abort(c.recv_exact(8), 8)
+    assert reason == "chunk 1 of cycle 0 carries counter 5, expected 1", reason
+    for bad, says in ((dict(request_bytes=100), "chunks x chunk_bytes"), (dict(stream={"chunks": 0, "chunk_bytes": 64}),
+                      "chunks must be between"), (dict(stream={"chunks": 2}), "missing key 'chunk_bytes'"),
+                      (dict(verify=True, payload_crc32=0), "without verify")):
+        c = SpecClient(server.host, server.port)
+        c.handshake()
+        c.send_frame(P.PLAN, {**_streamed("tcp", 2, 64).to_wire(), **bad})
+        t, obj = c.recv_frame()
+        assert t == P.ERROR and says in obj["reason"], (bad, obj)
+
+
+def test_the_client_stops_a_streamed_plan_cleanly_and_the_server_serves_on(server):
+    """A wrong reply mid-stream: this end aborts in messages of the size the server expects
+    next (a chunk), the server logs it and serves the next plan."""
+    sched = ST.schedule(TAPS, 2.0, 78)
+    with Session(server.host, server.port) as s:
+        plan = _streamed("tcp", 5, 256, cycles=5)
+        path_check = P.ReplyCodec.checker
+
+        def corrupt(self, reply):  # every reply looks wrong from cycle 3 on
+            real = path_check(self, reply)
+
+            def check(seq):
+                if seq == 3:
+                    from hopbench.errors import VerifyError
+
+                    raise VerifyError("a test's wrong reply")
+                real(seq)
+            return check
+
+        P.ReplyCodec.checker = corrupt
+        try:
+            with pytest.raises(Exception, match="a test's wrong reply"):
+                s.measure(plan, stream=sched)
+        finally:
+            P.ReplyCodec.checker = path_check
+        assert s.measured.completed == 3
+        m = s.measure(_streamed("tcp", 5, 256, cycles=3), stream=sched)  # served on, the same session
+        assert m.completed == m.plan.total
+        s.bye()
+    assert any("client aborted plan at seq 4: a test's wrong reply" in ln for ln in server.lines), server.lines
+
+
+def _hb(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
+    out = tmp_path / "s"
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--cycles", "15",
+            "--warmup", "2", "--no-floor", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "exposed hop (ids back - the forward's end)" in r.stdout and "give the link's rate" in r.stdout, r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3~layers"]
+    assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
+    assert "stream" in rep["payloads"][2]["plan"] and "stream" not in rep["payloads"][1]["plan"]
+    v = _hb("verdict", str(out), "--json")
+    assert v.returncode == 0, v.stderr
+    series = {x["transport"] for x in json.loads(v.stdout)["results"][0]["verdicts"]}
+    assert series == {"tcp", "tcp~layers"}, series
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--tokens", "1"], "not with --tokens"), (["--layers", "40"], "below the deepest aux layer (70)"),
+    (["--stream", "bytes"], "--stream bytes: off or layers"), (["--forward-ms", "-3"], "positive"),
+])
+def test_run_stream_refuses_what_cannot_be_in_one_line(server, tmp_path, args, says):
+    base = ["run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--out", str(tmp_path / "x")]
+    r = _hb(*base, *args)
+    assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and not (tmp_path / "x").exists()
+
+
+def test_a_layer_profile_that_is_not_monotone_is_refused(server, tmp_path):
+    prof = tmp_path / "layers.csv"
+    prof.write_text("end_ms\n" + "\n".join(str(v) for v in [1.0, 0.5] + [2.0] * 76) + "\n")
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--layer-times", str(prof),
+            "--out", str(tmp_path / "x"))
+    assert r.returncode != 0 and "monotone" in r.stderr and not (tmp_path / "x").exists(), r.stderr
+
+
+ok, why = netem.available()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(not ok, reason=f"needs network namespaces: {why}")
+def test_streaming_hides_the_hop_on_a_100_mbit_link():
+    """Across two namespaces, 100 Mbit/s tbf: the synchronous T3 hop is ~15.7 ms of wire; the
+    streamed one leaves about one small round trip exposed, as the model says."""
+    from hopbench.orchestration.serverproc import ready_port
+
+    with netem.Link.create(rate_mbit=100) as link:
+        srv = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
+                                                             f"{link.server_addr}:0"], stdout=subprocess.PIPE, text=True)
+        try:
+            port = ready_port(srv)
+            r = subprocess.run(link.exec_prefix("client") + [
+                sys.executable, "-m", "hopbench", "run", "--peer", f"{link.server_addr}:{port}", "--stream", "layers",
+                "--rate", "100", "--cycles", "10", "--warmup", "2", "--no-floor", "--json"],
+                capture_output=True, text=True, timeout=240)
+        finally:
+            srv.terminate()
+            srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)["report"]
+    p50 = {p["payload"]: p["summary"]["p50_ns"] / 1e6 for p in rep["payloads"]}
+    assert p50["T3"] > 14.0 and p50["T3~layers"] < 0.5 * p50["T3"], p50  # the wire's 15.7 ms, mostly hidden
+    assert rep["stream_model"]["tail_ms"] == 0.0 and "model at 100 Mbit/s" in r.stderr, r.stderr
+    assert np.isfinite(rep["stream_model"]["hiding_rate_mbit"])
