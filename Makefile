@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
+.PHONY: bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ sweep: install system-tools
 
 sweep-quick: install system-tools
 	$(HB) sweep $(SWEEP) --quick $(SWEEP_ARGS)
+
+# The streamed hop (issue 40, docs/STREAM.md): streamed vs synchronous on shaped links, and the model.
+bench-stream: install system-tools
+	$(PY) benchmarks/bench_stream.py
 
 # Payload codecs (issue 31): the codec stage vs its library alone, each codec's hop vs the
 # raw hop of the same session on emu-100m and emu-unshaped, and the verdicts (docs/CODECS.md).

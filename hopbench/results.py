@@ -57,10 +57,16 @@ LOAD_SUMMARY = ["target", "clients", "offered_per_s", "cycles_per_s", "goodput_m
                 "send_lag_p99_ns", "hdr_p99_ns", "hdr_p999_ns"]
 
 
-def sample_columns(gpu: bool, codec: bool = False, load: bool = False) -> list[str]:
+#: streamed plans (docs/STREAM.md): per cycle the worst chunk's send lag, the accept count's,
+#: and the drafter's hold (its clock: the last chunk's arrival to the accept count's)
+STREAM_STAGE_COLUMNS = ["send_lag_ns", "end_lag_ns", "server_hold_ns"]
+
+
+def sample_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False) -> list[str]:
     cols = SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else list(SAMPLE_COLUMNS)
     cols = cols + CODEC_COLUMNS + CODEC_STAGE_COLUMNS + ["wire_bytes"] if codec else cols
-    return cols + LOAD_SAMPLE if load else cols
+    cols = cols + LOAD_SAMPLE if load else cols
+    return cols + [c for c in STREAM_STAGE_COLUMNS if c not in cols] if stream else cols
 
 
 def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
@@ -69,11 +75,12 @@ def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
     return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
 
 
-def summary_columns(gpu: bool, codec: bool = False, load: bool = False) -> list[str]:
+def summary_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False) -> list[str]:
     cols = SUMMARY_COLUMNS + (GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)] if gpu else [])
     if codec:
         cols = cols + CODEC_COLUMNS + CODEC_SUMMARY + [k for s in CODEC_STAGE_COLUMNS for k in stage_summary_keys(s)]
-    return cols + LOAD_SUMMARY if load else cols
+    cols = cols + LOAD_SUMMARY if load else cols
+    return cols + [k for s in STREAM_STAGE_COLUMNS for k in stage_summary_keys(s)] if stream else cols
 
 
 def utc_stamp() -> str:

@@ -145,10 +145,23 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3~layers"]
     assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
     assert "stream" in rep["payloads"][2]["plan"] and "stream" not in rep["payloads"][1]["plan"]
+    import csv
+
+    rows = [r for r in csv.DictReader(open(out / "samples.csv")) if r["payload"] == "T3~layers"]
+    assert len(rows) == 18 and all(int(r["server_hold_ns"]) > 0 and int(r["end_lag_ns"]) >= 0 for r in rows)
+    summary = {r["payload"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert float(summary["T3~layers"]["server_hold_p50_ns"]) > 0 and summary["T3"]["server_hold_p50_ns"] == ""
     v = _hb("verdict", str(out), "--json")
     assert v.returncode == 0, v.stderr
     series = {x["transport"] for x in json.loads(v.stdout)["results"][0]["verdicts"]}
     assert series == {"tcp", "tcp~layers"}, series
+    page = _hb("report", str(out), "-o", str(tmp_path / "p.html"))  # the Answer sets the two designs side by side
+    assert page.returncode == 0, page.stderr
+    import re
+
+    text = re.sub(r"<[^>]+>", "", (tmp_path / "p.html").read_text())
+    assert "the aux layers streamed during the verify forward (tcp~layers)" in text and "against the synchronous tcp hop" \
+        in text
 
 
 @pytest.mark.parametrize("args,says", [

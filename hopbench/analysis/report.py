@@ -421,6 +421,26 @@ def _codec_answers(doc: dict) -> list[str]:
     return items
 
 
+def _stream_answers(doc: dict) -> list[str]:
+    """Per rung with a streamed series (tcp~layers): the design side by side, streamed during
+    the verify forward against the synchronous hop of the same transport (docs/STREAM.md)."""
+    vs = doc["verdicts"]
+    by = {(v["rung"], v["transport"]): i for i, v in enumerate(vs)}
+    items = []
+    for (rung, series), i in by.items():
+        base, _, mode = series.partition("~")
+        j = by.get((rung, base))
+        if not mode or j is None:
+            continue
+        items.append(f'<li><b>{_esc(rung)}</b>, the aux layers streamed during the verify forward ({_esc(series)}): '
+                     f'<span class="call {_call_class(vs[i]["call"])}">{_esc(vs[i]["call"])}</span> &mdash; exposed hop '
+                     f'{num(doc, f"verdicts.{i}.hop_ms", 3)} ms ({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%) '
+                     f'against the synchronous {_esc(base)} hop {num(doc, f"verdicts.{j}.hop_ms", 3)} ms '
+                     f'({num(doc, f"verdicts.{j}.gain", 1, 100, sign=True)}%: {_esc(vs[j]["call"])}); the forward is a '
+                     'schedule (tap k sent when layer k ends), its extraction cost as recorded (docs/STREAM.md)</li>')
+    return items
+
+
 def _targets_answers(doc: dict) -> list[str]:
     """Per rung and series measured with several targets: how many one drafter box serves."""
     items = []
@@ -483,6 +503,7 @@ def _answer(doc: dict) -> str:
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
     items += _codec_answers(doc)
+    items += _stream_answers(doc)
     items += _targets_answers(doc)
     for j, s in enumerate(doc.get("spec_measured") or []):
         if s.get("kind") != "targets":

@@ -90,9 +90,11 @@ def payload_rows(m: Measurement, payload: Payload, target: int | None = None) ->
         err = m.codec_info.get("error") or {}
     rows = []
     first_timed = 1 + plan.warmup
+    streamed = plan.stream is not None  # its send lags are a stage (summarised), not open loop's load columns
     stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
-                   if name in m.stages]
-    load_items = [(name, m.stages[name]) for name in ("intended_ns", "send_lag_ns") if name in m.stages]
+                   + (R.STREAM_STAGE_COLUMNS if streamed else []) if name in m.stages]
+    load_items = [(name, m.stages[name]) for name in ("intended_ns", "send_lag_ns")
+                  if name in m.stages and not streamed]
     for seq in range(m.completed):
         phase = "untimed" if seq == 0 else ("warmup" if seq < first_timed else "timed")
         row = {**base, "seq": seq, "phase": phase, "warmup": int(seq < first_timed), "rtt_ns": int(m.samples_ns[seq])}
@@ -156,9 +158,10 @@ class RunWriter:
         gpu = any("gpu_path" in s for s in self.summaries)  # GPU columns only where a plan used GPU memory
         codec = any("codec" in s for s in self.summaries)  # codec columns only where a plan used a codec
         load = self.load is not None
+        stream = any("stream" in p["plan"] for p in self.payloads)  # stage columns only where a plan streamed
         R.ResultFolder(self.folder).write_run(report, {
-            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load), self.samples),
-            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load), self.summaries)})
+            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load, stream), self.samples),
+            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load, stream), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
