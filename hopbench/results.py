@@ -472,3 +472,8 @@ def run_complete(folder: Path) -> bool:
 def result_folders(parent: Path) -> list[Path]:
     """The run folders directly inside parent (e.g. spec-rungs' per-rung folders)."""
     return sorted(p for p in Path(parent).iterdir() if (p / RUN_FILE).exists())
+
+
+def sweep_folders(parent: Path) -> list[Path]:
+    """The sweep (or matrix) folders directly inside parent, newest name first."""
+    return sorted((p for p in Path(parent).glob("*") if (p / SWEEP_FILE).exists()), reverse=True)

@@ -59,15 +59,15 @@ def calibrate(cycles: int = 300) -> tuple[str, dict[str, dict[str, Any]]]:
 
 def last_calibration(results_root: Path = Path("results")) -> str | None:
     """The placement the newest sweep in results_root calibrated and chose here, if any."""
-    import json
+    from hopbench.results import ResultFolder, sweep_folders
 
-    for p in sorted(results_root.glob("*/sweep.json"), reverse=True):
+    for folder in sweep_folders(results_root) if results_root.is_dir() else []:
         try:
-            doc = json.loads(p.read_text())
+            doc = ResultFolder(folder).read_top()
         except (OSError, ValueError):
             continue
         if doc.get("placement_calibration") and doc.get("placements_resolved"):
-            return f"{doc['placements_resolved'][0]} (measured by the sweep in {p.parent})"
+            return f"{doc['placements_resolved'][0]} (measured by the sweep in {folder})"
     return None
 
 
