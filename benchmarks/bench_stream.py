@@ -3,7 +3,8 @@ per transport and rung (docs/STREAM.md).
 
 Two network namespaces joined by a veth pair shaped with tbf (hopbench.orchestration.netem),
 the server in one, `hopbench run --stream layers --rate R` in the other, for each rate and
-transport. Printed per row: the synchronous T3 hop, the streamed exposed hop, their ratio,
+transport. Printed per row: the synchronous T3 hop, the projected payload's (fc on the
+target: 3 x 12,288 B) and its ratio to it, the streamed exposed hop and its ratio,
 the model's expected exposed hop and the measured/model ratio; then each transport's streamed
 hop over tcp's on the same rung. Needs root with iproute2 (ip, tc).
 
@@ -46,7 +47,7 @@ def one(rate: float, transport: str, cycles: int) -> dict:
     rep = json.loads(r.stdout)["report"]
     p50 = {p["payload"]: p["summary"]["p50_ns"] / 1e6 for p in rep["payloads"]}
     model = rep.get("stream_model") or {}
-    return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"],
+    return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"], "projected": p50["T3/projected"],
             "expected": (model.get("tail_ms") or 0.0) + p50["B64"], "hiding": model.get("hiding_rate_mbit"),
             "folder": json.loads(r.stdout)["folder"]}
 
@@ -62,8 +63,8 @@ def main() -> None:
     ok, why = netem.available()
     if not ok:
         sys.exit(f"bench-stream needs network namespaces: {why}")
-    print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'streamed ms':>12} {'stream/sync':>11} {'model ms':>9} "
-          f"{'meas/model':>10}  least hiding rate")
+    print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'projected ms':>12} {'proj/sync':>9} {'streamed ms':>12} "
+          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10}  least hiding rate")
     for rate in (float(x) for x in a.rates.split(",")):
         rows = {}
         for tr in a.transports.split(","):
@@ -71,7 +72,8 @@ def main() -> None:
             if "error" in x:
                 print(f"{f'emu-{rate:g}m':>9} {tr:>9}  failed: {x['error']}")
                 continue
-            print(f"{f'emu-{rate:g}m':>9} {tr:>9} {x['sync']:9.3f} {x['streamed']:12.3f} {x['streamed'] / x['sync']:11.3f} "
+            print(f"{f'emu-{rate:g}m':>9} {tr:>9} {x['sync']:9.3f} {x['projected']:12.3f} "
+                  f"{x['projected'] / x['sync']:9.3f} {x['streamed']:12.3f} {x['streamed'] / x['sync']:11.3f} "
                   f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f}  {x['hiding']:.1f} Mbit/s")
         base = rows.get("tcp")
         if base and "error" not in base:

@@ -169,6 +169,7 @@ def run(
     clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
     mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
     arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
+    payload: Annotated[str, typer.Option("--payload", help="The payload design: taps (the aux layers' hidden states, 5 x hidden per position) or projected (the drafter's fc run on the target: one hidden-wide row, 12,288 B, per position; docs/STREAM.md).", rich_help_panel="Payload")] = "taps",
     stream: Annotated[str, typer.Option(help="off, or layers: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md).", rich_help_panel="Stream")] = "off",
     layers: Annotated[Optional[int], typer.Option(help="The target's layer count: tap k is ready after k of them (default 78, GLM-5.2's).", rich_help_panel="Stream")] = None,
     forward_ms: Annotated[Optional[float], typer.Option(help="The verify forward's length in ms (default the shape's cycle - t_draft: 73.46).", rich_help_panel="Stream")] = None,
@@ -187,7 +188,7 @@ def run(
         interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
         memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value,
         codec=codec, payload_from=payload_from, clients=clients, mps=mps, arrivals=arrivals, stream=stream,
-        layers=layers, forward_ms=forward_ms, layer_times=layer_times, stream_cost_ms=stream_cost_ms)
+        layers=layers, forward_ms=forward_ms, layer_times=layer_times, stream_cost_ms=stream_cost_ms, payload=payload)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:

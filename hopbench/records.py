@@ -37,12 +37,25 @@ class Payload:
     reply_bytes: int
     codec: str = "none"  # the payload crosses encoded (docs/CODECS.md)
     stream: bool = False  # the payload crosses streamed during the forward (docs/STREAM.md)
+    #: the payload design (docs/STREAM.md "The projected payload"): "taps" (the aux layers'
+    #: hidden states, 5 x hidden per position) or "projected" (the drafter's fc run on the
+    #: target: one hidden-wide row per position)
+    design: str = "taps"
 
 
 def codec_label(name: str, codec: str) -> str:
     """A transport or payload as analysis names it under a codec: "tcp" -> "tcp+fp8" (its own
     series: its own fit, verdict and table row); unchanged for "none"."""
     return name if not codec or codec == "none" else f"{name}+{codec}"
+
+
+DESIGNS = ("taps", "projected")
+
+
+def design_label(name: str, design: str | None) -> str:
+    """A series or payload of the projected design: "tcp" -> "tcp/projected" (its own series:
+    its own fit, verdict and row); unchanged for the taps."""
+    return name if not design or design == "taps" else f"{name}/{design}"
 
 
 def stream_label(name: str, stream: str | None) -> str:
@@ -101,6 +114,7 @@ class RunConfig:
     #: the streamed hop (docs/STREAM.md): {"mode": "layers", "chunks", "chunk_bytes", "taps",
     #: "layers", "forward_ms", "cost_ms", "layer_times", "ready_ms"}; None when not streamed
     stream: dict[str, Any] | None = None
+    payload: str = "taps"  # the payload design: taps, or projected (fc on the target)
 
     @property
     def memory(self) -> tuple[str, str]:

@@ -142,9 +142,10 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "exposed hop (ids back - the forward's end)" in r.stdout and "give the link's rate" in r.stdout, r.stdout
     rep = json.loads((out / "report.json").read_text())
-    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3~layers"]
+    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3/projected", "T3~layers"]
+    assert rep["payloads"][2]["plan"]["request_bytes"] == 3 * 6144 * 2 and rep["payloads"][2]["design"] == "projected"
     assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
-    assert "stream" in rep["payloads"][2]["plan"] and "stream" not in rep["payloads"][1]["plan"]
+    assert "stream" in rep["payloads"][3]["plan"] and "stream" not in rep["payloads"][1]["plan"]
     import csv
 
     rows = [r for r in csv.DictReader(open(out / "samples.csv")) if r["payload"] == "T3~layers"]
@@ -154,25 +155,41 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     v = _hb("verdict", str(out), "--json")
     assert v.returncode == 0, v.stderr
     series = {x["transport"] for x in json.loads(v.stdout)["results"][0]["verdicts"]}
-    assert series == {"tcp", "tcp~layers"}, series
+    assert series == {"tcp", "tcp/projected", "tcp~layers"}, series
     page = _hb("report", str(out), "-o", str(tmp_path / "p.html"))  # the Answer sets the two designs side by side
     assert page.returncode == 0, page.stderr
     import re
 
     text = re.sub(r"<[^>]+>", "", (tmp_path / "p.html").read_text())
-    assert "the aux layers streamed during the verify forward (tcp~layers)" in text and "against the synchronous tcp hop" \
-        in text
+    assert "tcp by payload design: best" in text and "streamed taps (during the verify forward)" in text, text
+    assert "synchronous projected (fc on the target)" in text and "synchronous taps" in text
 
 
 @pytest.mark.parametrize("args,says", [
     (["--tokens", "1"], "not with --tokens"), (["--layers", "40"], "below the deepest aux layer (70)"),
     (["--stream", "bytes"], "--stream bytes: off or layers"), (["--forward-ms", "-3"], "positive"),
+    (["--payload", "projected"], "not with --tokens"),
 ])
 def test_run_stream_refuses_what_cannot_be_in_one_line(server, tmp_path, args, says):
     base = ["run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--out", str(tmp_path / "x")]
     r = _hb(*base, *args)
     assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().count("\n") == 0 and not (tmp_path / "x").exists()
+
+
+def test_a_projected_run_is_its_own_series(server, tmp_path):
+    """--payload projected: the drafter's fc on the target, one hidden-wide row (12,288 B) per
+    position; its series tcp/projected, the bytes per token recorded for the fit."""
+    out = tmp_path / "p"
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--payload", "projected", "--tokens", "1,3", "--cycles", "20",
+            "--warmup", "2", "--no-floor", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert [(p["payload"], p["plan"]["request_bytes"]) for p in rep["payloads"]] == [("T1/projected", 12288),
+                                                                                      ("T3/projected", 36864)]
+    assert rep["config"]["payload"] == "projected" and rep["config"]["bytes_per_token"] == 12288
+    bad = _hb("run", "--peer", f"{server.host}:{server.port}", "--payload", "fc", "--out", str(tmp_path / "x"))
+    assert bad.returncode != 0 and "--payload fc: taps or projected" in bad.stderr and not (tmp_path / "x").exists()
 
 
 def test_a_layer_profile_that_is_not_monotone_is_refused(server, tmp_path):

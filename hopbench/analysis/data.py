@@ -16,7 +16,7 @@ import numpy as np
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.lanes import bypass
-from hopbench.records import CellKey, clients_label, codec_label, stream_label
+from hopbench.records import CellKey, clients_label, codec_label, design_label, stream_label
 from hopbench.results import (
     RUN_RECORD,
     SAMPLES_FILE,
@@ -275,7 +275,7 @@ def _read_folder(folder: Path) -> Folder:
             verify_files(rp, run)
             cell = (run.get("sweep") or {}).get("cell") or {}
             ident = (run.get("rung"), cell.get("repeat"), tuple(sorted(
-                (series_of(p["plan"]), p["payload"],
+                (series_of(p["plan"], p.get("design")), p["payload"],
                  float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
             if kind == "sweep" and ident in seen:
                 raise HopbenchError(f"{rp}: the same cell and repeat as {seen[ident]} (a duplicated cell)")
@@ -290,14 +290,16 @@ def _read_folder(folder: Path) -> Folder:
     return Folder(folder, kind, top, cells, left_out)
 
 
-def series_of(plan: dict[str, Any]) -> str:
-    """A plan's series: the transport, "+codec" under a codec, "~layers" streamed during the
-    forward, "@M" when M targets ran at once."""
+def series_of(plan: dict[str, Any], design: Any = None) -> str:
+    """A plan's series: the transport, "+codec" under a codec, "/projected" for the projected
+    payload (`design`: the payload entry's), "~layers" streamed during the forward, "@M" when
+    M targets ran at once."""
     group = plan.get("group")
     size = group.get("size") if isinstance(group, dict) else None
     streamed = "layers" if isinstance(plan.get("stream"), dict) else None
-    return clients_label(stream_label(codec_label(plan["transport"], plan.get("codec") or "none"), streamed),
-                         size if isinstance(size, int) else 1)
+    name = design_label(codec_label(plan["transport"], plan.get("codec") or "none"),
+                        design if isinstance(design, str) else None)
+    return clients_label(stream_label(name, streamed), size if isinstance(size, int) else 1)
 
 
 def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
@@ -334,7 +336,7 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             if not s.get("complete") or not s.get("n") or s.get("p50_ns") is None:
                 continue
             plan = p["plan"]
-            series = series_of(plan)  # a codec is its own series, and so is a number of targets at once
+            series = series_of(plan, p.get("design"))  # a codec is its own series, and so is a design, a stream, M
             key = (rung, series, p["payload"], float(plan.get("gap_ms") or 0.0))
             g = groups.get(key)
             if g is None:

@@ -421,23 +421,41 @@ def _codec_answers(doc: dict) -> list[str]:
     return items
 
 
+DESIGN_NAMES = {"": "synchronous taps", "/projected": "synchronous projected (fc on the target)",
+                "~layers": "streamed taps (during the verify forward)"}
+
+
+def _design_of(series: str) -> tuple[str, str]:
+    """A series' transport (with its codec) and its design suffix ("", "/projected", "~layers")."""
+    for suffix in ("~layers", "/projected"):
+        if series.endswith(suffix):
+            return series[: -len(suffix)], suffix
+    return series, ""
+
+
 def _stream_answers(doc: dict) -> list[str]:
-    """Per rung with a streamed series (tcp~layers): the design side by side, streamed during
-    the verify forward against the synchronous hop of the same transport (docs/STREAM.md)."""
+    """Per rung and transport with more than one payload design measured (synchronous taps,
+    synchronous projected, streamed taps: docs/STREAM.md): each design's hop and gain side by
+    side, the best named (by the surely-largest gain, verdict.best_per_rung's rule), with the
+    assumptions it carries."""
     vs = doc["verdicts"]
-    by = {(v["rung"], v["transport"]): i for i, v in enumerate(vs)}
+    by: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for i, v in enumerate(vs):
+        base, design = _design_of(v["transport"])
+        by.setdefault((v["rung"], base), []).append((design, i))
     items = []
-    for (rung, series), i in by.items():
-        base, _, mode = series.partition("~")
-        j = by.get((rung, base))
-        if not mode or j is None:
+    for (rung, base), designs in by.items():
+        if len(designs) < 2:
             continue
-        items.append(f'<li><b>{_esc(rung)}</b>, the aux layers streamed during the verify forward ({_esc(series)}): '
-                     f'<span class="call {_call_class(vs[i]["call"])}">{_esc(vs[i]["call"])}</span> &mdash; exposed hop '
-                     f'{num(doc, f"verdicts.{i}.hop_ms", 3)} ms ({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%) '
-                     f'against the synchronous {_esc(base)} hop {num(doc, f"verdicts.{j}.hop_ms", 3)} ms '
-                     f'({num(doc, f"verdicts.{j}.gain", 1, 100, sign=True)}%: {_esc(vs[j]["call"])}); the forward is a '
-                     'schedule (tap k sent when layer k ends), its extraction cost as recorded (docs/STREAM.md)</li>')
+        best = designs[V.best_per_rung([vs[i] for _, i in designs])[rung]]
+        each = "; ".join(f'{DESIGN_NAMES[d]} {num(doc, f"verdicts.{i}.hop_ms", 3)} ms '
+                         f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)' for d, i in designs)
+        bi = best[1]
+        items.append(f'<li><b>{_esc(rung)}</b>, {_esc(base)} by payload design: best <span class="call '
+                     f'{_call_class(vs[bi]["call"])}">{_esc(DESIGN_NAMES[best[0]])}: {_esc(vs[bi]["call"])}</span> '
+                     f'&mdash; {each}. The streamed hop is the exposed one (ids back &minus; the forward\'s end; the '
+                     'forward a schedule, tap k sent when layer k ends, its extraction cost as recorded); the projected '
+                     'one assumes the drafter\'s fc runs on the target (docs/STREAM.md)</li>')
     return items
 
 

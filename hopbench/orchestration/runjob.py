@@ -16,8 +16,8 @@ from hopbench.config import parse_int_list
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import pct
-from hopbench.records import Payload, RunConfig, codec_label, stream_label
-from hopbench.shape import ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
+from hopbench.records import DESIGNS, Payload, RunConfig, codec_label, design_label, stream_label
+from hopbench.shape import DTYPE_BYTES, ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class RunRequest:
     forward_ms: float | None = None  # the verify forward's length (default the shape's cycle - t_draft)
     layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
     stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
+    payload: str = "taps"  # the payload design: taps (5 aux layers per position) or projected (one row)
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -106,8 +107,13 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     if not tokens and not sizes:
         tokens = list(scfg.tokens)
     codecs = check_codecs(req.codec, sh.hidden, req.memory)
-    loads = [dataclasses.replace(p, label=codec_label(p.label, c), codec=c)
-             for p in payloads(sh.bytes_per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
+    if req.payload not in DESIGNS:
+        raise ConfigError(f"--payload {req.payload}: {' or '.join(DESIGNS)}")
+    row = sh.hidden * DTYPE_BYTES[sh.dtype]  # one hidden-wide row: what crosses per position when projected
+    per_token = row if req.payload == "projected" else sh.bytes_per_token
+    loads = [dataclasses.replace(p, label=design_label(codec_label(p.label, c), req.payload), codec=c,
+                                 design=req.payload)
+             for p in payloads(per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
              for c in codecs]
     stream = _stream(req, scfg, k)
     cycles = req.cycles if req.cycles is not None else (100 if stream else 1000)
@@ -116,15 +122,17 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
         sent = stream["chunks"] * stream["chunk_bytes"]  # the bytes of T = K + 1, sent after the forward or during it
         loads = [Payload("B64", None, 64, k * sh.id_bytes),  # the link's small round trip, for the model
                  Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
+                 Payload(design_label(f"T{k + 1}", "projected"), k + 1, (k + 1) * row, k * sh.id_bytes,
+                         design="projected"),  # the other lever: fc on the target, one row per position
                  Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True)]
     cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup,
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
-                    rate_mbit=req.rate, rung=req.rung, bytes_per_token=sh.bytes_per_token, tokens=tuple(tokens),
+                    rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
-                    mps=req.mps, arrivals=req.arrivals, stream=stream)
+                    mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload)
     return loads, cfg
 
 
@@ -136,10 +144,10 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
     if req.tokens or req.bytes or req.codec.strip() not in ("", "none") or req.clients > 1 or req.mps or req.time_s \
-            or req.verify or "cuda" in req.memory:
+            or req.verify or "cuda" in req.memory or req.payload != "taps":
         raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
-                          "round trip: not with --tokens, --bytes, --codec, --clients, --mps, --time, --verify or "
-                          "--memory cuda")
+                          "round trip and the synchronous taps and projected payloads: not with --tokens, --bytes, "
+                          "--codec, --clients, --mps, --time, --verify, --memory cuda or --payload")
     from hopbench.core import stream as ST
 
     sh = scfg.shape
@@ -147,8 +155,6 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
     times = ST.read_layer_times(req.layer_times) if req.layer_times else None
     layers = req.layers if req.layers is not None else (len(times) if times else ST.DEFAULT_LAYERS)
     sched = ST.schedule(sh.aux_layers, forward, layers, times, req.stream_cost_ms)
-    from hopbench.shape import DTYPE_BYTES
-
     return {"mode": "layers", "chunks": len(sh.aux_layers), "chunk_bytes": (k + 1) * sh.hidden * DTYPE_BYTES[sh.dtype],
             "taps": list(sh.aux_layers), "layers": layers, "forward_ms": forward, "cost_ms": req.stream_cost_ms,
             "layer_times": str(req.layer_times) if req.layer_times else None,

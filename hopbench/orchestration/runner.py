@@ -145,6 +145,7 @@ class RunWriter:
                               "data_channel": m.data_info, "server_channel": m.server_info, "summary": summary,
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
                               **({"codec": m.codec_info} if m.codec_info else {}),
+                              **({"design": payload.design} if payload.design != "taps" else {}),
                               **({"hdr": hdr} if hdr else {}),
                               **({"duration_probe": probe} if probe else {})})
         return summary
