@@ -47,7 +47,7 @@ def one(rate: float, transport: str, cycles: int) -> dict:
     rep = json.loads(r.stdout)["report"]
     p50 = {p["payload"]: p["summary"]["p50_ns"] / 1e6 for p in rep["payloads"]}
     model = rep.get("stream_model") or {}
-    return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"], "projected": p50["T3/projected"],
+    return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"], "projected": p50["T3#projected"],
             "expected": (model.get("tail_ms") or 0.0) + p50["B64"], "hiding": model.get("hiding_rate_mbit"),
             "folder": json.loads(r.stdout)["folder"]}
 

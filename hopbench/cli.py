@@ -390,7 +390,7 @@ def sweep(
     try:
         folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
                            resume=not new, only_rungs=only, strict=strict, analyse=analyse, skip_missing=skip_missing,
-                           on_progress=bar.update if bar else None)
+                           on_progress=bar.update if bar else None, forward_ms=scfg.cycle_ms - scfg.t_draft_ms)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     finally:

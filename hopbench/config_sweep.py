@@ -13,7 +13,7 @@ RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interfac
              "nixl", "placement"}
 SWEEP_KEYS = {"name", "rungs", "transports", "tokens", "k", "bytes_min", "bytes_max", "bytes_points", "repeats",
               "cell_budget_s", "min_cycles", "max_cycles", "warmup", "seed", "gaps_ms", "operating_tokens",
-              "placements", "codecs", "payload_from", "clients"}
+              "placements", "codecs", "payload_from", "clients", "stream", "designs"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,12 @@ class SweepConfig:
     #: targets at once against the rung's server (docs/RESULTS.md "Several targets"): an axis,
     #: each M > 1 its own series (tcp@M) measured back to back at every payload
     clients: tuple[int, ...] = (1,)
+    #: the streamed hop as an axis (docs/STREAM.md): "off" and/or "layers" (a streamed cell per
+    #: rung x transport at the operating payload, its series tcp~layers)
+    stream: tuple[str, ...] = ("off",)
+    #: payload designs as an axis: "taps" and/or "projected" (the drafter's fc on the target: the
+    #: token payloads with one hidden-wide row per position, series tcp#projected)
+    designs: tuple[str, ...] = ("taps",)
     path: str = ""
     profile: str = "default"
 
@@ -114,11 +120,16 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
             seed=int(s["seed"]), gaps_ms=tuple(float(g) for g in s["gaps_ms"]),
             operating_tokens=int(s["operating_tokens"]), placements=tuple(s.get("placements", ["auto"])),
             codecs=tuple(str(c) for c in s.get("codecs", ["none"])), payload_from=s.get("payload_from"),
-            clients=tuple(s.get("clients", [1])), path=f, profile="quick" if quick else "default")
+            clients=tuple(s.get("clients", [1])), stream=tuple(str(x) for x in s.get("stream", ["off"])),
+            designs=tuple(str(x) for x in s.get("designs", ["taps"])), path=f, profile="quick" if quick else "default")
     except KeyError as exc:
         raise ConfigError(f"{f}: missing key sweep.{exc.args[0]}") from None
     if cfg.repeats < 1:
         raise ConfigError(f"{f}: sweep.repeats must be >= 1")
+    if not cfg.stream or not set(cfg.stream) <= {"off", "layers"}:
+        raise ConfigError(f"{f}: sweep.stream must list off and/or layers (got {list(cfg.stream)!r})")
+    if not cfg.designs or not set(cfg.designs) <= {"taps", "projected"}:
+        raise ConfigError(f"{f}: sweep.designs must list taps and/or projected (got {list(cfg.designs)!r})")
     if not cfg.clients or any(type(m) is not int or not 1 <= m <= 1024 for m in cfg.clients):
         raise ConfigError(f"{f}: sweep.clients must be a list of target counts 1..1024 (got {list(cfg.clients)!r})")
     return cfg

@@ -53,9 +53,9 @@ DESIGNS = ("taps", "projected")
 
 
 def design_label(name: str, design: str | None) -> str:
-    """A series or payload of the projected design: "tcp" -> "tcp/projected" (its own series:
+    """A series or payload of the projected design: "tcp" -> "tcp#projected" (its own series:
     its own fit, verdict and row); unchanged for the taps."""
-    return name if not design or design == "taps" else f"{name}/{design}"
+    return name if not design or design == "taps" else f"{name}#{design}"
 
 
 def stream_label(name: str, stream: str | None) -> str:

@@ -142,7 +142,7 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "exposed hop (ids back - the forward's end)" in r.stdout and "give the link's rate" in r.stdout, r.stdout
     rep = json.loads((out / "report.json").read_text())
-    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3/projected", "T3~layers"]
+    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3#projected", "T3~layers"]
     assert rep["payloads"][2]["plan"]["request_bytes"] == 3 * 6144 * 2 and rep["payloads"][2]["design"] == "projected"
     assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
     assert "stream" in rep["payloads"][3]["plan"] and "stream" not in rep["payloads"][1]["plan"]
@@ -155,7 +155,7 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     v = _hb("verdict", str(out), "--json")
     assert v.returncode == 0, v.stderr
     series = {x["transport"] for x in json.loads(v.stdout)["results"][0]["verdicts"]}
-    assert series == {"tcp", "tcp/projected", "tcp~layers"}, series
+    assert series == {"tcp", "tcp#projected", "tcp~layers"}, series
     page = _hb("report", str(out), "-o", str(tmp_path / "p.html"))  # the Answer sets the two designs side by side
     assert page.returncode == 0, page.stderr
     import re
@@ -179,14 +179,14 @@ def test_run_stream_refuses_what_cannot_be_in_one_line(server, tmp_path, args, s
 
 def test_a_projected_run_is_its_own_series(server, tmp_path):
     """--payload projected: the drafter's fc on the target, one hidden-wide row (12,288 B) per
-    position; its series tcp/projected, the bytes per token recorded for the fit."""
+    position; its series tcp#projected, the bytes per token recorded for the fit."""
     out = tmp_path / "p"
     r = _hb("run", "--peer", f"{server.host}:{server.port}", "--payload", "projected", "--tokens", "1,3", "--cycles", "20",
             "--warmup", "2", "--no-floor", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
-    assert [(p["payload"], p["plan"]["request_bytes"]) for p in rep["payloads"]] == [("T1/projected", 12288),
-                                                                                      ("T3/projected", 36864)]
+    assert [(p["payload"], p["plan"]["request_bytes"]) for p in rep["payloads"]] == [("T1#projected", 12288),
+                                                                                      ("T3#projected", 36864)]
     assert rep["config"]["payload"] == "projected" and rep["config"]["bytes_per_token"] == 12288
     bad = _hb("run", "--peer", f"{server.host}:{server.port}", "--payload", "fc", "--out", str(tmp_path / "x"))
     assert bad.returncode != 0 and "--payload fc: taps or projected" in bad.stderr and not (tmp_path / "x").exists()
@@ -228,3 +228,42 @@ def test_streaming_hides_the_hop_on_a_100_mbit_link():
     assert p50["T3"] > 14.0 and p50["T3~layers"] < 0.5 * p50["T3"], p50  # the wire's 15.7 ms, mostly hidden
     assert rep["stream_model"]["tail_ms"] == 0.0 and "model at 100 Mbit/s" in r.stderr, r.stderr
     assert np.isfinite(rep["stream_model"]["hiding_rate_mbit"])
+
+
+def test_the_sweep_plans_streamed_and_projected_cells():
+    from dataclasses import replace
+
+    from hopbench.config_sweep import load_rung, load_sweep
+    from hopbench.orchestration.sweep.plan import plan_cells
+    from hopbench.shape import load_shape
+
+    cfg = replace(load_sweep("configs/sweep.toml", quick=True), stream=("off", "layers"),
+                  designs=("taps", "projected"), repeats=1)
+    cells = plan_cells(cfg, [load_rung("loopback")], load_shape().shape, 1)
+    streamed = [c for c in cells if c.stream == "layers"]
+    projected = [c for c in cells if c.design == "projected"]
+    assert {(c.transport, c.payload, c.request_bytes) for c in streamed} == {
+        (t, "T3~layers", 3 * 61440) for t in cfg.transports}
+    assert {c.payload for c in projected} == {f"T{t}#projected" for t in cfg.tokens}
+    assert all(c.request_bytes == c.tokens * 12288 for c in projected)
+    assert all("/" not in c.payload for c in cells)  # a payload label is a folder name in the sweep
+    with pytest.raises(ConfigError, match="sweep.stream must list off and/or layers"):
+        import tempfile
+        from pathlib import Path
+
+        p = Path(tempfile.mkdtemp()) / "s.toml"
+        p.write_text('[sweep]\nrungs = ["loopback"]\nstream = ["on"]\n')
+        load_sweep(p)
+
+
+def test_a_sweep_with_the_stream_axis_reads_as_three_designs(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[sweep]\nrungs = ["loopback"]\ntransports = ["tcp"]\ntokens = [1, 3]\nbytes_points = 3\n'
+                   'bytes_max = 65536\nrepeats = 1\ncell_budget_s = 0.05\nmin_cycles = 5\nwarmup = 2\ngaps_ms = [0]\n'
+                   'placements = ["same-block"]\nstream = ["off", "layers"]\ndesigns = ["taps", "projected"]\n')
+    r = _hb("sweep", str(cfg), "--out", str(tmp_path / "out"), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    verdict = json.loads((tmp_path / "out" / "analysis" / "verdict.json").read_text())
+    assert {v["transport"] for v in verdict["verdicts"]} == {"tcp", "tcp#projected", "tcp~layers"}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "by payload design: best" in page

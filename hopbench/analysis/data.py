@@ -49,6 +49,8 @@ class Group:
     payload_source: str | None = None
     #: UCX transports on lanes that bypassed the network (cma, posix, ...: hopbench.lanes)
     bypass: set[str] = field(default_factory=set)
+    #: streamed during the verify forward (docs/STREAM.md): its samples are exposed hops
+    streamed: bool = False
 
     @property
     def key(self) -> CellKey:
@@ -291,7 +293,7 @@ def _read_folder(folder: Path) -> Folder:
 
 
 def series_of(plan: dict[str, Any], design: Any = None) -> str:
-    """A plan's series: the transport, "+codec" under a codec, "/projected" for the projected
+    """A plan's series: the transport, "+codec" under a codec, "#projected" for the projected
     payload (`design`: the payload entry's), "~layers" streamed during the forward, "@M" when
     M targets ran at once."""
     group = plan.get("group")
@@ -341,7 +343,8 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             g = groups.get(key)
             if g is None:
                 g = groups[key] = Group(rung, series, p["payload"], p.get("tokens"), plan["request_bytes"],
-                                        plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung))
+                                        plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung),
+                                        streamed=isinstance(plan.get("stream"), dict))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
             repeat = ((run.get("sweep") or {}).get("cell") or {}).get("repeat")  # checked: an int or absent/null
             g.repeat_ids.append(int(repeat) if repeat is not None else len(g.repeat_ids))

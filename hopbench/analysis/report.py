@@ -421,13 +421,13 @@ def _codec_answers(doc: dict) -> list[str]:
     return items
 
 
-DESIGN_NAMES = {"": "synchronous taps", "/projected": "synchronous projected (fc on the target)",
+DESIGN_NAMES = {"": "synchronous taps", "#projected": "synchronous projected (fc on the target)",
                 "~layers": "streamed taps (during the verify forward)"}
 
 
 def _design_of(series: str) -> tuple[str, str]:
-    """A series' transport (with its codec) and its design suffix ("", "/projected", "~layers")."""
-    for suffix in ("~layers", "/projected"):
+    """A series' transport (with its codec) and its design suffix ("", "#projected", "~layers")."""
+    for suffix in ("~layers", "#projected"):
         if series.endswith(suffix):
             return series[: -len(suffix)], suffix
     return series, ""

@@ -52,6 +52,18 @@ class Schedule:
                 "cost_ms": self.cost_ns / 1e6}
 
 
+def record(taps: tuple[int, ...] | list[int], row_bytes: int, k: int, forward_ms: float, layers: int | None = None,
+           layer_times: str | Path | None = None, cost_ms: float = 0.0) -> dict[str, Any]:
+    """A streamed run's configuration as recorded (RunConfig.stream), its schedule checked:
+    each aux layer's K + 1 rows of `row_bytes` as one chunk, sent when its layer ends."""
+    times = read_layer_times(layer_times) if layer_times else None
+    n = layers if layers is not None else (len(times) if times else DEFAULT_LAYERS)
+    sched = schedule(taps, forward_ms, n, times, cost_ms)
+    return {"mode": "layers", "chunks": len(taps), "chunk_bytes": (k + 1) * row_bytes, "taps": list(taps),
+            "layers": n, "forward_ms": forward_ms, "cost_ms": cost_ms,
+            "layer_times": str(layer_times) if layer_times else None, "ready_ms": [r / 1e6 for r in sched.ready_ns]}
+
+
 def from_record(stream: dict[str, Any]) -> Schedule:
     """The schedule a run recorded (RunConfig.stream): what every cycle follows."""
     return Schedule(tuple(int(round(r * 1e6)) for r in stream["ready_ms"]), int(round(stream["forward_ms"] * 1e6)),

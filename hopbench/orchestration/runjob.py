@@ -152,13 +152,8 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
 
     sh = scfg.shape
     forward = req.forward_ms if req.forward_ms is not None else scfg.cycle_ms - scfg.t_draft_ms
-    times = ST.read_layer_times(req.layer_times) if req.layer_times else None
-    layers = req.layers if req.layers is not None else (len(times) if times else ST.DEFAULT_LAYERS)
-    sched = ST.schedule(sh.aux_layers, forward, layers, times, req.stream_cost_ms)
-    return {"mode": "layers", "chunks": len(sh.aux_layers), "chunk_bytes": (k + 1) * sh.hidden * DTYPE_BYTES[sh.dtype],
-            "taps": list(sh.aux_layers), "layers": layers, "forward_ms": forward, "cost_ms": req.stream_cost_ms,
-            "layer_times": str(req.layer_times) if req.layer_times else None,
-            "ready_ms": [r / 1e6 for r in sched.ready_ns]}
+    return ST.record(sh.aux_layers, sh.hidden * DTYPE_BYTES[sh.dtype], k, forward, req.layers, req.layer_times,
+                     req.stream_cost_ms)
 
 
 def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host")) -> list[str]:

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
-from hopbench.records import clients_label, codec_label
+from hopbench.records import clients_label, codec_label, design_label, stream_label
 from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
@@ -27,6 +27,8 @@ class Cell:
     placement: str = ""  # set when several placements are swept: part of the rung label
     codec: str = "none"  # the payload crosses encoded (docs/CODECS.md); the payload label says so
     clients: int = 1  # targets at once (the payload label says so: T3@4)
+    stream: str = "off"  # "layers": streamed during the verify forward (the payload label: T3~layers)
+    design: str = "taps"  # "projected": one hidden-wide row per position (the payload label: T3#projected)
 
     @property
     def label(self) -> str:
@@ -67,6 +69,7 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
                                 continue  # several targets are measured back to back, like a codec
                             per_repeat.append(Cell(rung.name, tr, clients_label(codec_label(p.label, codec), m),
                                                    p.tokens, p.request_bytes, p.reply_bytes, gap, 0, pl, codec, m))
+            per_repeat += _design_cells(cfg, rung.name, tr, shape, pl)
     rng = random.Random(seed)
     cells = []
     for rep in range(cfg.repeats):
@@ -76,10 +79,27 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
     return cells
 
 
-def cycles_for(cell: Cell, rung: Rung, cfg: SweepConfig) -> int:
+def _design_cells(cfg: SweepConfig, rung: str, transport: str, shape: Shape, placement: str) -> list[Cell]:
+    """The streamed and projected cells of a rung x transport (docs/STREAM.md): the streamed hop
+    at the operating payload (K + 1 rows of each aux layer), and the token payloads of the
+    projected design (one hidden-wide row per position); raw, one target, no think time."""
+    out = []
+    ids = shape.reply_bytes(cfg.k)
+    if "layers" in cfg.stream:
+        t = cfg.k + 1
+        out.append(Cell(rung, transport, stream_label(f"T{t}", "layers"), t, t * shape.bytes_per_token, ids, 0.0, 0,
+                        placement, stream="layers"))
+    if "projected" in cfg.designs:
+        row = shape.bytes_per_token // len(shape.aux_layers)
+        out += [Cell(rung, transport, design_label(f"T{t}", "projected"), t, t * row, ids, 0.0, 0, placement,
+                     design="projected") for t in cfg.tokens]
+    return out
+
+
+def cycles_for(cell: Cell, rung: Rung, cfg: SweepConfig, forward_s: float = 0.0) -> int:
     """Timed cycles: about cell_budget_s of work, clamped to [min_cycles, max_cycles].
     The round trip is estimated from the wire time at the rung's rate (plus think time)."""
-    est = 100e-6 + cell.gap_ms / 1000
+    est = 100e-6 + cell.gap_ms / 1000 + (forward_s if cell.stream != "off" else 0.0)  # a streamed cycle: the forward
     if rung.rate_mbit:
         est += (cell.request_bytes + cell.reply_bytes) * WIRE_PER_MSS * 8 / (rung.rate_mbit * 1e6)
     else:

@@ -78,7 +78,8 @@ def _server_answers(host: str, port: int) -> str | None:
 def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
               resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
               log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
-              on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
+              on_progress: Callable[[int, int, float, float, str], None] | None = None,
+              forward_ms: float | None = None) -> Path:
     """Measure every cell of the sweep; returns its folder. `on_progress(done, total,
     elapsed_s, eta_s, cell_key)` after each cell (default: plain lines, one per 10%)."""
     report_progress = on_progress or progress
@@ -95,6 +96,14 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         cfg = replace(cfg, codecs=tuple(check_codecs(",".join(cfg.codecs), shape.hidden)))
         if cfg.payload_from:
             source_for(cfg.payload_from, shape.bytes_per_token // (2 * shape.hidden), shape.hidden)
+    stream = None
+    if "layers" in cfg.stream:  # the streamed cells' schedule, checked before anything is made
+        from hopbench.core import stream as ST
+        from hopbench.shape import DTYPE_BYTES
+
+        if forward_ms is None:
+            raise ConfigError("sweep.stream = layers needs the verify forward's length (the shape's cycle - t_draft)")
+        stream = ST.record(shape.aux_layers, shape.hidden * DTYPE_BYTES[shape.dtype], cfg.k, forward_ms)
     problems, missing_tr = missing_requirements(cfg, rungs, analyse)
     if problems and not (skip_missing and all(p.startswith("transport ") for p in problems)):
         raise ConfigError("pre-flight found what this sweep needs and this machine lacks (nothing was measured):\n  "
@@ -147,14 +156,15 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
     lock = R.FolderLock(folder).acquire()  # held until the sweep ends: a second writer is refused
     try:
-        return _measure(folder, seed, cfg, rungs, shape, id_bytes, fallback, preflight, log, report_progress)
+        return _measure(folder, seed, cfg, rungs, shape, id_bytes, fallback, preflight, log, report_progress, stream)
     finally:
         lock.release()
 
 
 def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, id_bytes: int,
              fallback: str | None, preflight: dict[str, Any], log: Callable[[str], None],
-             report_progress: Callable[[int, int, float, float, str], None]) -> Path:
+             report_progress: Callable[[int, int, float, float, str], None],
+             stream: dict[str, Any] | None = None) -> Path:
     """Measure the planned cells into a locked sweep folder (new or resumed)."""
     (folder / "logs").mkdir(exist_ok=True)
     (folder / "configs").mkdir(exist_ok=True)
@@ -219,18 +229,20 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
             rung = by_rung[cell.rung]
             cell_dir = rf.cell_dir(cell.key)
             rf.set_aside(cell.key, str(i))  # an earlier attempt that did not complete: kept aside
-            cycles = cycles_for(cell, rung, cfg)
+            cycles = cycles_for(cell, rung, cfg, (stream or {}).get("forward_ms", 0.0) / 1000)
             place = runtimes[cell.label].place
             run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
                                 gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
                                 transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
                                 bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
                                 codecs=(cell.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
-                                clients=cell.clients)
+                                clients=cell.clients, stream=stream if cell.stream != "off" else None,
+                                payload=cell.design)
             job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
                    "payload": {"label": cell.payload.removesuffix(f"@{cell.clients}") if cell.clients > 1
                                else cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
-                               "reply_bytes": cell.reply_bytes, "codec": cell.codec},
+                               "reply_bytes": cell.reply_bytes, "codec": cell.codec, "stream": cell.stream != "off",
+                               "design": cell.design},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
                              "placement": runtimes[cell.label].place.describe()}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
