@@ -28,7 +28,7 @@ from hopbench.errors import ConfigError
 
 MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
 #: GLM-5.2's layer count (3 dense + 75 MoE), whose DSpark speculator taps [8, 23, 39, 55, 70]
-#: (RedHatAI/GLM-5.2-speculator.dspark; ../shared/STREAMING.md)
+#: (RedHatAI/GLM-5.2-speculator.dspark's fc.weight [6144, 30720] over those five taps)
 DEFAULT_LAYERS = 78
 
 
