@@ -197,7 +197,10 @@ def test_open_loop_end_to_end(server, tmp_path):
     col = {name: i for i, name in enumerate(rows[0])}
     timed = [r for r in rows[1:] if r[col["phase"]] == "timed"]
     rtt = [int(r[col["rtt_ns"]]) for r in timed]
-    assert rtt[-1] > 10 * rtt[0]  # latency from the intended time: the backlog is in it
+    # latency from the intended time: the backlog is in it. Each cycle takes far more than the
+    # 1 us between intended sends, so every sample exceeds the one before (the ratio of the
+    # last to the first, asserted before, depended on how fast the first timed cycle was)
+    assert all(b > a for a, b in zip(rtt, rtt[1:])), rtt[:20]
     assert all(int(r[col["send_lag_ns"]]) >= 0 and r[col["intended_ns"]] for r in timed)
     assert any("late sends" in ln for ln in lines)
 
