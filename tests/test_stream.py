@@ -267,3 +267,21 @@ def test_a_sweep_with_the_stream_axis_reads_as_three_designs(tmp_path):
     assert {v["transport"] for v in verdict["verdicts"]} == {"tcp", "tcp#projected", "tcp~layers"}
     page = (tmp_path / "out" / "report.html").read_text()
     assert "by payload design: best" in page
+
+
+def test_the_wire_time_check_leaves_streamed_series_out():
+    """A streamed sample is an exposed hop: beside the wire time it read -99.6% in make sweep."""
+    from hopbench.analysis import fit as F
+    from hopbench.analysis.data import Group
+
+    def group(rung, series, streamed, p50, rate=None):
+        g = Group(rung, series, "T3", 3, 184320, 8, 0.0, rate, streamed=streamed)
+        g.samples.append(np.full(20, p50, dtype=np.int64))
+        g.repeat_p50_ns.append(float(p50))
+        g.repeat_ids.append(0)
+        g.n_cycles.append(20)
+        return g
+
+    gs = [group("emu-unshaped", "tcp", False, 100_000), group("emu-100m", "tcp", False, 15_700_000, 100.0),
+          group("emu-unshaped", "tcp~layers", True, 60_000), group("emu-100m", "tcp~layers", True, 64_000, 100.0)]
+    assert [w["transport"] for w in F.wire_check(gs, 61440, 3)] == ["tcp"]
