@@ -131,6 +131,25 @@ def serve(
     server.serve_forever()
 
 
+def run_request(p: dict[str, Any]) -> Any:
+    """`hopbench run`'s parameters (by name, as typer hands them over) as the RunRequest it
+    runs: one mapping, used by the command and by the reproduce line's round-trip test."""
+    from hopbench.orchestration import runjob
+
+    host, port = _address(p["peer"], p["port"])
+    memory, server_memory = p["memory"], p["server_memory"] or p["memory"]
+    return runjob.RunRequest(
+        host=host, port=port, transport=p["transport"], tokens=p["tokens"], bytes=p["bytes_"], k=p["k"],
+        reply_bytes=p["reply_bytes"], cycles=p["cycles"], time_s=p["time_s"], warmup=p["warmup"], verify=p["verify"],
+        gap_ms=p["gap_ms"], poll=p["poll"].value, timeout_s=p["timeout"], out=p["out"], name=p["name"],
+        results_dir=p["results_dir"], shape=p["shape"], opt=tuple(p["opt"] or ()), secret=p["secret"] or None,
+        interface=p["interface"], rate=p["rate"], rung=p["rung_name"], strict=p["strict"], cpu=p["cpu"],
+        floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
+        loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
+        arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
+        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], payload=p["payload"])
+
+
 @app.command()
 def run(
     peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).", rich_help_panel="Connection")],
@@ -180,15 +199,7 @@ def run(
     _pin(cpu)
     from hopbench.orchestration import runjob
 
-    host, port = _address(peer, port)
-    req = runjob.RunRequest(
-        host=host, port=port, transport=transport, tokens=tokens, bytes=bytes_, k=k, reply_bytes=reply_bytes,
-        cycles=cycles, time_s=time_s, warmup=warmup, verify=verify, gap_ms=gap_ms, poll=poll.value, timeout_s=timeout,
-        out=out, name=name, results_dir=results_dir, shape=shape, opt=tuple(opt or ()), secret=secret or None,
-        interface=interface, rate=rate, rung=rung_name, strict=strict, cpu=cpu, floor=floor,
-        memory=(memory.value, (server_memory or memory).value), gpu_path=gpu_path.value, loop=loop.value,
-        codec=codec, payload_from=payload_from, clients=clients, mps=mps, arrivals=arrivals, stream=stream,
-        layers=layers, forward_ms=forward_ms, layer_times=layer_times, stream_cost_ms=stream_cost_ms, payload=payload)
+    req = run_request(locals())
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     try:

@@ -128,6 +128,50 @@ class RunConfig:
         d["tokens"], d["bytes"], d["codecs"] = list(self.tokens), list(self.bytes), list(self.codecs)
         return d
 
+    def to_argv(self, peer: str) -> list[str]:
+        """The `hopbench run` command that records this same config (the report's reproduce
+        line; tests/test_report.py parses it back through the CLI and compares the configs):
+        every recorded choice a flag sets, none left to a hand copy of the CLI."""
+        a = ["hopbench", "run", "--peer", peer, "--transport", self.transport, "--k", str(self.k),
+             "--cycles", str(self.cycles), "--warmup", str(self.warmup)]
+
+        def opt(flag: str, value: Any, default: Any = None) -> None:
+            if value is not None and value != default:
+                a.extend([flag, value if isinstance(value, str) else f"{value:g}" if isinstance(value, float)
+                          else str(value)])
+
+        opt("--tokens", ",".join(map(str, self.tokens)) or None)
+        opt("--bytes", ",".join(map(str, self.bytes)) or None)
+        opt("--time", self.duration_s)
+        opt("--gap-ms", float(self.gap_ms), 0.0)
+        opt("--poll", self.poll, "auto")
+        opt("--timeout", float(self.timeout_s), float(TIMEOUT_S))
+        opt("--loop", self.loop, "auto")
+        opt("--reply-bytes", self.reply_bytes)
+        opt("--rung", self.rung)
+        opt("--rate", None if self.rate_mbit is None else float(self.rate_mbit))
+        opt("--cpu", self.cpu)
+        if self.verify:
+            a.append("--verify")
+        for settings in self.transport_settings.values():
+            for key, value in (settings or {}).items():
+                a.extend(["--opt", f"{key}={value}"])
+        opt("--memory", self.client_memory, "host")
+        opt("--server-memory", self.server_memory, self.client_memory)
+        opt("--gpu-path", self.gpu_path, "staged")
+        opt("--codec", ",".join(self.codecs), "none")
+        opt("--payload-from", self.payload_from)
+        opt("--clients", self.clients, 1)
+        opt("--mps", self.mps)
+        opt("--arrivals", self.arrivals if self.mps else None, "fixed")
+        opt("--payload", self.payload, "taps")
+        if self.stream:
+            a.extend(["--stream", "layers", "--layers", str(self.stream["layers"]), "--forward-ms",
+                      f"{self.stream['forward_ms']:g}"])
+            opt("--stream-cost-ms", float(self.stream.get("cost_ms") or 0.0), 0.0)
+            opt("--layer-times", self.stream.get("layer_times"))
+        return a
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         """Any recorded config block (schema 1's run and sweep-cell shapes included);

@@ -138,3 +138,33 @@ def test_new_results_carry_their_id(tmp_path):
     doc["result_id"] = "abc123"
     (f / "report.json").write_text(json.dumps(doc))
     assert old.startswith("h-") and result_id(f) == "abc123"
+
+
+@pytest.mark.parametrize("args", [
+    ["--tokens", "1,3", "--k", "3", "--cycles", "200", "--gap-ms", "80", "--rate", "100", "--rung", "lab-100m"],
+    ["--bytes", "64,4096", "--reply-bytes", "same", "--verify", "--poll", "busy", "--loop", "python", "--timeout", "20"],
+    ["--tokens", "3", "--codec", "none,zstd:1,fp8", "--cycles", "50"],
+    ["--tokens", "3", "--clients", "4", "--mps", "500", "--arrivals", "poisson", "--cpu", "0-1"],
+    ["--tokens", "3", "--time", "2.5", "--transport", "zmq", "--opt", "copy_threshold=65536"],
+    ["--tokens", "1,3", "--payload", "projected"],
+    ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2", "--rate", "1000"],
+])
+def test_every_reproduce_line_records_the_same_config(args):
+    """Issue 39 (REVIEW4 §5.2): the report's reproduce line came from a hand copy of the CLI that
+    had drifted (no --codec, --clients, --mps, --time ...): a reproduced run was another run.
+    Now it is RunConfig.to_argv(); parsed back through the CLI it gives the same config."""
+    import typer.main
+
+    from hopbench.cli import app, run_request
+    from hopbench.orchestration import runjob
+
+    cmd = typer.main.get_command(app).commands["run"]
+
+    def config(argv):
+        return runjob.plan(run_request(cmd.make_context("run", list(argv)).params))[1]
+
+    first = config(["--peer", "10.0.0.1:5201", *args])
+    line = first.to_argv("10.0.0.1:5201")
+    assert line[:2] == ["hopbench", "run"]
+    again = config(line[2:])
+    assert again == first, {k: (v, getattr(again, k)) for k, v in vars(first).items() if getattr(again, k) != v}

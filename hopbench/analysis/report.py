@@ -121,26 +121,10 @@ def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors
 
 
 def _run_command(head: dict) -> list[str]:
-    cfg = head.get("config") or {}
-    args = ["hopbench", "run", "--peer", head.get("peer") or "HOST:PORT", "--transport", cfg.get("transport", "tcp")]
-    if cfg.get("tokens"):
-        args += ["--tokens", ",".join(map(str, cfg["tokens"]))]
-    if cfg.get("bytes"):
-        args += ["--bytes", ",".join(map(str, cfg["bytes"]))]
-    for opt, key in (("--k", "k"), ("--cycles", "cycles"), ("--warmup", "warmup"), ("--gap-ms", "gap_ms"),
-                     ("--poll", "poll"), ("--reply-bytes", "reply_bytes"), ("--rung", "rung"), ("--rate", "rate_mbit"),
-                     ("--cpu", "cpu")):
-        if cfg.get(key) not in (None, "", 0, 0.0) or key in ("k", "cycles", "warmup"):
-            if cfg.get(key) is not None:
-                args += [opt, str(cfg[key])]
-    if cfg.get("verify"):
-        args.append("--verify")
-    for settings in (cfg.get("transport_settings") or {}).values():
-        for k, v in (settings or {}).items():
-            args += ["--opt", f"{k}={v}"]
-    if cfg.get("client_memory", "host") != "host":
-        args += ["--memory", cfg["client_memory"], "--gpu-path", cfg.get("gpu_path", "staged")]
-    return args
+    """The run's own reproduce line, from its recorded config (RunConfig.to_argv)."""
+    from hopbench.records import RunConfig
+
+    return RunConfig.from_dict(head.get("config") or {}).to_argv(head.get("peer") or "HOST:PORT")
 
 
 def commands(folder: Path, top: dict, head: dict) -> list[dict]:

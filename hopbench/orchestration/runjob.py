@@ -129,7 +129,7 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
-                    rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=tuple(tokens),
+                    rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=() if stream else tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
                     mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload)
