@@ -46,9 +46,11 @@ def one(rate: float, transport: str, cycles: int) -> dict:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
     rep = json.loads(r.stdout)["report"]
     p50 = {p["payload"]: p["summary"]["p50_ns"] / 1e6 for p in rep["payloads"]}
+    s = next(p["summary"] for p in rep["payloads"] if p["payload"] == "T3~layers")
     model = rep.get("stream_model") or {}
     return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"], "projected": p50["T3#projected"],
             "expected": (model.get("tail_ms") or 0.0) + p50["B64"], "hiding": model.get("hiding_rate_mbit"),
+            "n": s["n"], "ci": (s["p50_ci_lo_ns"] / 1e6, s["p50_ci_hi_ns"] / 1e6, s["p50_ci_level"]),
             "folder": json.loads(r.stdout)["folder"]}
 
 
@@ -63,8 +65,10 @@ def main() -> None:
     ok, why = netem.available()
     if not ok:
         sys.exit(f"bench-stream needs network namespaces: {why}")
+    print(f"p50s of one run per row, {a.cycles} timed cycles each; the streamed p50's interval is within that run "
+          "(order statistics, its level printed): the run-to-run spread is not in it")
     print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'projected ms':>12} {'proj/sync':>9} {'streamed ms':>12} "
-          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10}  least hiding rate")
+          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10}  least hiding rate  streamed CI")
     for rate in (float(x) for x in a.rates.split(",")):
         rows = {}
         for tr in a.transports.split(","):
@@ -74,7 +78,8 @@ def main() -> None:
                 continue
             print(f"{f'emu-{rate:g}m':>9} {tr:>9} {x['sync']:9.3f} {x['projected']:12.3f} "
                   f"{x['projected'] / x['sync']:9.3f} {x['streamed']:12.3f} {x['streamed'] / x['sync']:11.3f} "
-                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f}  {x['hiding']:.1f} Mbit/s")
+                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f}  {x['hiding']:.1f} Mbit/s  "
+                  f"[{x['ci'][0]:.3f}-{x['ci'][1]:.3f}, {x['ci'][2]:.1%}, n = {x['n']}]")
         base = rows.get("tcp")
         if base and "error" not in base:
             print("   streamed hop over tcp's: " + ", ".join(

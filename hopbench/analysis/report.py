@@ -417,7 +417,7 @@ def _design_of(series: str) -> tuple[str, str]:
     return series, ""
 
 
-def _stream_answers(doc: dict) -> list[str]:
+def _design_answers(doc: dict) -> list[str]:
     """Per rung and transport with more than one payload design measured (synchronous taps,
     synchronous projected, streamed taps: docs/STREAM.md): each design's hop and gain side by
     side, the best named (by the surely-largest gain, verdict.best_per_rung's rule), with the
@@ -505,7 +505,7 @@ def _answer(doc: dict) -> str:
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
                      f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
     items += _codec_answers(doc)
-    items += _stream_answers(doc)
+    items += _design_answers(doc)
     items += _targets_answers(doc)
     for j, s in enumerate(doc.get("spec_measured") or []):
         if s.get("kind") != "targets":

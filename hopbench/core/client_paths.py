@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import protocol as P
-from hopbench.core.timing import Progress, run_cycles
+from hopbench.core.timing import Progress, run_cycles, wait_until
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import ConfigError, ProtocolError
 
@@ -254,19 +254,6 @@ class CodecRoundTrip(ClientPath):
         run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - decode
 
 
-SPIN_NS = 200_000  # a scheduled send: sleep until this close to its time, then spin on the clock
-
-
-def _until(clock: Callable[[], int], when: int) -> None:
-    """Wait for a scheduled send (the forward's timeline is the load's definition, not
-    synchronisation): a sleep, then a spin on the clock."""
-    ahead = when - clock()
-    if ahead > SPIN_NS:
-        time.sleep((ahead - SPIN_NS) / 1e9)
-    while clock() < when:
-        pass
-
-
 class StreamedRoundTrip(ClientPath):
     """The streamed hop (docs/STREAM.md): each cycle the forward's clock starts at t0, chunk j
     goes at t0 + its ready time, the accept count (the end message) at t0 + the forward's end
@@ -303,12 +290,12 @@ class StreamedRoundTrip(ClientPath):
                 for j in range(chunks):
                     pack(chunk, 0, i * chunks + j)
                     self.pending = size
-                    _until(clock, t0 + ready[j])
+                    wait_until(clock, t0 + ready[j])
                     lag[i] = max(lag[i], clock() - t0 - ready[j])
                     chan.send(chunk)
                 P.STREAM_END.pack_into(end, 0, i, 0, 0)
                 self.pending = P.STREAM_END_BYTES
-                _until(clock, t0 + finish)
+                wait_until(clock, t0 + finish)
                 end_lag[i] = clock() - t0 - finish
                 chan.send(end)
                 self.pending = 0

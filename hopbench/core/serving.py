@@ -86,14 +86,14 @@ def abort(chan: Channel, reason: str, plan: P.Plan) -> None:
     raise Ended(reason)
 
 
-def bad_request(ctx: PlanContext, chan: Channel, request: Any, seq: int, plan: P.Plan) -> None:
-    """A request whose seq is not the expected one: the client's abort (the plan ends, the
-    session goes on), or a protocol fault (the server aborts on the data stream and ends
-    the session)."""
+def bad_request(ctx: PlanContext, chan: Channel, request: Any, seq: int, plan: P.Plan, why: str | None = None) -> None:
+    """A message out of place (a request whose seq is not the expected one; `why` says what
+    else was wrong): the client's abort (the plan ends, the session goes on), or a protocol
+    fault (the server aborts on the data stream and ends the session)."""
     if P.is_abort(request):
         ctx.log(f"client aborted plan at seq {seq}: {P.read_abort(chan, request)[:200]}")
         return
-    abort(chan, f"request carries seq {P.SEQ.unpack_from(request, 0)[0]}, expected {seq}", plan)
+    abort(chan, why or f"request carries seq {P.SEQ.unpack_from(request, 0)[0]}, expected {seq}", plan)
 
 
 class ServingPath:
@@ -344,39 +344,30 @@ class StreamDrafter(ServingPath):
         chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
         chunk, end, reply = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES), chan.alloc(plan.reply_bytes)
         ids, clock, counter, stamp = P.ReplyCodec(plan.k, plan.id_bytes), ctx.clock, P.SEQ.unpack_from, P.STREAM_END
-        idle = np.zeros(plan.total, dtype=np.int64)
+        hold = np.zeros(plan.total, dtype=np.int64)
         seq = 0
         try:
             for seq in range(plan.total):
                 for j in range(chunks):
                     chan.recv_into(chunk)
                     if counter(chunk, 0)[0] != seq * chunks + j:
-                        return self._stopped(ctx, chan, chunk, f"chunk {j} of cycle {seq} carries counter "
-                                                               f"{counter(chunk, 0)[0]}, expected {seq * chunks + j}",
-                                             plan, seq)
+                        bad_request(ctx, chan, chunk, seq, plan, f"chunk {j} of cycle {seq} carries counter "
+                                                                 f"{counter(chunk, 0)[0]}, expected {seq * chunks + j}")
+                        return seq
                 last = clock()
                 chan.recv_into(end)
-                idle[seq] = clock() - last
+                hold[seq] = clock() - last
                 if stamp.unpack_from(end, 0)[0] != seq:
-                    return self._stopped(ctx, chan, end, f"the end message of cycle {seq} carries seq "
-                                                         f"{stamp.unpack_from(end, 0)[0]}", plan, seq)
+                    bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
+                                                           f"{stamp.unpack_from(end, 0)[0]}")
+                    return seq
                 ids.pack(reply, seq)
                 chan.send(reply)
             seq = plan.total
         finally:
             ctx.progress.done = seq
-        chan.send(idle.view(np.uint8).reshape(-1))
+        chan.send(hold.view(np.uint8).reshape(-1))
         return plan.total
-
-    @staticmethod
-    def _stopped(ctx: PlanContext, chan: Channel, msg: Any, why: str, plan: P.Plan, seq: int) -> int:
-        """A message out of place: the client's abort (the plan ends, the session goes on), or a
-        fault (the server aborts on the data stream and ends the session)."""
-        if P.is_abort(msg):
-            ctx.log(f"client aborted plan at seq {seq}: {P.read_abort(chan, msg)[:200]}")
-            return seq
-        abort(chan, why, plan)
-        return seq
 
 
 def path_for(plan: P.Plan) -> ServingPath:

@@ -123,7 +123,17 @@ def run_cycles(
     return i
 
 
-SPIN_NS = 200_000  # open loop: sleep until this close to a send's intended time, then spin
+SPIN_NS = 200_000  # a scheduled send: sleep until this close to its intended time, then spin
+
+
+def wait_until(clock: Callable[[], int], when: int, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait for a scheduled send (open loop's schedule, the streamed hop's forward): the
+    schedule is the load's definition, not synchronisation; a sleep, then a spin on the clock."""
+    ahead = when - clock()
+    if ahead > SPIN_NS:
+        sleep((ahead - SPIN_NS) / 1e9)
+    while clock() < when:
+        pass
 
 
 def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
@@ -143,11 +153,7 @@ def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, sa
         while i < n:
             pack_seq(request, 0, i)
             intended = start + int(schedule[i])
-            ahead = intended - clock()
-            if ahead > SPIN_NS:
-                sleep((ahead - SPIN_NS) / 1e9)
-            while clock() < intended:
-                pass
+            wait_until(clock, intended, sleep)
             t0 = clock()
             send(request)
             recv_into(reply)

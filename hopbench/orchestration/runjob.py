@@ -269,7 +269,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=on_payload,
                         on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source)
     if cfg.stream:
-        stream_lines(cfg, model, rows, console)
+        stream_lines(cfg, model, rows, loads, console)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
 
@@ -292,15 +292,21 @@ def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
     return m
 
 
-def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], console: RunConsole) -> None:
+def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: list[Payload],
+                 console: RunConsole) -> None:
     """After a streamed run: the exposed hop beside the model's (a warning when they disagree by
     more than 5% and 0.2 ms), the bytes it costs per cycle, and what the schedule assumed."""
     from hopbench.core import stream as ST
 
     assert cfg.stream is not None
-    small = next((r for r in rows if r.get("request_bytes") == 64 and r.get("n")), None)
-    sync = next((r for r in rows if r.get("request_bytes") != 64 and "~" not in r["payload"] and r.get("n")), None)
-    streamed = next((r for r in rows if "~" in r["payload"] and r.get("n")), None)
+    by = {r["payload"]: r for r in rows if r.get("n")}
+
+    def row(kind: Callable[[Payload], bool]) -> dict[str, Any] | None:
+        return next((by[p.label] for p in loads if kind(p) and p.label in by), None)
+
+    small = row(lambda p: p.tokens is None)
+    sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps")
+    streamed = row(lambda p: p.stream)
     st = cfg.stream
     cost = f", extraction cost {st['cost_ms']:g} ms" if st["cost_ms"] else ""
     console.say(f"streamed: {st['chunks']} chunks of {st['chunk_bytes']:,} B (K + 1 = {cfg.k + 1} rows of each aux "
@@ -313,7 +319,10 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], console
     exposed = streamed["p50_ns"] / 1e6
     versus = (f" against the synchronous hop of the same bytes after the forward, {sync['p50_ns'] / 1e6:.3f} ms "
               f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
-    console.say(f"exposed hop (ids back - the forward's end): p50 {exposed:.3f} ms over {streamed['n']} cycles{versus}")
+    ci = (f" [{streamed['p50_ci_lo_ns'] / 1e6:.3f}-{streamed['p50_ci_hi_ns'] / 1e6:.3f}, within-run "
+          f"{pct(streamed['p50_ci_level'])}]") if streamed.get("p50_ci_level") else ""
+    console.say(f"exposed hop (ids back - the forward's end): p50 {exposed:.3f} ms{ci} over {streamed['n']} cycles"
+                f"{versus}")
     if model is None or small is None:
         return
     want = model.expected_exposed_ms(small["p50_ns"] / 1e6)
