@@ -6,12 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import os
+import signal
 import tempfile
+import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from hopbench.errors import HopbenchError
 from hopbench.version import __version__
@@ -101,6 +104,35 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     file or the new one, never a torn one (also when the process is killed mid-write)."""
     path = Path(path)
     mode = "wb" if isinstance(data, bytes) else "w"
+    # Ctrl-C or a terminate (SIGINT, SIGTERM) waits for the write: one arriving between the
+    # temporary file's creation and its rename or removal left a .tmp behind (issue 42: seen
+    # in a target of an interrupted run --clients); raised again as soon as the write is done
+    with _signals_held():
+        _write_replacing(path, data, mode)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM noted, not acted on, for the block, then raised again with their own
+    handlers (Python runs signal handlers in the main thread only: elsewhere nothing is held)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    held = {sig: h for sig, h in kept.items() if h is not None}  # None: a handler not set from Python
+    for sig in held:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for signum in pending:
+            signal.raise_signal(signum)
+
+
+def _write_replacing(path: Path, data: str | bytes, mode: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes 0600 files: keep the mode of the file being replaced, else the umask's

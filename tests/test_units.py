@@ -220,3 +220,25 @@ def test_a_table_fits_the_terminal_it_is_printed_on(monkeypatch):
     assert max(len(line) for line in shown.splitlines()) <= 60 and "16.020" in shown and "+0.2%" in shown
     piped = render(cols, rows, right={2, 3}, call_column=4, terminal=False)
     assert len(piped.splitlines()) == 2  # the header and the one row
+
+
+def test_an_interrupt_during_a_write_waits_for_it(tmp_path, monkeypatch):
+    """Issue 42: Ctrl-C between a result file's temporary copy and its rename left a .tmp in an
+    interrupted run --clients. SIGINT and SIGTERM now wait for the write, then arrive."""
+    import os
+    import signal
+
+    from hopbench import results as R
+
+    path = tmp_path / "summary.csv"
+    path.write_text("old\n")
+    real_fsync = os.fsync
+
+    def interrupted_fsync(fd):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the write
+        real_fsync(fd)
+
+    monkeypatch.setattr(R.os, "fsync", interrupted_fsync)
+    with pytest.raises(KeyboardInterrupt):
+        R.atomic_write(path, "new\n")
+    assert path.read_text() == "new\n" and not list(tmp_path.glob("*.tmp"))
