@@ -4,15 +4,18 @@
   (through the agent) and the benchmarks build the same record; report.json's `config`
   block is `RunConfig.to_dict()`, one shape everywhere (docs/RESULTS.md).
 - Payload: one payload of a session (label, tokens, sizes).
-- CellKey: the identity of a measurement cell in analysis.
+- Series, Place, CellKey: the typed identity of what was measured (which transport, codec,
+  payload design, stream and number of targets; on which rung, placement and think time),
+  built once where a cell is planned or read and carried; the labels ("tcp+fp8@4",
+  "emu-1g@split +80 ms gap") are spelled from them for display and never parsed back.
 
 Schema history: hopbench.results (SCHEMA_VERSION). `RunConfig.from_dict` reads the
 config blocks of every older version (tests/golden)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 # ---- defaults, defined once ------------------------------------------------------------
 TIMEOUT_S = 10.0  # any blocking call
@@ -189,10 +192,109 @@ class RunConfig:
         return cls(**kw)
 
 
-class CellKey(NamedTuple):
-    """A measurement cell: rung x transport x payload x think time."""
+@dataclass(frozen=True, order=True)
+class Series:
+    """What crossed the hop, typed: a transport, the codec the payload crossed under, the payload
+    design, whether it was streamed during the verify forward, and how many targets ran at once.
+    Each differs from the others in what it measures, so each is its own series (its own fit,
+    verdict and table row); `label` spells it for display ("tcp+fp8@4")."""
+
+    transport: str
+    codec: str = "none"
+    design: str = "taps"  # DESIGNS
+    stream: str = "off"  # "layers": streamed during the verify forward (docs/STREAM.md)
+    clients: int = 1
+
+    def spell(self, name: str) -> str:
+        """`name` (a transport or a payload label) with this series' marks: "+codec",
+        "#projected", "~layers", "@M"."""
+        return clients_label(stream_label(design_label(codec_label(name, self.codec), self.design),
+                                          None if self.stream == "off" else self.stream), self.clients)
+
+    @property
+    def label(self) -> str:
+        return self.spell(self.transport)
+
+    @property
+    def streamed(self) -> bool:
+        return self.stream != "off"
+
+    @property
+    def raw(self) -> "Series":
+        """The same series without its codec (what a codec is judged against)."""
+        return replace(self, codec="none")
+
+    @property
+    def alone(self) -> "Series":
+        """The same series with one target (what several targets are judged against)."""
+        return replace(self, clients=1)
+
+    @classmethod
+    def of(cls, s: "Series | str") -> "Series":
+        """A Series as given, or a bare transport name's."""
+        return s if isinstance(s, Series) else cls(s)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Series":
+        return cls(str(d["transport"]), str(d.get("codec") or "none"), str(d.get("design") or "taps"),
+                   str(d.get("stream") or "off"), int(d.get("clients") or 1))
+
+
+@dataclass(frozen=True, order=True)
+class Place:
+    """Where a hop was measured: the rung (the link), the placement of the two ends when a
+    sweep varies it, and the think time before each request (a hop after 80 ms of idle is
+    another measurement)."""
 
     rung: str
-    transport: str
-    payload: str
-    gap_ms: float
+    placement: str = ""
+    gap_ms: float = 0.0
+
+    @property
+    def rung_label(self) -> str:
+        """The rung as analysis groups it: one per rung x placement when placements vary."""
+        return f"{self.rung}@{self.placement}" if self.placement else self.rung
+
+    @property
+    def label(self) -> str:
+        """The rung as verdict, fit and the report name it, with its think time (gap_label)."""
+        return gap_label(self.rung_label, self.gap_ms)
+
+    @property
+    def unhurried(self) -> "Place":
+        """The same place back to back (no think time)."""
+        return replace(self, gap_ms=0.0)
+
+    @classmethod
+    def of(cls, p: "Place | str") -> "Place":
+        return p if isinstance(p, Place) else cls(p)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Place":
+        return cls(str(d["rung"]), str(d.get("placement") or ""), float(d.get("gap_ms") or 0.0))
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """A measurement cell: a series at one payload in one place. Analysis groups repeats by
+    it, a sweep plans by it (sweep.plan.Cell adds the repeat), compare pairs by it."""
+
+    place: Place
+    series: Series
+    payload: str  # the payload as recorded: its base ("T3", "B65536") spelled by the series
+    tokens: int | None
+    request_bytes: int
+    reply_bytes: int
+
+    @property
+    def rung(self) -> str:
+        return self.place.rung_label
+
+    @property
+    def gap_ms(self) -> float:
+        return self.place.gap_ms
+
+    @property
+    def transport(self) -> str:
+        """The series' label (a codec, a design, a stream, M are each their own series)."""
+        return self.series.label

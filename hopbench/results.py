@@ -386,6 +386,8 @@ class FolderLock:
 # go through ResultFolder; no other module spells a file name of the layout.
 
 SWEEP_SCHEMA = "hopbench.sweep"
+SPEC_SCHEMA = "hopbench.spec"  # hopbench spec's report.json
+SPEC_TARGETS_SCHEMA = "hopbench.spec-targets"  # hopbench spec --targets' report.json
 RUN_FILE, SWEEP_FILE = "report.json", "sweep.json"  # a run's (or a cell's) top record; a sweep's or matrix's
 SAMPLES_FILE, SUMMARY_FILE = "samples.csv", "summary.csv"
 CYCLES_FILE = "cycles.csv"  # a spec run's per-cycle rows
@@ -399,7 +401,7 @@ class ResultFolder:
     """A hopbench result folder: a run (report.json + its CSVs), a sweep or matrix
     (sweep.json + cells/...), or a spec run (report.json + cycles.csv + summary.csv)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: "str | os.PathLike[str]"):
         self.path = Path(path)
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 verdict arithmetic, export idempotence and preservation, plots, compare."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Group
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import CellKey, Place, Series
 
 
 def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None,
@@ -21,7 +23,7 @@ def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None
     for x in sizes:
         a, b = (alpha, beta) if bp is None or x < bp else (alpha2, beta2)
         true = a + x / b
-        g = Group(rung, transport, f"B{x}", None, x, 8, 0.0, rate)
+        g = Group(CellKey(Place(rung), Series(transport), f"B{x}", None, x, 8), rate)
         for r in range(reps):
             s = (true * (1 + noise * rng.standard_normal(400)) * 1e9).astype(np.int64)
             g.samples.append(s)
@@ -169,7 +171,7 @@ def test_export_refuses_unparseable_file(tmp_path):
 
 
 def _run_group(samples, started=0.0):
-    g = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
+    g = Group(CellKey(Place("r"), Series("tcp"), "T3", 3, 184320, 8), None)
     g.samples.append(samples.astype(np.int64))
     g.repeat_p50_ns.append(float(np.median(samples)))
     g.repeat_ids.append(0)
@@ -193,8 +195,8 @@ def test_compare_one_run_each_is_judged_against_the_run_spread():
 
 def test_compare_interleaved_runs_are_paired():
     rng = np.random.default_rng(5)
-    a = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
-    b = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
+    a = Group(CellKey(Place("r"), Series("tcp"), "T3", 3, 184320, 8), None)
+    b = Group(CellKey(Place("r"), Series("tcp"), "T3", 3, 184320, 8), None)
     for r in range(5):
         f = rng.lognormal(0, 0.05)  # shared by the pair: cancels when paired
         for g, shift, t in ((a, 1.0, 10.0 * r), (b, 1.1, 10.0 * r + 5)):
@@ -229,7 +231,7 @@ def test_plots_render_expected_series(tmp_path):
 
     gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES, rate=1000) + synth_groups("loopback", 20e-6, 5e9, SIZES, seed=2)
     for g in gs[:3]:
-        g.tokens = 3
+        g.cell = replace(g.cell, tokens=3)
     fits = F.fit_groups(gs, 61440, 3, boot=10)
     fig = P.latency_vs_payload(gs, fits, 61440)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

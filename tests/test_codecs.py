@@ -194,7 +194,7 @@ def test_run_cli_codecs_side_by_side_and_analysis_series(server, tmp_path):
     from hopbench.analysis.verdict import inputs_from
     from hopbench.shape import load_shape
 
-    vs = [verdict(r, t, est, inputs_from(load_shape(), None, None, None)) for r, t, est in hop_rows(out, 3, groups)]
+    vs = [verdict(c.place, c.series, est, inputs_from(load_shape(), None, None, None)) for c, est in hop_rows(out, 3, groups)]
     calls = {c["codec"]: c for c in codec_calls(vs)}
     assert set(calls) == {"zstd:1", "int8"}
     by = {v.transport: v for v in vs}
@@ -251,9 +251,9 @@ def test_sweep_codec_axis_plan_and_analysis(tmp_path):
     cfg = load_sweep(cfg_path)
     cells = plan_cells(cfg, [load_rung("loopback")], load_shape().shape, 1)
     per = [c for c in cells if c.repeat == 0]
-    assert {c.codec for c in per} == {"none", "int8", "zstd"}
-    assert all(c.payload.endswith(f"+{c.codec}") for c in per if c.codec != "none")
-    assert not [c for c in per if c.gap_ms and c.codec != "none"]
+    assert {c.series.codec for c in per} == {"none", "int8", "zstd"}
+    assert all(c.payload.endswith(f"+{c.series.codec}") for c in per if c.series.codec != "none")
+    assert not [c for c in per if c.gap_ms and c.series.codec != "none"]
     assert len(per) == 5 * 3 + 1  # 5 payloads x 3 codecs + the raw T3 think-time cell
     out = tmp_path / "sweep"
     r = subprocess.run([sys.executable, "-m", "hopbench", "sweep", str(cfg_path), "--out", str(out)],

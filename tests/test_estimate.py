@@ -17,6 +17,7 @@ from hopbench.estimate import (
     ranks_for_level,
     repeat_trend,
 )
+from hopbench.records import CellKey, Place, Series
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -63,7 +64,7 @@ def synth_sweep(rng, alpha, beta, reps, rep_sd=0.03, cell_sd=0.01, jitter=0.08, 
     rep_f = np.exp(rng.normal(0, rep_sd, reps))
     gs = []
     for x in SIZES:
-        g = Group(rung, "tcp", f"B{x}", None, x, 8, 0.0, None)
+        g = Group(CellKey(Place(rung), Series("tcp"), f"B{x}", None, x, 8), None)
         for r in range(reps):
             true = (alpha + x / beta) * shift * rep_f[r] * np.exp(rng.normal(0, cell_sd))
             med = true * np.exp(np.median(rng.normal(0, jitter, n)))
@@ -93,8 +94,8 @@ def test_fit_beta_ci_covers_the_truth_under_per_repeat_drift(alpha, beta):
 def _cell_pair(rng, reps, shift, rep_sd=0.05, cell_sd=0.01):
     """One cell measured twice in the same sweep (e.g. two settings) with a per-repeat
     offset shared by both."""
-    a = Group("r", "tcp", "T3", 3, 184320, 8, 0.0, None)
-    b = Group("r", "tcp", "T3", 3, 184320, 8, 80.0, None)
+    a = Group(CellKey(Place("r"), Series("tcp"), "T3", 3, 184320, 8), None)
+    b = Group(CellKey(Place("r", gap_ms=80.0), Series("tcp"), "T3", 3, 184320, 8), None)
     for r in range(reps):
         f = np.exp(rng.normal(0, rep_sd))
         for g, s in ((a, 1.0), (b, shift)):

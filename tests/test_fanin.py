@@ -248,7 +248,7 @@ def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp
 
     cells = plan_cells(load_sweep(cfg), [load_rung("loopback")], __import__("hopbench.shape", fromlist=["x"])
                        .load_shape(None).shape, 1)
-    assert {(c.payload, c.clients) for c in cells if c.repeat == 0} == {
+    assert {(c.payload, c.series.clients) for c in cells if c.repeat == 0} == {
         ("T1", 1), ("T3", 1), ("B64", 1), ("B65536", 1), ("T1@2", 2), ("T3@2", 2), ("B64@2", 2), ("B65536@2", 2)}
     out = tmp_path / "sw"
     r = _hb("sweep", str(cfg), "--out", str(out), timeout=600)

@@ -1,6 +1,7 @@
 """The first hour of a new user (issue 22): every README step works, says what it did, and
 fails early with one line. Each test reproduces a hole a user fell into."""
 
+import dataclasses
 import json
 import os
 import re
@@ -213,3 +214,34 @@ def test_a_cell_attempt_set_aside_is_not_counted_as_a_repeat(tmp_path):
     shutil.copytree(cell, cell.with_name("r0.failed-20261203T000000Z-3"))
     groups, _ = D.load_groups(sweep)
     assert all(len(g.repeat_p50_ns) == 2 for g in groups)
+
+
+def test_identity_is_typed_from_plan_to_reading(tmp_path):
+    """Issue 39 (REVIEW4 §5.4): a cell's identity is built once and carried typed; a golden
+    v1 folder (flat sweep cells, no place record) and a fresh plan both read back as
+    records.Series/Place, and the labels are spelled from them, never parsed back."""
+    from dataclasses import asdict
+
+    from hopbench.analysis.data import cell_of
+    from hopbench.config_sweep import load_rung, load_sweep
+    from hopbench.orchestration.sweep.plan import plan_cells
+    from hopbench.records import Place, Series
+    from hopbench.shape import load_shape
+
+    groups, _ = D.load_groups(GOLDEN / "sweep-v1")
+    assert {g.series for g in groups} == {Series("tcp")} and {g.place.rung for g in groups} == {"loopback"}
+    s = Series("tcp", "fp8", "projected", "layers", 4)
+    assert s.label == "tcp+fp8#projected~layers@4" and s.spell("T3") == "T3+fp8#projected~layers@4"
+    assert s.raw.alone.label == "tcp#projected~layers" and Series.from_dict(asdict(s)) == s
+    p = Place("emu-1g", "split", 80.0)
+    assert p.label == "emu-1g@split +80 ms gap" and Place.from_dict(asdict(p)) == p and p.unhurried.label == "emu-1g@split"
+    # a planned cell, recorded as a sweep records it, reads back to the same identity
+    cfg = dataclasses.replace(load_sweep("configs/sweep.toml", quick=True), codecs=("none", "int8"), clients=(1, 2))
+    cells = plan_cells(cfg, [load_rung("loopback")], load_shape().shape, 1, ["split-busy", "same-block"])
+    for c in cells[:40]:
+        run = {"rung": c.label, "sweep": {"cell": asdict(c)}}
+        plan = {"transport": c.series.transport, "codec": c.series.codec, "gap_ms": c.gap_ms,
+                "request_bytes": c.request_bytes, "reply_bytes": c.reply_bytes,
+                "group": {"size": c.series.clients} if c.series.clients > 1 else None}
+        key = cell_of(run, {"plan": plan, "payload": c.payload, "tokens": c.tokens, "design": c.series.design})
+        assert (key.place, key.series, key.payload) == (c.place, c.series, c.payload)

@@ -4,12 +4,13 @@ import math
 
 from hopbench.analysis.data import Group
 from hopbench.analysis.plot import cdf_tokens
+from hopbench.records import CellKey, Place, Series
 
 
 def _g(tokens, samples=True, gap=0.0):
     import numpy as np
 
-    g = Group("r", "tcp", f"T{tokens}", tokens, tokens * 61440, 8, gap, None)
+    g = Group(CellKey(Place("r", gap_ms=gap), Series("tcp"), f"T{tokens}", tokens, tokens * 61440, 8), None)
     if samples:
         g.samples.append(np.arange(1, 11, dtype=np.int64))
     return g

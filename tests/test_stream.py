@@ -240,9 +240,9 @@ def test_the_sweep_plans_streamed_and_projected_cells():
     cfg = replace(load_sweep("configs/sweep.toml", quick=True), stream=("off", "layers"),
                   designs=("taps", "projected"), repeats=1)
     cells = plan_cells(cfg, [load_rung("loopback")], load_shape().shape, 1)
-    streamed = [c for c in cells if c.stream == "layers"]
-    projected = [c for c in cells if c.design == "projected"]
-    assert {(c.transport, c.payload, c.request_bytes) for c in streamed} == {
+    streamed = [c for c in cells if c.series.stream == "layers"]
+    projected = [c for c in cells if c.series.design == "projected"]
+    assert {(c.series.transport, c.payload, c.request_bytes) for c in streamed} == {
         (t, "T3~layers", 3 * 61440) for t in cfg.transports}
     assert {c.payload for c in projected} == {f"T{t}#projected" for t in cfg.tokens}
     assert all(c.request_bytes == c.tokens * 12288 for c in projected)
@@ -273,9 +273,11 @@ def test_the_wire_time_check_leaves_streamed_series_out():
     """A streamed sample is an exposed hop: beside the wire time it read -99.6% in make sweep."""
     from hopbench.analysis import fit as F
     from hopbench.analysis.data import Group
+    from hopbench.records import CellKey, Place, Series
 
-    def group(rung, series, streamed, p50, rate=None):
-        g = Group(rung, series, "T3", 3, 184320, 8, 0.0, rate, streamed=streamed)
+    def group(rung, transport, streamed, p50, rate=None):
+        series = Series(transport, stream="layers" if streamed else "off")
+        g = Group(CellKey(Place(rung), series, series.spell("T3"), 3, 184320, 8), rate)
         g.samples.append(np.full(20, p50, dtype=np.int64))
         g.repeat_p50_ns.append(float(p50))
         g.repeat_ids.append(0)

@@ -44,8 +44,9 @@ def test_cycles_budget_respects_rate():
     cfg = load_sweep(Path("configs/sweep.toml"))
     slow, fast = load_rung("emu-100m"), load_rung("loopback")
     from hopbench.orchestration.sweep.plan import Cell
+    from hopbench.records import Place, Series
 
-    big = Cell("x", "tcp", "B4194304", None, 4194304, 8, 0.0, 0)
+    big = Cell(Place("x"), Series("tcp"), "B4194304", None, 4194304, 8)
     assert cycles_for(big, slow, cfg) == cfg.min_cycles
     assert cycles_for(big, fast, cfg) > cycles_for(big, slow, cfg)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hopbench.analysis import compare as C
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
-from hopbench.analysis.data import load_groups, recorded_shape
+from hopbench.analysis.data import Reading, load_groups, recorded_shape
 from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
@@ -18,7 +18,7 @@ from hopbench.records import MIN_GAIN
 from hopbench.results import RUN_FILE, ResultFolder, atomic_write
 
 
-def _out(folder: Path) -> Path:
+def _out(folder: "Path | Reading") -> Path:
     return ResultFolder(folder).analysis_dir()
 
 
@@ -29,7 +29,8 @@ def _fmt_alpha(f: F.Fit) -> tuple[str, str]:
     return f"{f.alpha_s * 1e6:.1f}", f"{f.alpha_ci[0] * 1e6:.1f}..{f.alpha_ci[1] * 1e6:.1f}"
 
 
-def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=print, require: bool = False) -> list[F.Fit]:
+def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int, show=print,
+            require: bool = False) -> list[F.Fit]:
     """require: a folder with nothing to fit is an error (the fit command); elsewhere (a
     sweep's closing analysis) the table says why and the rest goes on."""
     groups, _ = load_groups(folder)
@@ -82,7 +83,7 @@ def run_fit(folder: Path, bytes_per_token: int, operating_tokens: int, show=prin
     return fits
 
 
-def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
+def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
                 show=print, calls: dict | None = None) -> list[V.Verdict]:
     """The verdict table and every call printed with it (the codecs', the targets'); `calls`,
     when given, receives those calls as the JSON document carries them."""
@@ -124,7 +125,7 @@ def run_verdict(folder: Path | None, inputs: V.Inputs, operating_tokens: int, ho
     return vs
 
 
-def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tokens: int, show=print) -> list[Path]:
+def run_plot(folder: Path | Reading, bytes_per_token: int, inputs: V.Inputs, operating_tokens: int, show=print) -> list[Path]:
     from hopbench.analysis import plot as P
 
     groups, _ = load_groups(folder)
@@ -140,13 +141,12 @@ def run_plot(folder: Path, bytes_per_token: int, inputs: V.Inputs, operating_tok
 
 
 def report_all(folder: Path, scfg, show=print) -> None:
-    from hopbench.analysis.data import one_reading
+    from hopbench.analysis.data import Reading
 
-    with one_reading():  # fit, verdict and plots share one reading of the folder
-        _report_all(folder, scfg, show)
+    _report_all(Reading(folder), scfg, show)  # fit, verdict and plots share one reading of the folder
 
 
-def _report_all(folder: Path, scfg, show=print) -> None:
+def _report_all(folder: Path | Reading, scfg, show=print) -> None:
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
     run_fit(folder, bpt, op, show)

@@ -23,13 +23,14 @@ Ratios are B / A of the cell estimates' scale; "rel" = ratio - 1 with its 95% in
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from hopbench.analysis import dist as D
 from hopbench.analysis.data import Group
+from hopbench.records import CellKey, Place
 
 LEVEL = 0.95
 # Default run-to-run spread (relative SD of one run's median) when no side has repeats: the
@@ -145,16 +146,22 @@ def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float |
 def match(groups_a: list[Group], groups_b: list[Group]) -> list[tuple[Group, Group]]:
     idx = {g.key: g for g in groups_b}
     pairs = [(g, idx[g.key]) for g in groups_a if g.key in idx]
-    if not pairs:  # two single runs of different rung names: match on transport and payload
-        idx2 = {g.key[1:]: g for g in groups_b}
-        pairs = [(g, idx2[g.key[1:]]) for g in groups_a if g.key[1:] in idx2]
+    if not pairs:  # two single runs of different rung names: match on series, payload and think time
+        idx2 = {_anywhere(g.key): g for g in groups_b}
+        pairs = [(g, idx2[_anywhere(g.key)]) for g in groups_a if _anywhere(g.key) in idx2]
     return pairs
+
+
+def _anywhere(key: CellKey) -> CellKey:
+    """The cell with its rung and placement left out (its think time kept)."""
+    return replace(key, place=Place("", "", key.gap_ms))
 
 
 def gap_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
     """Within one sweep: each gap > 0 group against its gap-0 twin."""
-    base = {g.key[:3]: g for g in groups if g.gap_ms == 0}
-    return [(base[g.key[:3]], g) for g in groups if g.gap_ms > 0 and g.key[:3] in base]
+    base = {g.key: g for g in groups if g.gap_ms == 0}
+    twin = {g.key: replace(g.key, place=g.place.unhurried) for g in groups if g.gap_ms > 0}
+    return [(base[twin[g.key]], g) for g in groups if g.gap_ms > 0 and twin[g.key] in base]
 
 
 def interleaved(a: Group, b: Group) -> bool:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from contextlib import contextmanager
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from hopbench.errors import HopbenchError
 from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.lanes import bypass
-from hopbench.records import CellKey, clients_label, codec_label, design_label, stream_label
+from hopbench.records import CellKey, Place, Series
 from hopbench.results import (
     RUN_RECORD,
     SAMPLES_FILE,
@@ -29,15 +29,17 @@ from hopbench.results import (
 )
 
 
+def _of_cell(name: str) -> Any:
+    """A Group's attribute read from its CellKey."""
+    return property(lambda g: getattr(g.cell, name), doc=f"The cell's {name} (records.CellKey).")
+
+
 @dataclass
 class Group:
-    rung: str
-    transport: str
-    payload: str
-    tokens: int | None
-    request_bytes: int
-    reply_bytes: int
-    gap_ms: float
+    """One measurement cell's repeats: its identity (a typed CellKey, built once when the
+    folder is read) and what was measured."""
+
+    cell: CellKey
     rate_mbit: float | None
     repeat_p50_ns: list[float] = field(default_factory=list)
     samples: list[np.ndarray] = field(default_factory=list)
@@ -49,13 +51,27 @@ class Group:
     payload_source: str | None = None
     #: UCX transports on lanes that bypassed the network (cma, posix, ...: hopbench.lanes)
     bypass: set[str] = field(default_factory=set)
-    #: streamed during the verify forward (docs/STREAM.md): its samples are exposed hops
-    streamed: bool = False
 
     @property
     def key(self) -> CellKey:
-        """The identity of a measurement cell (rung, transport, payload, gap)."""
-        return CellKey(self.rung, self.transport, self.payload, self.gap_ms)
+        """The identity of a measurement cell (place, series, payload)."""
+        return self.cell
+
+    # the cell's identity, read through (rung: rung@placement; transport: the series' label)
+    series = _of_cell("series")
+    place = _of_cell("place")
+    rung = _of_cell("rung")
+    transport = _of_cell("transport")
+    payload = _of_cell("payload")
+    tokens = _of_cell("tokens")
+    request_bytes = _of_cell("request_bytes")
+    reply_bytes = _of_cell("reply_bytes")
+    gap_ms = _of_cell("gap_ms")
+
+    @property
+    def streamed(self) -> bool:
+        """Streamed during the verify forward (docs/STREAM.md): its samples are exposed hops."""
+        return self.cell.series.streamed
 
     @property
     def pooled(self) -> np.ndarray:
@@ -218,39 +234,49 @@ class Folder:
     left_out: list[str]
 
 
-_MEMO: dict[tuple[str, str], object] | None = None
+class Reading(os.PathLike):
+    """A result folder as one analysis command reads it: read and checked once, its Groups
+    built once. The command hands this object to each of its steps (fit, verdict, figures,
+    the document), which then share that reading; a path given instead is read afresh (a
+    sweep reads what it just wrote). Path-like: `Path(reading)` is the folder's path."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._folder: Folder | None = None
+        self._groups: tuple[list[Group], dict] | None = None
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Reading({str(self.path)!r})"
+
+    @property
+    def folder(self) -> Folder:
+        """The folder read and checked. A sweep's bad cell is warned about when it is read."""
+        if self._folder is None:
+            self._folder = _read_folder(self.path)
+        return self._folder
+
+    def groups(self) -> tuple[list[Group], dict]:
+        """Its Groups (shared by the steps: treat them as read-only) and its top record."""
+        if self._groups is None:
+            self._groups = _load_groups(self)
+        return self._groups
 
 
-@contextmanager
-def one_reading() -> Iterator[None]:
-    """Inside it, each folder is read (and its samples parsed) once: the steps of one
-    analysis command - fit, verdict, figures, the document - share that reading. Outside
-    it every call reads the files afresh (a sweep reads what it just wrote)."""
-    global _MEMO
-    outer = _MEMO is None
-    if outer:
-        _MEMO = {}
-    try:
-        yield
-    finally:
-        if outer:
-            _MEMO = None
+def reading(folder: str | Path | Reading) -> Reading:
+    """The reading a step was handed, or a fresh one of a path."""
+    return folder if isinstance(folder, Reading) else Reading(folder)
 
 
-def _memo(kind: str, folder: str | Path, make):  # noqa: ANN001, ANN202
-    if _MEMO is None:
-        return make()
-    key = (kind, str(Path(folder).resolve()))
-    if key not in _MEMO:
-        _MEMO[key] = make()
-    return _MEMO[key]
-
-
-def read_folder(folder: str | Path) -> Folder:
-    """The folder read and checked (once per folder inside one_reading). A sweep's bad cell
-    is warned about here, when it is read (once per process: _warn), whichever caller reads
-    first: a memoised reading must not have been a silent one."""
-    return _memo("folder", folder, lambda: _read_folder(Path(folder)))
+def read_folder(folder: str | Path | Reading) -> Folder:
+    """The folder read and checked (once per Reading). A sweep's bad cell is warned about
+    here, when it is read (once per process: _warn)."""
+    return reading(folder).folder
 
 
 def _read_folder(folder: Path) -> Folder:
@@ -276,9 +302,7 @@ def _read_folder(folder: Path) -> Folder:
             check_record(run, RUN_RECORD, str(rp))
             verify_files(rp, run)
             cell = (run.get("sweep") or {}).get("cell") or {}
-            ident = (run.get("rung"), cell.get("repeat"), tuple(sorted(
-                (series_of(p["plan"], p.get("design")), p["payload"],
-                 float(p["plan"].get("gap_ms") or 0.0)) for p in run["payloads"])))
+            ident = (cell.get("repeat"), tuple(sorted((cell_of(run, p) for p in run["payloads"]), key=repr)))
             if kind == "sweep" and ident in seen:
                 raise HopbenchError(f"{rp}: the same cell and repeat as {seen[ident]} (a duplicated cell)")
             seen[ident] = rp
@@ -292,35 +316,53 @@ def _read_folder(folder: Path) -> Folder:
     return Folder(folder, kind, top, cells, left_out)
 
 
-def series_of(plan: dict[str, Any], design: Any = None) -> str:
-    """A plan's series: the transport, "+codec" under a codec, "#projected" for the projected
-    payload (`design`: the payload entry's), "~layers" streamed during the forward, "@M" when
-    M targets ran at once."""
+def series_of(plan: dict[str, Any], design: Any = None) -> Series:
+    """A plan's series, from the plan's own fields: its transport and codec, the payload
+    design (`design`: the payload entry's), streamed when the plan carries a stream, and the
+    size of its group of targets."""
     group = plan.get("group")
     size = group.get("size") if isinstance(group, dict) else None
-    streamed = "layers" if isinstance(plan.get("stream"), dict) else None
-    name = design_label(codec_label(plan["transport"], plan.get("codec") or "none"),
-                        design if isinstance(design, str) else None)
-    return clients_label(stream_label(name, streamed), size if isinstance(size, int) else 1)
+    return Series(str(plan["transport"]), str(plan.get("codec") or "none"),
+                  design if isinstance(design, str) and design else "taps",
+                  "layers" if isinstance(plan.get("stream"), dict) else "off", size if isinstance(size, int) else 1)
 
 
-def load_groups(folder: str | Path) -> tuple[list[Group], dict]:
+def place_of(run: dict[str, Any], plan: dict[str, Any]) -> Place:
+    """Where a recorded payload was measured: a sweep cell's planned rung and placement (as
+    planned: a cell's `place`, or older cells' flat `rung` and `placement` keys), a run's rung,
+    and the plan's think time."""
+    cell: dict[str, Any] = (run.get("sweep") or {}).get("cell") or {}
+    planned: dict[str, Any] = cell["place"] if isinstance(cell.get("place"), dict) else cell
+    gap = float(plan.get("gap_ms") or 0.0)
+    if isinstance(planned.get("rung"), str):
+        return Place(planned["rung"], str(planned.get("placement") or ""), gap)
+    return Place(str(run.get("rung") or (run.get("config") or {}).get("rung") or "run"), "", gap)
+
+
+def cell_of(run: dict[str, Any], p: dict[str, Any]) -> CellKey:
+    """A recorded payload's identity, built once from its typed fields (never from a label)."""
+    plan = p["plan"]
+    return CellKey(place_of(run, plan), series_of(plan, p.get("design")), str(p["payload"]), p.get("tokens"),
+                   int(plan["request_bytes"]), int(plan["reply_bytes"]))
+
+
+def load_groups(folder: str | Path | Reading) -> tuple[list[Group], dict]:
     """Groups of a sweep or run folder, plus its top-level report (sweep.json/report.json).
     Reads every schema version up to the current one (tests/golden). Callers get their own
-    list (inside one_reading the Groups themselves are shared: treat them as read-only)."""
-    groups, top = _memo("groups", folder, lambda: _load_groups(folder))
+    list (the Groups of one Reading are shared: treat them as read-only)."""
+    groups, top = reading(folder).groups()
     return list(groups), top
 
 
-def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
-    f = read_folder(folder)
+def _load_groups(r: Reading) -> tuple[list[Group], dict]:
+    f = r.folder
     folder, top = f.path, f.top
     if f.kind == "sweep":
         rates = {k: (v.get("rate_mbit") if isinstance(v, dict) else None) for k, v in (top.get("rungs") or {}).items()}
     else:
         cfg = top.get("config") or {}
         rates = {cfg.get("rung") or "run": cfg.get("rate_mbit")}
-    groups: dict[tuple, Group] = {}
+    groups: dict[CellKey, Group] = {}
     wants = {rp: {p["payload"]: int(p["summary"].get("n") or 0) for p in run["payloads"] if p["summary"].get("complete")}
              for rp, run in f.cells}
     read = _timed_samples_many([(rp.parent / SAMPLES_FILE, w) for rp, w in wants.items()
@@ -337,14 +379,10 @@ def _load_groups(folder: str | Path) -> tuple[list[Group], dict]:
             s = p["summary"]
             if not s.get("complete") or not s.get("n") or s.get("p50_ns") is None:
                 continue
-            plan = p["plan"]
-            series = series_of(plan, p.get("design"))  # a codec is its own series, and so is a design, a stream, M
-            key = (rung, series, p["payload"], float(plan.get("gap_ms") or 0.0))
+            key = cell_of(run, p)  # a codec is its own series, and so is a design, a stream, M
             g = groups.get(key)
             if g is None:
-                g = groups[key] = Group(rung, series, p["payload"], p.get("tokens"), plan["request_bytes"],
-                                        plan["reply_bytes"], float(plan.get("gap_ms") or 0.0), rates.get(rung),
-                                        streamed=isinstance(plan.get("stream"), dict))
+                g = groups[key] = Group(key, rates.get(key.rung, rates.get(rung)))
             g.repeat_p50_ns.append(float(s["p50_ns"]))
             repeat = ((run.get("sweep") or {}).get("cell") or {}).get("repeat")  # checked: an int or absent/null
             g.repeat_ids.append(int(repeat) if repeat is not None else len(g.repeat_ids))
@@ -370,14 +408,14 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
     repeat i (in the order given). One folder: load_groups."""
     if len(folders) == 1:
         return load_groups(folders[0])
-    merged: dict[tuple, Group] = {}
+    merged: dict[CellKey, Group] = {}
     top: dict = {}
     for i, f in enumerate(folders):
         if ResultFolder(f).is_sweep:
             raise HopbenchError(f"{f}: a sweep folder; give sweeps one at a time (their repeats are inside)")
         groups, t = load_groups(f)
         top = top or t
-        for g in groups:  # copies: the loaded Groups may be shared (one_reading)
+        for g in groups:  # copies: the loaded Groups may be shared (Reading)
             g = replace(g, repeat_ids=[i] * len(g.repeat_ids), repeat_p50_ns=list(g.repeat_p50_ns), bypass=set(g.bypass),
                         samples=list(g.samples), started_unix=list(g.started_unix), n_cycles=list(g.n_cycles))
             m = merged.get(g.key)
@@ -393,7 +431,7 @@ def load_runs(folders: Sequence[str | Path]) -> tuple[list[Group], dict]:
     return sorted(merged.values(), key=lambda g: (g.rung, g.transport, g.request_bytes, g.gap_ms)), top
 
 
-def first_header(folder: str | Path) -> dict:
+def first_header(folder: str | Path | Reading) -> dict:
     """The recorded environment of a result folder, as compare's baseline check reads it:
     a run's report header, or a sweep's first cell's (with the sweep's creation time)."""
     f = read_folder(folder)
@@ -406,7 +444,7 @@ def first_header(folder: str | Path) -> dict:
     return head
 
 
-def result_id(folder: str | Path) -> str:
+def result_id(folder: str | Path | Reading) -> str:
     """A result's identity, kept when its folder is moved or renamed: the id written when it
     was created (`result_id`), or, for results older than that field, a hash of what was
     recorded at creation (schema, creation time, config, seed, peer) - never the folder name."""
@@ -419,7 +457,7 @@ def result_id(folder: str | Path) -> str:
     return "h-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def recorded_shape(folder: str | Path, default_bytes_per_token: int | None = None,
+def recorded_shape(folder: str | Path | Reading, default_bytes_per_token: int | None = None,
                    default_operating_tokens: int | None = None) -> tuple[int, int]:
     """(bytes per token, operating tokens) as recorded with the result (a sweep's shape and
     config, a run's config); the defaults given, else today's configs/shape.toml, only where
@@ -430,8 +468,7 @@ def recorded_shape(folder: str | Path, default_bytes_per_token: int | None = Non
         scfg = load_shape()
         default_bytes_per_token = default_bytes_per_token or scfg.shape.bytes_per_token
         default_operating_tokens = default_operating_tokens or scfg.operating_tokens
-    folder = Path(folder)
-    if ResultFolder(folder).kind is None:
+    if ResultFolder(Path(folder)).kind is None:
         return default_bytes_per_token, default_operating_tokens
     f = read_folder(folder)
     if f.kind == "sweep":

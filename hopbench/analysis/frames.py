@@ -48,7 +48,7 @@ def _spec_frames(path: str | Path) -> Frames | None:
         top = R.ResultFolder(path).read_top()
     except (OSError, ValueError):
         return None
-    if not isinstance(top, dict) or top.get("schema") != "hopbench.spec":
+    if not isinstance(top, dict) or top.get("schema") != R.SPEC_SCHEMA:
         return None
     pd = _pandas()
     report, cycles, _ = S.load(path)

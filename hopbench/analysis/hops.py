@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hopbench.analysis.data import load_groups
+from hopbench.analysis.data import Reading, load_groups
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate
-from hopbench.records import gap_label
+from hopbench.records import CellKey
 
 
 def trend_warning(groups) -> str | None:
@@ -25,13 +25,13 @@ def trend_warning(groups) -> str | None:
             f"are exchangeable")
 
 
-def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str, str, Estimate]]:
-    """(rung, transport, hop estimate in ms) at the operating payload, one row per think time
-    measured (the rung labelled with its gap when it has one: records.gap_label; groups: the
-    folder's, when the caller has loaded them already)."""
+def hop_rows(folder: Path | Reading, operating_tokens: int, groups=None) -> list[tuple[CellKey, Estimate]]:
+    """(cell, hop estimate in ms) at the operating payload, one row per series and think time
+    measured (verdict names the rung with its gap when it has one: records.Place.label;
+    groups: the folder's, when the caller has loaded them already)."""
     if groups is None:
         groups, _ = load_groups(folder)
-    rows = [(gap_label(g.rung, g.gap_ms), g.transport, g.estimate().scaled(1e-6))
+    rows = [(g.cell, g.estimate().scaled(1e-6))
             for g in sorted(groups, key=lambda g: (g.rung, g.gap_ms)) if g.tokens == operating_tokens]
     if not rows:
         have = sorted({g.tokens for g in groups if g.tokens})
@@ -41,22 +41,22 @@ def hop_rows(folder: Path, operating_tokens: int, groups=None) -> list[tuple[str
     return rows
 
 
-def verdicts(folder: Path, operating_tokens: int, inputs, groups=None) -> list:
+def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None) -> list:
     """The verdict of every hop row (hop_rows), a hop whose UCX lanes bypassed the network
     marked as such (verdict.not_network): the one place commands and report build them."""
     from hopbench.analysis import verdict as V
 
     if groups is None:
         groups, _ = load_groups(folder)
-    found: dict[tuple[str, str], set[str]] = {}
+    found: dict[CellKey, set[str]] = {}
     for g in groups:
         if g.tokens == operating_tokens and g.bypass:
-            found.setdefault((gap_label(g.rung, g.gap_ms), g.transport), set()).update(g.bypass)
-    return [V.not_network(V.verdict(r, t, est, inputs), found.get((r, t), set()))
-            for r, t, est in hop_rows(folder, operating_tokens, groups)]
+            found.setdefault(g.cell, set()).update(g.bypass)
+    return [V.not_network(V.verdict(cell.place, cell.series, est, inputs), found.get(cell, set()))
+            for cell, est in hop_rows(folder, operating_tokens, groups)]
 
 
-def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
+def instrument_floors(folder: Path | Reading, loaded=None) -> dict[str, float]:
     """transport -> floor in ms: a run's own floor measurement, or in a sweep the smallest
     payload on the loopback rung (loaded: the folder's (groups, top), if already read)."""
     groups, top = loaded or load_groups(folder)
@@ -64,7 +64,7 @@ def instrument_floors(folder: Path, loaded=None) -> dict[str, float]:
         return {top["floor"]["transport"]: top["floor"]["p50_ns"] / 1e6}
     out: dict[str, float] = {}
     for g in sorted(groups, key=lambda g: g.request_bytes):
-        if g.rung.split("@")[0] == "loopback" and g.gap_ms == 0 and g.transport not in out and not g.streamed:
+        if g.place.rung == "loopback" and g.gap_ms == 0 and g.transport not in out and not g.streamed:
             out[g.transport] = g.p50_ns / 1e6
     return out
 

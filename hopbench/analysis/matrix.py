@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.analysis.data import load_groups, recorded_shape
+from hopbench.analysis.data import Reading, load_groups, recorded_shape
 from hopbench.errors import HopbenchError
 from hopbench.estimate import Estimate, pct
 
@@ -54,17 +54,17 @@ def _robust(values: list[float]) -> tuple[float, float]:
     return m, max(1.4826 * float(np.median(np.abs(v - m))), FLOOR * m)
 
 
-def load_matrix(folder: Path) -> dict[str, Any]:
+def load_matrix(folder: "Path | Reading") -> dict[str, Any]:
     from hopbench.analysis.data import read_folder
 
-    f = read_folder(folder)  # checked when read, once per command (one_reading)
+    f = read_folder(folder)  # checked when read, once per Reading
     top = f.top
     if f.kind != "sweep" or top.get("kind") != "matrix":
         raise HopbenchError(f"{folder}: not a hopbench matrix folder")
     return top
 
 
-def estimates(folder: Path, transport: str = "tcp", tokens: int | None = None,
+def estimates(folder: "Path | Reading", transport: str = "tcp", tokens: int | None = None,
               groups: list | None = None) -> tuple[dict[tuple[str, str], Estimate], int]:
     """(client, server) -> the hop's cell estimate in ms at the operating payload (its
     interval over repeats at its achieved level), and that payload in tokens (groups: the
@@ -81,7 +81,7 @@ def estimates(folder: Path, transport: str = "tcp", tokens: int | None = None,
     return out, op
 
 
-def hops(folder: Path, transport: str = "tcp", tokens: int | None = None,
+def hops(folder: "Path | Reading", transport: str = "tcp", tokens: int | None = None,
          groups: list | None = None) -> tuple[dict[tuple[str, str], float], int]:
     """(client, server) -> hop p50 in ms at the operating payload, and that payload in tokens."""
     est, op = estimates(folder, transport, tokens, groups)

@@ -15,18 +15,18 @@ import json
 import math
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from hopbench.analysis import fit as F
 from hopbench.analysis import hops as HP
 from hopbench.analysis import verdict as V
-from hopbench.analysis.data import first_header, load_groups, recorded_shape, result_id
+from hopbench.analysis.data import Reading, first_header, load_groups, reading, recorded_shape, result_id
 from hopbench.errors import HopbenchError
 from hopbench.estimate import pct
-from hopbench.records import MIN_GAIN
-from hopbench.results import ResultFolder
+from hopbench.records import MIN_GAIN, Place, Series
+from hopbench.results import SPEC_TARGETS_SCHEMA, ResultFolder
 
 REPORT_SCHEMA = "hopbench.report"
 REPORT_SCHEMA_VERSION = 1
@@ -50,13 +50,13 @@ def _clean(x: Any) -> Any:
 # ---------------------------------------------------------------- the document
 
 
-def _cell_reports(folder: Path) -> list[tuple[Path, dict]]:
+def _cell_reports(folder: Path | Reading) -> list[tuple[Path, dict]]:
     from hopbench.analysis.data import read_folder
 
     return read_folder(folder).cells  # checked: a bad cell was left out (with a warning) there
 
 
-def _warnings(folder: Path, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
+def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
     """Everything a reader should weigh before trusting the figures: kind, text."""
     out: list[dict] = []
     sweep = ResultFolder(folder).is_sweep
@@ -127,7 +127,7 @@ def _run_command(head: dict) -> list[str]:
     return RunConfig.from_dict(head.get("config") or {}).to_argv(head.get("peer") or "HOST:PORT")
 
 
-def commands(folder: Path, top: dict, head: dict) -> list[dict]:
+def commands(folder: Path | Reading, top: dict, head: dict) -> list[dict]:
     """The commands that reproduce the result, then the one that rebuilds this page."""
     rep = ["hopbench", "report", str(folder)]
     if top.get("kind") == "matrix":
@@ -154,7 +154,7 @@ def commands(folder: Path, top: dict, head: dict) -> list[dict]:
 class Analysed:
     """A result folder read and analysed once: what the document and the figures share."""
 
-    folder: Path
+    folder: Reading
     groups: list
     top: dict
     bytes_per_token: int
@@ -207,7 +207,7 @@ def _spec_targets(folder: Path) -> dict | None:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("schema") != "hopbench.spec-targets":
+    if not isinstance(doc, dict) or doc.get("schema") != SPEC_TARGETS_SCHEMA:
         return None
     verify_files(path, doc)
     caps = doc.get("capacity") or {}
@@ -224,8 +224,8 @@ def _spec_targets(folder: Path) -> dict | None:
             "worst_tok_s_ci": at.get("worst_tok_s_ci") if at else None, "gain": at.get("gain_worst") if at else None}
 
 
-def analyse(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
-    folder = Path(folder)
+def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
+    folder = reading(folder)
     groups, top = load_groups(folder)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
@@ -245,7 +245,7 @@ def build_document(a: Analysed) -> dict:
     inputs, fits, verdicts = a.inputs, a.fits, a.verdicts
     floors = HP.instrument_floors(folder, (groups, top))
     head = first_header(folder)
-    sweep = ResultFolder(folder).is_sweep
+    sweep = ResultFolder(folder.path).is_sweep
     cells = []
     for g in groups:
         e = g.estimate()
@@ -405,16 +405,15 @@ def _codec_answers(doc: dict) -> list[str]:
     return items
 
 
-DESIGN_NAMES = {"": "synchronous taps", "#projected": "synchronous projected (fc on the target)",
-                "~layers": "streamed taps (during the verify forward)"}
+DESIGN_NAMES = {("taps", "off"): "synchronous taps", ("projected", "off"): "synchronous projected (fc on the target)",
+                ("taps", "layers"): "streamed taps (during the verify forward)"}
 
 
-def _design_of(series: str) -> tuple[str, str]:
-    """A series' transport (with its codec) and its design suffix ("", "#projected", "~layers")."""
-    for suffix in ("~layers", "#projected"):
-        if series.endswith(suffix):
-            return series[: -len(suffix)], suffix
-    return series, ""
+def _design_of(v: dict) -> tuple[str, tuple[str, str]]:
+    """A verdict's series without its design and stream (its transport, codec and M, as
+    labelled), and its (design, stream)."""
+    s = Series.from_dict(v["series"])
+    return replace(s, design="taps", stream="off").label, (s.design, s.stream)
 
 
 def _design_answers(doc: dict) -> list[str]:
@@ -423,9 +422,9 @@ def _design_answers(doc: dict) -> list[str]:
     side, the best named (by the surely-largest gain, verdict.best_per_rung's rule), with the
     assumptions it carries."""
     vs = doc["verdicts"]
-    by: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    by: dict[tuple[str, str], list[tuple[tuple[str, str], int]]] = {}
     for i, v in enumerate(vs):
-        base, design = _design_of(v["transport"])
+        base, design = _design_of(v)
         by.setdefault((v["rung"], base), []).append((design, i))
     items = []
     for (rung, base), designs in by.items():
@@ -466,7 +465,7 @@ def _targets_answers(doc: dict) -> list[str]:
 
 def _answer(doc: dict) -> str:
     """The verdict in a sentence per rung: its best transport's call."""
-    alone = [i for i, v in enumerate(doc["verdicts"]) if "@" not in v["transport"]]  # @M: _targets_answers says it
+    alone = [i for i, v in enumerate(doc["verdicts"]) if v["series"]["clients"] == 1]  # M > 1: _targets_answers
     picked = V.best_per_rung([doc["verdicts"][i] for i in alone])
     best = {rung: {"i": alone[k]} for rung, k in picked.items()}
     items = []
@@ -475,8 +474,8 @@ def _answer(doc: dict) -> str:
     for rung, b in best.items():
         i = b["i"]
         v = doc["verdicts"][i]
-        base = rung.split(" +")[0]
-        info = rungs.get(base) or rungs.get(base.split("@")[0]) or {}
+        place = Place.from_dict(v["place"])
+        info = rungs.get(place.rung_label) or rungs.get(place.rung) or {}
         kind = info.get("kind") if isinstance(info, dict) else None
         if kind == "loopback":  # both ends on this machine: the instrument's floor, not a link to move to
             items.append(f'<li><b>{_esc(rung)}</b>: the instrument\'s own floor (both ends on this machine over '
@@ -688,9 +687,6 @@ def _label_cells(page: str) -> str:
 
 
 def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> tuple[dict, str]:
-    from hopbench.analysis.data import one_reading
-
-    with one_reading():  # the folder is read once for the document, the figures and the warnings
-        a = analyse(folder, scfg, min_gain, spec)
-        doc = build_document(a)
-        return doc, render(a, doc)
+    a = analyse(folder, scfg, min_gain, spec)  # one Reading for the document, the figures and the warnings
+    doc = build_document(a)
+    return doc, render(a, doc)

@@ -47,7 +47,7 @@ def load(folder: str | Path) -> tuple[dict[str, Any], Any, Any]:
     except (OSError, ValueError) as exc:
         raise HopbenchError(f"{folder}: not a hopbench spec folder ({exc})") from None
     schema = report.get("schema") if isinstance(report, dict) else type(report).__name__
-    if schema != "hopbench.spec":
+    if schema != R.SPEC_SCHEMA:
         raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {schema!r})")
     R.verify_files(rf.file(R.RUN_FILE), report)  # the CSVs as written (spec results before the manifest: unchecked)
     pd = pandas()

@@ -42,7 +42,7 @@ import numpy as np
 from hopbench.analysis import dist as D
 from hopbench.errors import ConfigError
 from hopbench.estimate import Estimate, pct
-from hopbench.records import MIN_GAIN
+from hopbench.records import MIN_GAIN, Place, Series
 
 DRAWS = 20000
 
@@ -147,6 +147,9 @@ class Verdict:
     min_gain: float = MIN_GAIN
     #: UCX transports whose lanes bypassed the network (hopbench.lanes): no call is made
     not_network: list[str] = field(default_factory=list)
+    #: the typed identity the two labels above spell (records.Place, records.Series)
+    place: Place = field(default_factory=lambda: Place(""))
+    series: Series = field(default_factory=lambda: Series(""))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -231,8 +234,10 @@ def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
     return best
 
 
-def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed: int = 3) -> Verdict:
-    """hop: an Estimate in ms (or a bare number in ms, taken as exact)."""
+def verdict(place: Place | str, series: Series | str, hop: Estimate | float, inp: Inputs, seed: int = 3) -> Verdict:
+    """The verdict of a hop measured at `place` in `series` (a bare rung or transport name
+    stands for a plain one). hop: an Estimate in ms (or a bare number in ms, taken as exact)."""
+    place, series = Place.of(place), Series.of(series)
     if not isinstance(hop, Estimate):
         hop = Estimate(float(hop), None, None, None, "given", "given", 0, 0)
     cycle, tok = project(hop.value, inp)
@@ -251,9 +256,9 @@ def verdict(rung: str, transport: str, hop: Estimate | float, inp: Inputs, seed:
     break_even = inp.t_draft_ms - inp.t_draft_remote_ms
     rel = hop.value / break_even - 1
     call = decide(gain, gain_ci, rel, inp)
-    return Verdict(rung, transport, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
+    return Verdict(place.label, series.label, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
-                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain)
+                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain, place=place, series=series)
 
 
 def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:
@@ -282,7 +287,7 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
     return "\n".join(lines)
 
 
-def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[str, str], str | None] | None" = None) -> list[dict]:
+def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[Place, Series], str | None] | None" = None) -> list[dict]:
     """Per codec series ("tcp+fp8"), whether the codec pays on its rung: its hop (the codec's
     encode and decode included) against the same transport's raw hop. With intervals on both
     hops the call needs them apart: pays when the codec's upper bound is below the raw lower
@@ -290,21 +295,20 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[str, str], str | None]
     (within the measured spread). `sources`: (rung, series) -> the data the codec encoded
     ("synthetic" or a file's name), said with every line: a ratio on synthetic data is not
     a claim about any model."""
-    raw = {(v.rung, v.transport): v for v in vs if "+" not in v.transport}
+    raw = {(v.place, v.series): v for v in vs if v.series.codec == "none"}
     out = []
     for v in vs:
-        series, _, m = v.transport.partition("@")  # several targets: compared with the raw hop at the same M
-        base_name, _, codec = series.partition("+")
-        base = raw.get((v.rung, base_name + (f"@{m}" if m else "")))
-        if not codec or base is None:
+        base = raw.get((v.place, v.series.raw))  # several targets: compared with the raw hop at the same M
+        if v.series.codec == "none" or base is None:
             continue
+        base_name, codec = v.series.raw.alone.label, v.series.codec
         lo, hi = v.hop_ci_ms or (v.hop_ms, v.hop_ms)
         rlo, rhi = base.hop_ci_ms or (base.hop_ms, base.hop_ms)
         pays = hi < rlo
         undecided = not pays and not lo > rhi
         call = ("the codec pays" if pays else "undecided: the two hops' intervals overlap" if undecided
                 else "the codec does not pay (it costs more time than it saves)")
-        data = (sources or {}).get((v.rung, v.transport))
+        data = (sources or {}).get((v.place, v.series))
         said = f" ({data} data)" if data == "synthetic" else f" (hidden states from {data})" if data else ""
         out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
                     "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
@@ -322,8 +326,7 @@ def targets_calls(vs: "list[Verdict]") -> list[dict]:
     gain itself). None when even one target alone does not beat it."""
     by: dict[tuple[str, str], list[tuple[int, Verdict]]] = {}
     for v in vs:
-        series, _, m = v.transport.partition("@")
-        by.setdefault((v.rung, series), []).append((int(m) if m.isdigit() else 1, v))
+        by.setdefault((v.rung, v.series.alone.label), []).append((v.series.clients, v))
     out = []
     for (rung, series), items in by.items():
         if all(m == 1 for m, _ in items):
@@ -348,8 +351,6 @@ def targets_calls(vs: "list[Verdict]") -> list[dict]:
     return out
 
 
-def codec_sources(groups: list) -> "dict[tuple[str, str], str | None]":
-    """(rung as verdicts name it, series) -> the data a codec series encoded (hopbench.analysis.data.Group)."""
-    from hopbench.records import gap_label
-
-    return {(gap_label(g.rung, g.gap_ms), g.transport): g.payload_source for g in groups if g.payload_source}
+def codec_sources(groups: list) -> "dict[tuple[Place, Series], str | None]":
+    """(place, series) -> the data a codec series encoded (hopbench.analysis.data.Group)."""
+    return {(g.place, g.series): g.payload_source for g in groups if g.payload_source}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 import time
 import uuid
@@ -185,7 +184,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 def _read_report(folder: Path) -> dict[str, Any] | None:
     try:
-        doc: dict[str, Any] = json.loads((folder / R.RUN_FILE).read_text())
+        doc: dict[str, Any] = R.ResultFolder(folder).read_top()
     except (OSError, ValueError):
         return None
     return doc
@@ -227,7 +226,8 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
     (payload entries, sample rows, summary rows)."""
     from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
 
-    alone_p50 = {p["payload"]: p["summary"].get("p50_ns") for p in (alone or {}).get("payloads", [])}
+    # the reference's payloads by the label their M-target counterparts carry ("T3" -> "T3@4")
+    alone_p50 = {clients_label(p["payload"], clients): p["summary"].get("p50_ns") for p in (alone or {}).get("payloads", [])}
     reports = [(t, folder, err, _read_report(folder)) for t, folder, err in targets]
     order: list[str] = []
     for _, _, _, rep in reports:
@@ -283,7 +283,7 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
                    if not k.startswith("drift")}
         rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
         goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
-        base = alone_p50.get(label.rsplit("@", 1)[0])
+        base = alone_p50.get(label)
         agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
                "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
                "window_s": (window[1] - window[0]) / 1e9 if window else None,

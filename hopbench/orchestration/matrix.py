@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.orchestration.sweep.plan import Cell as SweepCell
-from hopbench.records import RunConfig, codec_label
+from hopbench.records import Place, RunConfig, Series
 from hopbench.shape import ShapeConfig, payloads
 
 
@@ -175,19 +175,20 @@ def plan(nodes: list[str], cfg: MatrixConfig) -> list[list[Cell]]:
             combos = [(tr, p, c) for tr in cfg.transports for p in loads for c in cfg.codecs]
             rng.shuffle(combos)
             for tr, p, c in combos:
-                batches.append([Cell(pair_name(a, b), tr, codec_label(p.label, c), p.tokens, p.request_bytes,
-                                     p.reply_bytes, 0.0, rep, client=a, server=b, codec=c) for a, b in rnd])
+                series = Series(tr, c)
+                batches.append([Cell(Place(pair_name(a, b)), series, series.spell(p.label), p.tokens, p.request_bytes,
+                                     p.reply_bytes, base=p.label, repeat=rep, client=a, server=b) for a, b in rnd])
     return batches
 
 
 def _job(cell: Cell, cfg: MatrixConfig) -> dict:
-    run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=cfg.id_bytes, cycles=cfg.cycles,
+    run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=cfg.id_bytes, cycles=cfg.cycles,
                         warmup=cfg.warmup, poll=cfg.poll, transport_settings=cfg.transport_settings,
-                        rung=cell.rung, bytes_per_token=cfg.bytes_per_token, codecs=(cell.codec,),
+                        rung=cell.rung, bytes_per_token=cfg.bytes_per_token, codecs=(cell.series.codec,),
                         hidden=cfg.hidden)
     return {"config": run_cfg.to_dict(),
             "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
-                        "reply_bytes": cell.reply_bytes, "codec": cell.codec},
+                        "reply_bytes": cell.reply_bytes, "codec": cell.series.codec},
             "extra": {"sweep": {"cell": asdict(cell), "key": cell.key,
                                 "seed": cfg.seed},
                       "rung": cell.rung, "matrix": {"client": cell.client, "server": cell.server}}}

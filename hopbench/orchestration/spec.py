@@ -26,7 +26,7 @@ from hopbench.errors import ConfigError, HopbenchError
 from hopbench.shape import Shape
 from hopbench.version import __version__
 
-SCHEMA = "hopbench.spec"
+SCHEMA = R.SPEC_SCHEMA
 SCHEMA_VERSION = 1
 SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "tokens_per_cycle", "hit_rate",
                    "verify_ms", "wait_ms", "draft_ms", "hop_ms", "batch_mean"]

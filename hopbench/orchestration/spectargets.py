@@ -18,7 +18,6 @@ the capacity is the largest M up to which every M measured does."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import uuid
 from pathlib import Path
@@ -29,7 +28,7 @@ from hopbench.errors import ConfigError
 from hopbench.orchestration.spec import SpecConfig, run_spec
 from hopbench.version import __version__
 
-SCHEMA = "hopbench.spec-targets"
+SCHEMA = R.SPEC_TARGETS_SCHEMA
 SCHEMA_VERSION = 1
 
 
@@ -66,7 +65,7 @@ def _estimate(values: list[float]) -> dict[str, Any]:
 def _per_repeat(folder: Path, mode: str) -> tuple[dict[int, float], list[float]]:
     """A target's tok/s per repeat of one mode, and its batch sizes' means."""
     try:
-        doc = json.loads((folder / R.RUN_FILE).read_text())
+        doc = R.ResultFolder(folder).read_top()
     except (OSError, ValueError):
         return {}, []
     runs = [r for r in doc.get("runs", []) if r.get("mode") == mode and r.get("tok_s") is not None]

@@ -8,36 +8,35 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
-from hopbench.records import clients_label, codec_label, design_label, stream_label
+from hopbench.records import CellKey, Payload, Place, Series
 from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
 
 
 @dataclass(frozen=True)
-class Cell:
-    rung: str
-    transport: str
-    payload: str
-    tokens: int | None
-    request_bytes: int
-    reply_bytes: int
-    gap_ms: float
-    repeat: int
-    placement: str = ""  # set when several placements are swept: part of the rung label
-    codec: str = "none"  # the payload crosses encoded (docs/CODECS.md); the payload label says so
-    clients: int = 1  # targets at once (the payload label says so: T3@4)
-    stream: str = "off"  # "layers": streamed during the verify forward (the payload label: T3~layers)
-    design: str = "taps"  # "projected": one hidden-wide row per position (the payload label: T3#projected)
+class Cell(CellKey):
+    """A planned cell: the identity analysis reads back (records.CellKey), the name of its
+    payload before its series' marks ("T3" for "T3+fp8@4"), and the repeat."""
+
+    base: str = ""
+    repeat: int = 0
 
     @property
     def label(self) -> str:
         """The rung as analysis sees it: one per rung x placement when placements vary."""
-        return f"{self.rung}@{self.placement}" if self.placement else self.rung
+        return self.place.rung_label
 
     @property
     def key(self) -> str:
-        return f"{self.label}/{self.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
+        """The cell's folder under cells/ (results.ResultFolder.cell_dir)."""
+        return f"{self.label}/{self.series.transport}/{self.payload}-g{self.gap_ms:g}/r{self.repeat}"
+
+
+def cell(rung: str, placement: str, gap_ms: float, series: Series, p: Payload) -> Cell:
+    """The cell of a payload (shape.payloads) in a series at a place."""
+    return Cell(Place(rung, placement, gap_ms), series, series.spell(p.label), p.tokens, p.request_bytes,
+                p.reply_bytes, base=p.label)
 
 
 def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
@@ -67,8 +66,7 @@ def plan_cells(cfg: SweepConfig, rungs: list[Rung], shape: Shape, seed: int,
                         for m in cfg.clients:
                             if m > 1 and gap:
                                 continue  # several targets are measured back to back, like a codec
-                            per_repeat.append(Cell(rung.name, tr, clients_label(codec_label(p.label, codec), m),
-                                                   p.tokens, p.request_bytes, p.reply_bytes, gap, 0, pl, codec, m))
+                            per_repeat.append(cell(rung.name, pl, gap, Series(tr, codec, clients=m), p))
             per_repeat += _design_cells(cfg, rung.name, tr, shape, pl)
     rng = random.Random(seed)
     cells = []
@@ -87,19 +85,19 @@ def _design_cells(cfg: SweepConfig, rung: str, transport: str, shape: Shape, pla
     ids = shape.reply_bytes(cfg.k)
     if "layers" in cfg.stream:
         t = cfg.k + 1
-        out.append(Cell(rung, transport, stream_label(f"T{t}", "layers"), t, t * shape.bytes_per_token, ids, 0.0, 0,
-                        placement, stream="layers"))
+        out.append(cell(rung, placement, 0.0, Series(transport, stream="layers"),
+                        Payload(f"T{t}", t, t * shape.bytes_per_token, ids)))
     if "projected" in cfg.designs:
         row = shape.bytes_per_token // len(shape.aux_layers)
-        out += [Cell(rung, transport, design_label(f"T{t}", "projected"), t, t * row, ids, 0.0, 0, placement,
-                     design="projected") for t in cfg.tokens]
+        out += [cell(rung, placement, 0.0, Series(transport, design="projected"), Payload(f"T{t}", t, t * row, ids))
+                for t in cfg.tokens]
     return out
 
 
 def cycles_for(cell: Cell, rung: Rung, cfg: SweepConfig, forward_s: float = 0.0) -> int:
     """Timed cycles: about cell_budget_s of work, clamped to [min_cycles, max_cycles].
     The round trip is estimated from the wire time at the rung's rate (plus think time)."""
-    est = 100e-6 + cell.gap_ms / 1000 + (forward_s if cell.stream != "off" else 0.0)  # a streamed cycle: the forward
+    est = 100e-6 + cell.gap_ms / 1000 + (forward_s if cell.series.streamed else 0.0)  # a streamed cycle: the forward
     if rung.rate_mbit:
         est += (cell.request_bytes + cell.reply_bytes) * WIRE_PER_MSS * 8 / (rung.rate_mbit * 1e6)
     else:

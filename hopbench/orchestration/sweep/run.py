@@ -205,7 +205,7 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
 
     save("running")
     runtimes: dict[str, RungRuntime] = {}
-    labels = {c.label: (c.rung, c.placement or resolved[0]) for c in cells}
+    labels = {c.label: (c.place.rung, c.place.placement or resolved[0]) for c in cells}
     places.update({pn: _placement(pn) for _, pn in labels.values() if pn not in places})
     old_term = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
     todo = [c for c in cells if not rf.cell_done(c.key)]
@@ -226,23 +226,23 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
                     + (f" (pid {rt.server.proc.pid})" if rt.server else ""))
         save("running")
         for i, cell in enumerate(todo):
-            rung = by_rung[cell.rung]
+            rung = by_rung[cell.place.rung]
             cell_dir = rf.cell_dir(cell.key)
             rf.set_aside(cell.key, str(i))  # an earlier attempt that did not complete: kept aside
             cycles = cycles_for(cell, rung, cfg, (stream or {}).get("forward_ms", 0.0) / 1000)
             place = runtimes[cell.label].place
-            run_cfg = RunConfig(transport=cell.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
+            run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
                                 gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
                                 transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
                                 bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
-                                codecs=(cell.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
-                                clients=cell.clients, stream=stream if cell.stream != "off" else None,
-                                payload=cell.design)
+                                codecs=(cell.series.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
+                                clients=cell.series.clients, stream=stream if cell.series.streamed else None,
+                                payload=cell.series.design)
             job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
-                   "payload": {"label": cell.payload.removesuffix(f"@{cell.clients}") if cell.clients > 1
-                               else cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
-                               "reply_bytes": cell.reply_bytes, "codec": cell.codec, "stream": cell.stream != "off",
-                               "design": cell.design},
+                   # the payload as one target names it: several targets add their own "@M"
+                   "payload": {"label": cell.series.alone.spell(cell.base), "tokens": cell.tokens,
+                               "request_bytes": cell.request_bytes, "reply_bytes": cell.reply_bytes,
+                               "codec": cell.series.codec, "stream": cell.series.streamed, "design": cell.series.design},
                    "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
                              "placement": runtimes[cell.label].place.describe()}}
             est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
