@@ -4,7 +4,7 @@
 On this 2-vCPU VM a p50 of a ~100 µs NIXL round trip moves by ±30% from one process pair
 to the next and within minutes (the host, UCX's lanes, softirq placement), so two tools
 measured one after the other differ by that much whatever their code. Here one server
-process and one client process hold both: hopbench's nixl channel (transports/nixl.py, driven
+process and one client process hold both: hopbench's nixl channel (transports/nixl/, driven
 by hopbench's own loops, hopbench.core.timing.run_cycles and echo_cycles, as `hopbench run`
 and `hopbench serve` drive it) and the minimal ping-pong's agent pair and WRITE handles
 (benchmarks/nixl_pingpong.py's setup and loop, NIXL's API directly). They run in alternating

@@ -94,6 +94,33 @@ def test_the_core_names_no_transport():
     assert not found, "\n".join(found)
 
 
+def _transport_imports(source: str) -> list[str]:
+    """The imports of a transport module (by either name the package has: transports/ in the
+    tree, hopbench.transports installed) in a module's source."""
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return [n for n in names if n.split(".")[0] == "transports" or n.startswith("hopbench.transports")]
+
+
+def test_the_core_imports_no_transport_module():
+    """REVIEW4 §2.10: the tree's transports/ is installed as hopbench.transports, a name
+    import-linter's graph of the tree does not have, so an import of hopbench.transports.tcp
+    in the core passed both the contract and the name check. This closes the hole: no module
+    of the core, orchestration or analysis imports a transport by either name (they reach
+    transports through the registry's entry points)."""
+    trial = "from hopbench.transports import tcp\nimport transports.ucx\nfrom hopbench.core import transport\n"
+    assert _transport_imports(trial) == ["hopbench.transports", "transports.ucx"]  # the check sees both names
+    found = {str(p.relative_to(ROOT)): hits for top in ("core", "orchestration", "analysis")
+             for p in sorted((ROOT / "hopbench" / top).rglob("*.py")) if (hits := _transport_imports(p.read_text()))}
+    assert not found, found
+
+
 def test_the_cores_c_moves_no_bytes():
     """Each transport owns its bytes down into C (hb_endpoint.h): the core's C calls no
     socket or UCX function; the transports' C does."""
@@ -139,7 +166,7 @@ def test_transports_import_only_what_the_allow_list_names():
 
     graph = grimp.build_graph("transports", "hopbench", include_external_packages=False)
     allowed = {"hopbench.core.transport", "hopbench.errors", "hopbench.records", "hopbench.version", "hopbench.lanes"}
-    imported = {(m, i) for m in graph.find_children("transports") | {"transports"}
+    imported = {(m, i) for m in graph.find_descendants("transports") | {"transports"}
                 for i in graph.find_modules_directly_imported_by(m) if i.startswith("hopbench")}
     assert ("transports.tcp", "hopbench.core.transport") in imported  # the graph sees the imports
     found = {(m, i) for m, i in imported if i not in allowed and not i.startswith("hopbench.transports")}

@@ -5,7 +5,7 @@ install line; a check that does not apply says why."""
 import pytest
 
 from hopbench.core.transport import get_transport, registry
-from hopbench.errors import TransportUnavailable
+from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.testing import conformance as C
 from hopbench.testing import register_fake
 
@@ -34,7 +34,7 @@ def test_conformance(name, check):
         pytest.skip(str(exc))
 
 
-@pytest.mark.parametrize("name", ["zmq", "ucx"])
+@pytest.mark.parametrize("name", sorted(registry()))
 def test_registry_knows_each_transports_settings(name):
     """--opt keys are routed by the registry without importing the library; the
     transport's own list must agree."""
@@ -42,8 +42,13 @@ def test_registry_knows_each_transports_settings(name):
     reg = registry()[name]
     if reg.settings:
         assert reg.settings == t.known_settings
-    else:
-        t.check_settings({f"{reg.settings_prefix}TLS": "tcp"})
+    elif reg.settings_prefix:  # a UCX variable, routed to the transport by its prefix, is taken
+        key = {"UCX_": "UCX_TLS", "NIXL_": "NIXL_UCX_TLS"}[reg.settings_prefix]
+        assert reg.owns(key)
+        t.check_settings({key: "tcp"})
+    else:  # a transport that owns no setting refuses any
+        with pytest.raises(ConfigError):
+            t.check_settings({"sndbuf": "1"})
 
 
 def test_every_ucxx_exception_is_mapped_by_type():
@@ -193,7 +198,7 @@ def test_the_suite_takes_any_maker():
     from hopbench.testing.fakes import fake_pair
 
     tcp = get_transport("tcp")
-    C.check_byte_exact_sizes(C.Maker(tcp, lambda timeout_s: C.connected_with(tcp, timeout_s)))
+    C.check_byte_exact_sizes(C.Maker(tcp, lambda timeout_s, poll: C.connected_with(tcp, timeout_s, poll=poll)))
 
     class Corrupting:  # must fail the byte-exact check
         def __init__(self, inner):
@@ -206,7 +211,7 @@ def test_the_suite_takes_any_maker():
         def __getattr__(self, attr):
             return getattr(self.inner, attr)
 
-    def broken(timeout_s):
+    def broken(timeout_s, poll):
         c, s = fake_pair()
         return Corrupting(c), s
 

@@ -40,7 +40,7 @@ def test_loop_conformance(name, poll, check, loop):
     transport_or_skip(name)
     if loop == "native" and name in PYTHON_ONLY:
         pytest.skip(f"{name} has no compiled loop")
-    check(name, poll, loop)
+    check(C.maker_for(name), poll, loop)
 
 
 @needs_native

@@ -242,3 +242,20 @@ def test_an_interrupt_during_a_write_waits_for_it(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         R.atomic_write(path, "new\n")
     assert path.read_text() == "new\n" and not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_spinner_yields_only_when_the_peer_may_share_the_cpu(monkeypatch):
+    """core.transport.Spinner, every transport's busy-poll policy: a yield every 8 spins
+    when share_cpu, none otherwise; the caller's check every check_every spins."""
+    import os
+
+    from hopbench.core.transport import Spinner
+
+    yields = []
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
+    shared, alone = Spinner(True, check_every=16), Spinner(False, check_every=16)
+    checks = [shared.spun() for _ in range(64)]
+    assert len(yields) == 8 and checks.count(True) == 4 and checks[15] and not checks[14]
+    assert [alone.spun() for _ in range(64)].count(True) == 4 and len(yields) == 8
+    with pytest.raises(ValueError):
+        Spinner(True, check_every=100)

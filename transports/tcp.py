@@ -33,7 +33,7 @@ import time
 import weakref
 from typing import Any
 
-from hopbench.core.transport import NativeEndpoint, TransportBase, TransportOptions
+from hopbench.core.transport import NativeEndpoint, Spinner, TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, Timeout, TransportError
 
 try:
@@ -56,12 +56,13 @@ def _family(host: str) -> int:
 
 
 class TcpChannel:
-    """A connected TCP socket as a Channel (see hopbench.transport.Channel)."""
+    """A connected TCP socket as a Channel (hopbench.core.transport.Channel)."""
 
     def __init__(self, sock: socket.socket, options: TransportOptions):
         self._sock = sock
         self._timeout = options.timeout_s
         self._busy = options.poll == "busy"  # auto = block for sockets
+        self._share = options.share_cpu
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)  # blocking at the Python level; the watchdog bounds it
         self._ops = 0  # completed blocking calls: the watchdog's sign of progress
@@ -95,6 +96,12 @@ class TcpChannel:
 
     def alloc(self, nbytes: int) -> bytearray:
         return bytearray(nbytes)
+
+    def set_timeout(self, timeout_s: float) -> float:
+        """The timeout of blocking calls from now on (core.transport.ControlChannel); returns
+        the one before."""
+        old, self._timeout = self._timeout, timeout_s
+        return old
 
     def shutdown(self) -> None:
         """Shut both directions down (wakes a blocked call in another thread); idempotent."""
@@ -198,18 +205,13 @@ class TcpChannel:
         """Spin on a non-blocking recv until some bytes (or EOF) arrive."""
         target = buf if start == 0 else memoryview(buf).cast("B")[start:]
         recv_into = self._recv_into
-        spins = 0
+        spin = Spinner(self._share)  # yields when a peer may share this CPU; a check every 256 spins
         deadline = 0.0
         while True:
             try:
                 return recv_into(target, n - start)
             except BlockingIOError:
-                spins += 1
-                if spins & 0x7 == 0:
-                    # let a peer sharing this CPU run: two spinners on one CPU otherwise
-                    # wait out whole scheduler slices (8 ms per round trip, measured)
-                    os.sched_yield()
-                if spins & 0xFF == 0:
+                if spin.spun():
                     now = time.monotonic()
                     if deadline == 0.0:
                         deadline = now + self._timeout

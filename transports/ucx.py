@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.core.transport import NativeEndpoint, TransportBase, TransportOptions  # noqa: E402
+from hopbench.core.transport import NativeEndpoint, Spinner, TransportBase, TransportOptions  # noqa: E402
 from hopbench.errors import (  # noqa: E402
     ConfigError,
     ConnectFailed,
@@ -226,8 +226,9 @@ def _mode(poll: str) -> str:
 class _Progress:
     """Waits for requests on one worker, busy-polling or blocking on its epoll fd."""
 
-    def __init__(self, worker: Any, poll_mode: str, timeout_s: float) -> None:
+    def __init__(self, worker: Any, poll_mode: str, timeout_s: float, share_cpu: bool = True) -> None:
         self.worker = worker
+        self.share_cpu = share_cpu
         self.busy = poll_mode == "busy"
         self.timeout_s = timeout_s
         if not self.busy:
@@ -242,14 +243,10 @@ class _Progress:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         if self.busy:
-            spins = 0
-            yield_ = os.sched_yield
+            spin = Spinner(self.share_cpu, check_every=1024)  # yields when a peer may share this CPU
             while not req.completed:
                 progress()
-                spins += 1
-                if spins & 0x7 == 0:
-                    yield_()  # see transports/tcp.py: a peer may share this CPU
-                if spins & 0x3FF == 0 and time.monotonic() > deadline:
+                if spin.spun() and time.monotonic() > deadline:
                     raise Timeout(f"UCX {what} timed out after {timeout} s")
         else:
             arm, poll = self.worker.arm, self._poller.poll
@@ -420,7 +417,7 @@ class UcxListener:
         self._options = options
         self._ctx = _context(options.settings)
         self._worker = ucx_api.UCXWorker(self._ctx)
-        self._progress = _Progress(self._worker, _mode(options.poll), options.timeout_s)
+        self._progress = _Progress(self._worker, _mode(options.poll), options.timeout_s, options.share_cpu)
         self._pending: list[Any] = []
 
         def on_connect(conn_request: Any) -> None:
@@ -499,7 +496,7 @@ class UcxTransport(TransportBase):
     def connect(self, host: str, port: int, options: TransportOptions) -> UcxChannel:
         ctx = _context(options.settings)
         worker = ucx_api.UCXWorker(ctx)
-        progress = _Progress(worker, _mode(options.poll), options.timeout_s)
+        progress = _Progress(worker, _mode(options.poll), options.timeout_s, options.share_cpu)
         ep = None
         try:
             ep = ucx_api.UCXEndpoint.create(worker, host, port, True)

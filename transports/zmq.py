@@ -22,13 +22,12 @@ docs/TRANSPORTS.md):
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import zmq
 
-from hopbench.core.transport import TransportBase, TransportOptions
+from hopbench.core.transport import Spinner, TransportBase, TransportOptions
 from hopbench.errors import (
     ConnectFailed,
     PeerClosed,
@@ -75,6 +74,7 @@ class ZmqChannel:
     def __init__(self, sock: "zmq.Socket[Any]", options: TransportOptions, endpoint: str):
         self._sock = sock
         self._timeout = options.timeout_s
+        self._share = options.share_cpu
         self._busy = options.poll == "busy"  # auto = block for ZeroMQ
         self._copy_threshold = int(options.settings.get("copy_threshold", COPY_THRESHOLD))
         self._recv = sock.recv_into
@@ -128,17 +128,14 @@ class ZmqChannel:
     def _recv_busy(self, buf: Any) -> None:
         recv = self._recv
         flags = zmq.NOBLOCK
-        spins = 0
+        spin = Spinner(self._share, check_every=4096)  # yields when a peer may share this CPU
         deadline = None
         while True:
             try:
                 self._got(recv(buf, flags=flags), buf)
                 return
             except zmq.Again:
-                spins += 1
-                if spins & 0x7 == 0:
-                    os.sched_yield()  # see transports/tcp.py: a peer may share this CPU
-                if spins & 0xFFF == 0:
+                if spin.spun():
                     self._idle_check(deadline)
                     if deadline is None:
                         deadline = time.monotonic() + self._timeout

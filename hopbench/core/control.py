@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from hopbench.core.transport import TransportOptions, control_transport
+from hopbench.core.transport import ControlChannel, TransportOptions, control_transport
 from hopbench.errors import ConnectFailed
 
 
@@ -74,12 +74,13 @@ def await_close(channel: Any, wait_s: float) -> bytes | None:
 
 
 @contextlib.contextmanager
-def patience(channel: Any, timeout_s: float) -> Iterator[None]:
+def patience(channel: ControlChannel, timeout_s: float) -> Iterator[None]:
     """The channel's timeout raised for one wait: a plan of a start group waits for its ACCEPT
     until the group's other targets have sent theirs (docs/PROTOCOL.md, "Plans started together")."""
-    old = channel._timeout
-    channel._timeout = max(old, timeout_s)
+    old = channel.set_timeout(timeout_s)
+    if old > timeout_s:
+        channel.set_timeout(old)
     try:
         yield
     finally:
-        channel._timeout = old
+        channel.set_timeout(old)

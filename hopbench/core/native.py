@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core.protocol import ReplyCodec
-from hopbench.core.transport import NO_COMPILED_LOOP, NativeEndpoint
+from hopbench.core.transport import NO_COMPILED_LOOP, NativeCapable, NativeEndpoint
 from hopbench.errors import ConfigError
 
 try:
@@ -47,11 +47,9 @@ def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[Native
     reason = UNAVAILABLE or eligible
     ep = None
     if reason is None:
-        make = getattr(channel, "native_endpoint", None)
-        ep = make() if make is not None else None
+        ep = channel.native_endpoint() if isinstance(channel, NativeCapable) else None
         if ep is None:
-            why = getattr(channel, "native_unavailable", None)
-            reason = (why() if callable(why) else None) or NO_COMPILED_LOOP
+            reason = (channel.native_unavailable() if isinstance(channel, NativeCapable) else None) or NO_COMPILED_LOOP
     if reason is not None:
         if loop == "native":
             raise ConfigError(f"--loop native: {reason}")

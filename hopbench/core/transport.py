@@ -12,8 +12,10 @@ library is not installed, with the exact install line.
 from __future__ import annotations
 
 import importlib
+import os
+import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
@@ -67,6 +69,35 @@ class NativeEndpoint:
     hold: Callable[[bool], None] | None = None
     #: asked every ~1 ms while waiting: False = the peer is gone (ucx), else None
     alive: Callable[[], bool] | None = None
+
+
+@runtime_checkable
+class NativeCapable(Protocol):
+    """The contract's optional compiled path: a channel whose transport has its send and
+    recv in C (transports/_tcp.c, _ucx.c) offers them to the core's compiled loops
+    (hopbench.core.native.choose); None from native_endpoint() says why through
+    native_unavailable()."""
+
+    def native_endpoint(self) -> NativeEndpoint | None: ...
+
+    def native_unavailable(self) -> str | None: ...
+
+
+@runtime_checkable
+class ControlChannel(Channel, Protocol):
+    """What the core does with the control connection's channel beyond the contract (the
+    transport registered with carries_control: tcp): read its path MTU and its peer's
+    goodbye from the socket, wake a blocked call from another thread, and raise its timeout
+    for one wait (hopbench.core.control)."""
+
+    @property
+    def socket(self) -> socket.socket: ...
+
+    def shutdown(self) -> None: ...
+
+    def set_timeout(self, timeout_s: float) -> float:
+        """The timeout of the channel's blocking calls from now on; returns the one before."""
+        ...
 
 
 class Listener(Protocol):
@@ -153,6 +184,31 @@ class TransportBase:
         """None when the compiled loop (hopbench.core.native) can drive this transport's
         channels in this poll mode; otherwise why the Python loop runs."""
         return NO_COMPILED_LOOP
+
+
+class Spinner:
+    """The one busy-poll policy of every transport's Python waits (the compiled loops keep
+    theirs: hopbench.core.native.YIELD_EVERY). Call `spun()` after each empty poll: every
+    `yield_every` spins it yields the CPU when the peer may share it (`share_cpu`,
+    TransportOptions: two spinners on one CPU otherwise wait out whole scheduler slices,
+    8 ms per round trip, measured), and every `check_every` spins it returns True, the
+    caller's turn to check its deadline and its peer. Both counts are powers of two."""
+
+    __slots__ = ("spins", "_yield", "_check")
+
+    def __init__(self, share_cpu: bool, check_every: int = 256, yield_every: int = 8) -> None:
+        for n in (check_every, yield_every):
+            if n < 1 or n & (n - 1):
+                raise ValueError(f"Spinner counts are powers of two (got {n})")
+        self.spins = 0
+        self._yield = yield_every - 1 if share_cpu else -1
+        self._check = check_every - 1
+
+    def spun(self) -> bool:
+        self.spins = s = self.spins + 1
+        if self._yield >= 0 and s & self._yield == 0:
+            os.sched_yield()
+        return s & self._check == 0
 
 
 @dataclass(frozen=True)

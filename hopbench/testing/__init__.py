@@ -2,14 +2,14 @@
 httpx's MockTransport spirit): the transport conformance suite, fake channels and a fake
 clock. `hopbench.testing.conformance.CHECKS` runs against any registered transport, each
 check taking a `Maker` (the transport and a way to make a connected pair); the loop checks
-(`LOOP_CHECKS`) take the transport's name, a poll mode and a loop:
+(`LOOP_CHECKS`) take a Maker, a poll mode and a loop:
 
     from hopbench.testing import conformance
     maker = conformance.maker_for("mytransport")
     for check in conformance.CHECKS:
         check(maker)
     for check in conformance.LOOP_CHECKS:
-        check("mytransport", "auto", "python")
+        check(maker, "auto", "python")
 """
 
 from hopbench.testing.fakes import FakeClock, fake_pair

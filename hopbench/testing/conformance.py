@@ -64,20 +64,21 @@ class Maker:
     address checks) and `pair(timeout_s)`, a connected (client, server) channel pair."""
 
     transport: Any
-    make_pair: Callable[[float], tuple[Any, Any]]
+    #: (timeout_s, poll) -> a connected (client, server) pair in that poll mode
+    make_pair: Callable[[float, str], tuple[Any, Any]]
 
     @property
     def name(self) -> str:
         return str(self.transport.name)
 
-    def pair(self, timeout_s: float = 5.0) -> tuple[Any, Any]:
-        return self.make_pair(timeout_s)
+    def pair(self, timeout_s: float = 5.0, poll: str = "auto") -> tuple[Any, Any]:
+        return self.make_pair(timeout_s, poll)
 
 
 def maker_for(name: str) -> Maker:
     """The Maker of a registered transport: loopback pairs from its own listen/connect."""
     t = get_transport(name)
-    return Maker(t, lambda timeout_s: connected_with(t, timeout_s))
+    return Maker(t, lambda timeout_s, poll: connected_with(t, timeout_s, poll=poll))
 
 
 def _serve(chan: Any, plan: list[tuple[int, int]], errors: list) -> None:
@@ -283,9 +284,9 @@ K, ID_BYTES = 2, 4
 
 
 @contextlib.contextmanager
-def _loop_pair(name: str, poll: str, timeout_s: float = 5.0) -> Iterator[tuple[Any, Any]]:
+def _loop_pair(maker: Maker, poll: str, timeout_s: float = 5.0) -> Iterator[tuple[Any, Any]]:
     """A connected (client, server) pair in this poll mode, both closed on the way out."""
-    client, server = connected(name, timeout_s, poll=poll)
+    client, server = maker.pair(timeout_s, poll)
     try:
         yield client, server
     finally:
@@ -313,7 +314,7 @@ def _codec() -> Any:
     return ReplyCodec(K, ID_BYTES)
 
 
-def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int, reply_bytes: int = K * ID_BYTES,
+def loop_round_trips(maker: Maker | str, poll: str, loop: str, request_bytes: int, n: int, reply_bytes: int = K * ID_BYTES,
                      crc: bool = False) -> tuple[Any, dict, bytes, bytes]:
     """n cycles through run_cycles against echo_cycles, both with `loop`. Returns (samples,
     loop info of both ends, the last request and the last reply as bytes)."""
@@ -323,7 +324,7 @@ def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int
 
     from hopbench.core.timing import echo_cycles, run_cycles
 
-    with _loop_pair(name, poll) as (client, server):
+    with _loop_pair(maker if isinstance(maker, Maker) else maker_for(maker), poll) as (client, server):
         codec = _codec()
         sreq, srep = server.alloc(request_bytes), server.alloc(reply_bytes)
         creq, crep = client.alloc(request_bytes), client.alloc(reply_bytes)
@@ -342,16 +343,16 @@ def loop_round_trips(name: str, poll: str, loop: str, request_bytes: int, n: int
             bytes(memoryview(crep).cast("B"))
 
 
-def check_loop_runs_and_records(name: str, poll: str, loop: str) -> None:
+def check_loop_runs_and_records(maker: Maker, poll: str, loop: str) -> None:
     for size in (8, 64, 4096, 61440, 184320):
-        samples, which, req, rep = loop_round_trips(name, poll, loop, size, 40)
+        samples, which, req, rep = loop_round_trips(maker, poll, loop, size, 40)
         assert (samples > 0).all(), samples
         assert which["client"].split()[0] == loop and which["server"].split()[0] == loop, which
         assert req[:8] == (39).to_bytes(8, "little")  # the last seq stamped
         assert rep == b"".join(((39 * K + j).to_bytes(ID_BYTES, "little")) for j in range(K))
 
 
-def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> None:
+def check_loop_bytes_identical_to_python(maker: Maker, poll: str, loop: str) -> None:
     """What each loop puts on the wire, seen by a recording peer: identical to the Python loop's."""
     def record(run_loop: str) -> tuple[list[bytes], list[bytes]]:
         import numpy as np
@@ -360,7 +361,7 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
 
         codec = _codec()
         # the client loop against a recording Python echo
-        with _loop_pair(name, poll) as (client, server):
+        with _loop_pair(maker, poll) as (client, server):
             seen: list[bytes] = []
 
             def echo() -> None:
@@ -378,7 +379,7 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
             th.join(30)
             assert "error" not in box, box.get("error")
         # the echo loop against a recording Python client
-        with _loop_pair(name, poll) as (client, server):
+        with _loop_pair(maker, poll) as (client, server):
             got: list[bytes] = []
             th, box = _thread(lambda: echo_cycles(server, server.alloc(100), server.alloc(K * ID_BYTES), codec, 12,
                                                   on_bad_seq=lambda seq: None, loop=run_loop))
@@ -395,14 +396,14 @@ def check_loop_bytes_identical_to_python(name: str, poll: str, loop: str) -> Non
     assert record(loop) == record("python")
 
 
-def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> None:
+def check_loop_wrong_reply_is_verify_error(maker: Maker, poll: str, loop: str) -> None:
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
     from hopbench.errors import VerifyError
 
     codec = _codec()
-    with _loop_pair(name, poll) as (client, server):
+    with _loop_pair(maker, poll) as (client, server):
         def echo() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(4):
@@ -427,7 +428,7 @@ def check_loop_wrong_reply_is_verify_error(name: str, poll: str, loop: str) -> N
         raise AssertionError("a stale reply was accepted")
 
 
-def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
+def check_loop_checksum_mismatch(maker: Maker, poll: str, loop: str) -> None:
     """The server's echo loop answers a request that fails its CRC with inverted ids; the
     client loop reports it as a checksum mismatch."""
     import numpy as np
@@ -436,7 +437,7 @@ def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
     from hopbench.errors import VerifyError
 
     codec = _codec()
-    with _loop_pair(name, poll) as (client, server):
+    with _loop_pair(maker, poll) as (client, server):
         th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 5,
                                               crc=12345, on_bad_seq=lambda seq: None, loop=loop))
         progress = Progress(done=-1)
@@ -452,11 +453,11 @@ def check_loop_checksum_mismatch(name: str, poll: str, loop: str) -> None:
         raise AssertionError("a request failing its CRC-32 was not reported")
 
 
-def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> None:
+def check_loop_bad_seq_goes_to_the_callback(maker: Maker, poll: str, loop: str) -> None:
     from hopbench.core.timing import echo_cycles
 
     codec = _codec()
-    with _loop_pair(name, poll) as (client, server):
+    with _loop_pair(maker, poll) as (client, server):
         bad: list[int] = []
         th, box = _thread(lambda: echo_cycles(server, server.alloc(64), server.alloc(K * ID_BYTES), codec, 10,
                                               on_bad_seq=bad.append, loop=loop))
@@ -470,13 +471,13 @@ def check_loop_bad_seq_goes_to_the_callback(name: str, poll: str, loop: str) -> 
         assert "error" not in box and box["result"] == 2 and bad == [2], (box, bad)
 
 
-def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> None:
+def check_loop_peer_close_keeps_completed(maker: Maker, poll: str, loop: str) -> None:
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
 
     codec = _codec()
-    with _loop_pair(name, poll) as (client, server):
+    with _loop_pair(maker, poll) as (client, server):
         def echo_then_close() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(5):
@@ -501,13 +502,13 @@ def check_loop_peer_close_keeps_completed(name: str, poll: str, loop: str) -> No
         raise AssertionError("a peer that closed mid-run did not raise PeerClosed")
 
 
-def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
+def check_loop_silent_peer_times_out(maker: Maker, poll: str, loop: str) -> None:
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
 
     codec = _codec()
-    with _loop_pair(name, poll, timeout_s=0.5) as (client, server):
+    with _loop_pair(maker, poll, timeout_s=0.5) as (client, server):
         def echo_then_silence() -> None:
             buf, out = server.alloc(64), server.alloc(K * ID_BYTES)
             for seq in range(3):
@@ -529,7 +530,7 @@ def check_loop_silent_peer_times_out(name: str, poll: str, loop: str) -> None:
         raise AssertionError("a peer that stopped answering did not time out")
 
 
-LOOP_CHECKS: list[Callable[[str, str, str], None]] = [
+LOOP_CHECKS: list[Callable[[Maker, str, str], None]] = [
     check_loop_runs_and_records, check_loop_bytes_identical_to_python, check_loop_wrong_reply_is_verify_error,
     check_loop_checksum_mismatch, check_loop_bad_seq_goes_to_the_callback, check_loop_peer_close_keeps_completed,
     check_loop_silent_peer_times_out,
