@@ -1,86 +1,35 @@
-"""The typer CLI: a thin shell. Each command parses flags, calls one core function,
-prints a short summary. HopbenchError -> one red line on stderr and a non-zero exit."""
+"""The measuring commands: serve, run, spec, fanin, spec-rungs, spec-summary, sweep, matrix."""
 
 from __future__ import annotations
 
 import functools
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 from hopbench import results as R
-from hopbench.config import DEFAULT_PORT, parse_hostport, parse_int_list
+from hopbench.cli.app import app
+from hopbench.cli.options import (
+    LOOP_HELP,
+    GpuPath,
+    JsonOpt,
+    Loop,
+    LoopOpt,
+    Memory,
+    Poll,
+    PortOpt,
+    ShapeOpt,
+    _address,
+    _live_bar,
+    _pin,
+    _shape,
+)
+from hopbench.config import DEFAULT_PORT, parse_int_list
 from hopbench.core.transport import split_options
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, MIN_GAIN, TIMEOUT_S
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="What does one speculative-decoding network hop cost on this link?")
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        from hopbench.version import __version__
-
-        print(f"hopbench {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
-    """What does one speculative-decoding network hop cost on this link?"""
-
-
-PortOpt = Annotated[Optional[int], typer.Option("--port", "-p", min=1, max=65535,
-                                                help="The server's port; overrides the one in --peer/--bind (iperf3's -p).")]
-
-
-def _address(text: str, port: int | None, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """HOST[:PORT] with --port over it; a peer without either is the server's default port."""
-    host, p = parse_hostport(text, default_port=default_port)
-    return host, p if port is None else port
-
-
-class Poll(str, Enum):
-    auto = "auto"
-    block = "block"
-    busy = "busy"
-
-
-class Loop(str, Enum):
-    auto = "auto"
-    native = "native"
-    python = "python"
-
-
-LOOP_HELP = ("The timed loop: auto (the compiled one where it is built and applies, else Python, saying why), native "
-             "(refuse without it) or python (the reference).")
-LoopOpt = Annotated[Loop, typer.Option(help=LOOP_HELP)]
-
-
-class Memory(str, Enum):
-    host = "host"
-    cuda = "cuda"
-
-
-class GpuPath(str, Enum):
-    staged = "staged"
-    direct = "direct"
-
-
-def _pin(cpu: str | None) -> None:
-    import os
-
-    from hopbench.core.placement import pin
-
-    pin(cpu)
-    if cpu:
-        os.environ["HOPBENCH_PINNED"] = cpu
+from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S
 
 
 @app.command()
@@ -475,256 +424,3 @@ def matrix(
         import json as _json
 
         print(_json.dumps(doc, indent=1))
-
-
-class _live_bar:
-    """A rich progress bar on a terminal (the sweep prints plain lines to a log file)."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[key]}"), console=Console(stderr=True), transient=True)
-        self.task: Any = None
-
-    def update(self, done: int, total: int, elapsed: float, eta: float, key: str) -> None:
-        if self.task is None:
-            self.progress.start()
-            self.task = self.progress.add_task("sweep", total=total, key=key)
-        self.progress.update(self.task, completed=done, key=key)
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.progress.stop()
-
-
-def recorded_shape(folder: Path, bpt: int, op: int) -> tuple[int, int]:
-    # imported here, not at the top: numpy's thread pool must start after --cpu pinned us
-    from hopbench.analysis.data import recorded_shape as _recorded
-
-    return _recorded(folder, bpt, op)
-
-
-def _shape(shape):
-    from hopbench.shape import load_shape
-
-    return load_shape(shape)
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout instead of tables (docs/RESULTS.md).")]
-
-
-def _quiet(line: str) -> None:
-    """The tables' sink when --json asks for the document alone."""
-
-
-ShapeOpt = Annotated[Optional[Path], typer.Option("--shape", help="Shape config (default configs/shape.toml).")]
-
-
-ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder.")]
-
-
-@app.command()
-def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens (default from config).")] = None,
-        shape: ShapeOpt = None, json_out: JsonOpt = False):
-    """Fit latency = alpha + bytes/beta per rung x transport; regimes and the crossover."""
-    from hopbench.analysis import commands as analysis
-
-    s = _shape(shape)
-    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    analysis.run_fit(results, bpt, tokens or op, show=_quiet if json_out else print, require=True)
-    if json_out:  # the document fit also writes to <folder>/analysis/fit.json
-        print(R.ResultFolder(results).derived("fit.json").read_text(), end="")
-
-
-@app.command()
-def verdict(
-    results: Annotated[Optional[list[Path]], typer.Argument(help="Sweep or run folders, one table each (or give --hop-ms).")] = None,
-    t_draft: Annotated[Optional[str], typer.Option(help="ms the drafter costs per cycle = the break-even hop; '15.88+-0.4' gives a 95% half-width. Default: the study's, configs/shape.toml.")] = None,
-    cycle: Annotated[Optional[str], typer.Option(help="Decode cycle with the drafter co-located, ms (VALUE or VALUE+-HALF).")] = None,
-    tok_s: Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")] = None,
-    tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
-    hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
-    tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
-    t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
-    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = MIN_GAIN,
-    shape: ShapeOpt = None,
-    json_out: JsonOpt = False,
-):
-    """Break-even hop and projected tok/s per rung x transport."""
-    from hopbench.analysis import commands as analysis
-    from hopbench.analysis.verdict import inputs_from, parse_hops
-
-    s = _shape(shape)
-    inputs = inputs_from(s, t_draft, cycle, tok_s, tolerance=tolerance, t_draft_remote_ms=t_draft_remote,
-                         min_gain=min_gain)
-    doc = analysis.verdict_documents(results or [], inputs, tokens, s, parse_hops(hop_ms) if hop_ms else None,
-                                     show=_quiet if json_out else print)
-    if json_out:
-        import json as _json
-
-        print(_json.dumps(doc, indent=1, default=str))
-
-
-@app.command()
-def plot(results: ResultsArg, shape: ShapeOpt = None):
-    """Latency vs payload with fits, hop cost vs break-even, latency CDFs (PNG + SVG)."""
-    from hopbench.analysis import commands as analysis
-    from hopbench.analysis.verdict import Inputs
-
-    s = _shape(shape)
-    bpt, op = recorded_shape(results, s.shape.bytes_per_token, s.operating_tokens)
-    analysis.run_plot(results, bpt, Inputs(s.t_draft_ms, s.cycle_ms, s.tok_s), op)
-
-
-@app.command()
-def report(
-    results: ResultsArg,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
-    min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = MIN_GAIN,
-    spec: Annotated[Optional[list[Path]], typer.Option(help="A hopbench spec result folder (repeatable): its rung's Answer uses the measured tok/s.")] = None,
-    shape: ShapeOpt = None,
-    json_out: JsonOpt = False,
-):
-    """One self-contained HTML page: question and verdict first, fit, figures, warnings, both environments, commands."""
-    from hopbench.analysis import commands as analysis
-
-    path = analysis.write_report(results, _shape(shape), output, min_gain, spec or [])
-    if json_out:
-        print(R.ResultFolder(results).derived(R.RUN_FILE).read_text(), end="")
-    else:
-        print(f"report: {path}")
-
-
-@app.command()
-def export(
-    results: ResultsArg,
-    into: Annotated[Optional[Path], typer.Option(help="Case-study data file to upsert runs[] into (default RESULTS/analysis/case-studies.json).")] = None,
-    study: Annotated[Optional[str], typer.Option(help="Study name recorded in every record and part of its id (default 'unnamed').")] = None,
-    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write the records as CSV here (must not exist).")] = None,
-    shape: ShapeOpt = None,
-):
-    """Upsert summaries as runs[] records (stable ids; everything else in the file kept)."""
-    from hopbench.analysis.export import export_folder
-
-    export_folder(results, into, study or "unnamed", csv_out, _shape(shape))
-
-
-@app.command()
-def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or run folders A1,A2,... (one run = one repeat).")],
-            b: Annotated[str, typer.Argument(help="Folder(s) to compare against it, the same way.")],
-            run_spread: Annotated[Optional[float], typer.Option(help="Run-to-run spread (relative SD of one run's median) to judge one run against one run; default: measured where a side has repeats, else 0.10.")] = None,
-            paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True,
-            json_out: JsonOpt = False):
-    """Per matching cell: B - A with a 95% CI, repeats as the unit, paired where pairing is real."""
-    from hopbench.analysis import compare as C
-    from hopbench.analysis.data import first_header, load_runs
-
-    fa = [Path(x) for x in a.split(",") if x]
-    fb = [Path(x) for x in b.split(",") if x]
-    ga, _ = load_runs(fa)
-    gb, _ = load_runs(fb)
-    pairs = C.match(ga, gb)
-    if not pairs:
-        raise ConfigError(f"no matching cells between {a} and {b}")
-    rows = []
-    for x, y in pairs:
-        real = paired and C.interleaved(x, y)
-        rows.append(C.compare_groups(x, y, paired=real, run_spread=run_spread))
-    warnings = C.baseline_warnings(first_header(fa[0]), first_header(fb[0]))
-    if json_out:
-        import json as _json
-
-        print(_json.dumps({"schema": "hopbench.compare", "schema_version": 1, "a": a, "b": b,
-                           "comparisons": [c.to_dict() for c in rows], "baseline_warnings": warnings},
-                          indent=1, default=str))
-        return
-    print(C.format_table(rows))
-    for w in warnings:
-        typer.secho(f"warning: {w}", fg="yellow", err=True)
-
-
-@app.command()
-def doctor(
-    peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): route, server report, path MTU, goodput probe.")] = None,
-    port: PortOpt = None,
-    interface: Annotated[Optional[str], typer.Option(help="The interface the route should leave by (as a rung config names it).")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate in Mbit/s (as a rung config names it).")] = None,
-    rung: Annotated[Optional[str], typer.Option(help="Take --interface and --rate from this rung config.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-    strict: Annotated[bool, typer.Option(help="Exit non-zero when there is any warning.")] = False,
-    secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for the server.")] = None,
-):
-    """Check interfaces, drivers, RDMA/UCX devices, sysctls, and (with --peer) the path."""
-    import json as _json
-
-    from hopbench.orchestration import doctor as D
-
-    if rung:
-        from hopbench.config_sweep import load_rung
-
-        rc = load_rung(rung)
-        interface = interface or rc.interface
-        rate = rate or rc.rate_mbit
-    if peer:
-        host, port = _address(peer, port)
-        report = D.peer_report(host, port, interface, rate, secret=secret)
-    else:
-        report = D.local_report()
-        if rate:
-            iface = next((i for i in report.interfaces if i["name"] == interface), None) if interface else None
-            D.check_speed(report, rate, iface)
-    print(_json.dumps(report.to_dict(), indent=1, default=str) if json_out else D.format_report(report))
-    if strict and report.warnings:
-        raise typer.Exit(1)
-
-
-@app.command()
-def codecs(
-    file: Annotated[Optional[str], typer.Argument(help="Hidden states (.safetensors FILE or FILE:TENSOR, or .npy) of [tokens, layers, hidden]; default synthetic.")] = None,
-    tokens: Annotated[int, typer.Option(help="Tokens per body (the payload T).")] = 3,
-    codec: Annotated[Optional[str], typer.Option(help="Codecs to profile (a list); default all.")] = None,
-    reps: Annotated[int, typer.Option(min=1, help="Repetitions (p50 reported).")] = 20,
-    shape: ShapeOpt = None,
-    json_out: JsonOpt = False,
-):
-    """Each payload codec on this CPU, off the wire: ratio, encode/decode GB/s, a lossy codec's
-    error, and the link rate below which it pays (docs/CODECS.md)."""
-    from hopbench.orchestration.codecs import profile_command
-
-    profile_command(file, tokens, codec, reps, shape, json_out, print)
-
-
-@app.command()
-def transports(json_out: JsonOpt = False):
-    """List the transports, whether they import here, and how to install them."""
-    from hopbench.core import native
-    from hopbench.core.transport import describe_transports, get_transport
-
-    rows = describe_transports()
-    for row in rows:  # which timed loop runs it here with the default poll mode
-        row["loop"] = native.predict(get_transport(row["name"]), "auto", "auto") if row["available"] else None
-    if json_out:
-        import json as _json
-
-        print(_json.dumps({"schema": "hopbench.transports", "schema_version": 1, "transports": rows},
-                          indent=1))
-        return
-    for row in rows:
-        if row["available"]:
-            print(f"{row['name']:6} available  {row['version']}; timed loop: {row['loop']}")
-        else:
-            print(f"{row['name']:6} missing    {row['install'] or ''}  ({row['error']})")
-
-
-def main() -> None:
-    try:
-        app()
-    except HopbenchError as exc:
-        typer.secho(f"hopbench: error: {exc}", fg="red", err=True)
-        sys.exit(exc.exit_code)
-
-
-if __name__ == "__main__":
-    main()
