@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hopbench.core import auth
 from hopbench.core import protocol as P
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +19,7 @@ class _Sink:
         self.out += bytes(buf)
 
 
-def frame(t: int, obj: dict | None = None, bind: P.Binding | None = None) -> bytes:
+def frame(t: int, obj: dict | None = None, bind: auth.Binding | None = None) -> bytes:
     sink = _Sink()
     P.send_msg(sink, t, obj, bind)
     return bytes(sink.out)
@@ -71,7 +72,7 @@ def seeds(target: str) -> list[bytes]:
 def _codec_streams() -> list[bytes]:
     """For each codec and body size of the target: two real frames of synthetic states."""
     from fuzz.targets import CODEC_BODIES, CODEC_SPECS
-    from hopbench.core import codecs, hidden
+    from hopbench.core import codec_wire, codecs, hidden
 
     src = hidden.synthetic(5, 6144, tokens=4)
     out = []
@@ -81,7 +82,7 @@ def _codec_streams() -> list[bytes]:
             stream = bytes([i, j])
             for seq, body in enumerate(src.bodies(size, None, 2)):
                 enc = bytes(memoryview(codec.encode(body)).cast("B"))
-                crc = codecs.expected_crcs(codec, [body])[0]
+                crc = codec_wire.expected_crcs(codec, [body])[0]
                 stream += codecs.FRAME.pack(seq, len(enc), crc) + enc
             out.append(stream)
     return out

@@ -30,6 +30,7 @@ from typing import Any, Callable
 from hopbench import config_sweep, results, shape  # noqa: F401
 from hopbench.analysis import data as _data  # noqa: F401
 from hopbench.analysis import verdict as _verdict  # noqa: F401
+from hopbench.core import codec_wire as _codec_wire
 from hopbench.core import codecs as _codecs
 from hopbench.core import hidden as _hidden
 from hopbench.core import protocol as P
@@ -203,12 +204,12 @@ def codec_frame(data: bytes) -> None:
     body = CODEC_BODIES[data[1] % len(CODEC_BODIES)]
     codec = _CODEC_CACHE.get(spec) or _CODEC_CACHE.setdefault(spec, _codecs.parse(spec, 6144))
     chan = BytesChannel(data[2:])
-    server = _codecs.CodecServerChannel(chan, codec, body, np.zeros(4, dtype=np.int64), lambda: 0, True, lambda seq: None)
+    server = _codec_wire.CodecServerChannel(chan, codec, body, np.zeros(4, dtype=np.int64), lambda: 0, True, lambda seq: None)
     request = bytearray(P.SEQ_BYTES + body)
     try:
         for _ in range(4):
             server.recv_into(request)
-    except _codecs.ClientAborted:
+    except _codec_wire.ClientAborted:
         pass
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hopbench.core import auth
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.errors import HopbenchError, ProtocolError, Refused
@@ -34,7 +35,7 @@ def test_secret_accepted_refused_and_missing(server_factory):
 
 def test_secret_never_crosses_the_wire():
     a, b = fake.pair()
-    P.send_msg(a, P.AUTH, {"nonce": "ab", "mac": P.auth_mac("topsecret", "client", "cd", "ab")})
+    P.send_msg(a, P.AUTH, {"nonce": "ab", "mac": auth.auth_mac("topsecret", "client", "cd", "ab")})
     header = bytearray(16)
     b.recv_into(header)
     body = bytearray(P.unpack_header(bytes(header))[1])

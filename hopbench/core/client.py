@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench.core import control, native
+from hopbench.core import auth, control, native
 from hopbench.core import protocol as P
 from hopbench.core.client_paths import ClientPath, DataPath, PlanRun, client_path_for
 from hopbench.core.timing import Progress
@@ -64,7 +64,7 @@ class Session:
         self.poll, self.secret, self.loop = poll, secret, loop  # loop: the timed loop (auto, native or python)
         self.transport_settings: dict[str, dict[str, Any]] = transport_settings or {}
         self.client_env: dict[str, Any] = client_env or {}
-        self.bind: P.Binding | None = None  # the session bound to its authentication (with a secret)
+        self.bind: auth.Binding | None = None  # the session bound to its authentication (with a secret)
         self.plans = 0  # plans accepted so far (a plan's number is in its data channel's proof)
         #: the last plan's measurement, complete or not: after an exception, what was measured before it
         self.measured: Measurement | None = None
@@ -114,16 +114,16 @@ class Session:
         if not self.secret:
             raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
         nonce = os.urandom(16).hex()  # nothing about this client crosses before the server's proof
-        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": P.auth_mac(self.secret, "client", challenge, nonce)})
+        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": auth.auth_mac(self.secret, "client", challenge, nonce)})
         _, reply = P.recv_msg(self.control, P.AUTH)
-        if not P.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
+        if not auth.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
             raise Refused("the server failed to prove it knows the secret")
         try:
             P.validate(reply, "AUTH server")
         except ProtocolError as exc:
             raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
         self.server_hello["env"] = reply["env"]
-        self.bind = P.Binding(P.session_key(self.secret, challenge, nonce), "client")
+        self.bind = auth.Binding(auth.session_key(self.secret, challenge, nonce), "client")
         P.send_msg(self.control, P.ENV, {"env": self.client_env}, self.bind)
 
     @property
@@ -179,7 +179,7 @@ class Session:
 
         send_states = None
         if plan.codec:
-            from hopbench.core import codecs
+            from hopbench.core import codec_wire, codecs
 
             if source is None:
                 raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
@@ -192,7 +192,7 @@ class Session:
         if plan.codec:
             def send_states(seq: int, tokens: int) -> None:
                 bodies = by_tokens[tokens]
-                codecs.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
+                codec_wire.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
         try:
             rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock,
                                 send_states)
@@ -243,7 +243,7 @@ class Session:
         got = bytearray(32)
         data.recv_into(got)
         if not hmac.compare_digest(bytes(got), self.bind.data_proof("server", plan_no)):
-            raise P.SessionMismatch(f"the data channel at {self.host}:{port} failed the session's proof: not the "
+            raise auth.SessionMismatch(f"the data channel at {self.host}:{port} failed the session's proof: not the "
                                     "server that authenticated (a relay between the ends)")
         data.send(bytearray(self.bind.data_proof("client", plan_no)))
 
@@ -262,7 +262,7 @@ class Session:
         except ProtocolError as exc:
             raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
         if done["cycles"] != plan.total:
-            raise P.SessionMismatch(f"the server confirms {done['cycles']} cycles where {plan.total} were answered: "
+            raise auth.SessionMismatch(f"the server confirms {done['cycles']} cycles where {plan.total} were answered: "
                                     "another peer answered them")
 
     def _check_accept(self, accept: dict[str, Any], transport: Transport) -> None:

@@ -203,7 +203,7 @@ class CodecRoundTrip(ClientPath):
     name = "codec round trip"
 
     def prepare(self, run: PlanRun) -> P.Plan:
-        from hopbench.core import codecs
+        from hopbench.core import codec_wire, codecs
 
         plan, m, source = run.plan, run.m, run.source
         if source is None:
@@ -213,7 +213,7 @@ class CodecRoundTrip(ClientPath):
         per_token = source.bits.shape[1] * 2
         tokens = body_bytes // per_token if body_bytes % per_token == 0 else None
         bodies = source.bodies(body_bytes, tokens, min(plan.total, -(-source.tokens // (tokens or 1))))
-        self.crcs = codecs.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
+        self.crcs = codec_wire.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
         if plan.verify:
             plan = dataclasses.replace(plan, payload_crc32=self.crcs[0])
         self.where, self.bodies = codec, bodies
@@ -237,12 +237,12 @@ class CodecRoundTrip(ClientPath):
         self.bodies = [gpu.load().asarray(b) for b in self.bodies]
 
     def cycles(self, data: DataPath, run: PlanRun) -> int:
-        from hopbench.core import codecs
+        from hopbench.core import codec_wire
 
         plan, m = run.plan, run.m
-        self.stages = codecs.CodecStages(np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64))
+        self.stages = codec_wire.CodecStages(np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64))
         m.stages["encode_ns"], m.stages["wire_bytes"] = self.stages.encode_ns, self.stages.wire_bytes
-        wrapped = codecs.CodecClientChannel(data.channel, self.where, self.bodies, self.crcs, self.stages, run.clock)
+        wrapped = codec_wire.CodecClientChannel(data.channel, self.where, self.bodies, self.crcs, self.stages, run.clock)
         request, self.reply_host = data.channel.alloc(plan.request_bytes), data.channel.alloc(plan.reply_bytes)
         return run_cycles(wrapped, request, self.reply_host, run.ids, m.samples_ns, loop="python", **run.loop_args())
 

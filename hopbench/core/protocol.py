@@ -19,6 +19,7 @@ import struct
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from hopbench.core import auth
 from hopbench.errors import PeerError, ProtocolError, Refused, VerifyError
 from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES
 
@@ -231,60 +232,7 @@ def validate(obj: dict[str, Any], name: str) -> dict[str, Any]:
     return obj
 
 
-class SessionMismatch(ProtocolError):
-    """A frame or a data channel that fails the session's tag: not the authenticated peer
-    (a relay that passed the handshake through, or a tampered connection)."""
-
-
-class Binding:
-    """A session bound to its authentication (docs/PROTOCOL.md, "Session binding"): the key
-    both ends derive from the secret and both nonces, and one frame counter per direction.
-    Every frame after the AUTH exchange carries tag = HMAC-SHA256(key, direction | counter
-    u64 LE | header | body), 32 bytes after the body."""
-
-    def __init__(self, key: bytes, role: str):
-        self.key, self.role = key, role
-        self.sent = self.received = 0
-
-    def _tag(self, direction: bytes, counter: int, frame: bytes) -> bytes:
-        import hashlib
-        import hmac
-
-        return hmac.new(self.key, direction + counter.to_bytes(8, "little") + frame, hashlib.sha256).digest()
-
-    def seal(self, frame: bytes) -> bytes:
-        tag = self._tag(self.role[:1].encode(), self.sent, frame)
-        self.sent += 1
-        return tag
-
-    def check(self, frame: bytes, tag: bytes) -> None:
-        import hmac
-
-        peer = b"s" if self.role == "client" else b"c"
-        want = self._tag(peer, self.received, frame)
-        self.received += 1
-        if not hmac.compare_digest(want, bytes(tag)):
-            kind = TYPE_NAMES.get(int.from_bytes(frame[6:8], "little"), "frame")
-            raise SessionMismatch(f"the peer's {kind} failed the session's tag: it does not come from the peer that "
-                                  "authenticated (a relay between the ends, or a tampered connection)")
-
-    def data_proof(self, role: str, plan_no: int) -> bytes:
-        """The 32 bytes each end sends first on a plan's data channel (server first)."""
-        import hashlib
-        import hmac
-
-        return hmac.new(self.key, f"data|{role}|{plan_no}".encode(), hashlib.sha256).digest()
-
-
-def session_key(secret: str, challenge: str, nonce: str) -> bytes:
-    """The bound session's key: HMAC-SHA256(secret, "session|C|N"), 32 raw bytes."""
-    import hashlib
-    import hmac
-
-    return hmac.new(secret.encode(), f"session|{challenge}|{nonce}".encode(), hashlib.sha256).digest()
-
-
-def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None, bind: Binding | None = None) -> None:
+def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None, bind: auth.Binding | None = None) -> None:
     body = encode_body(obj) if obj is not None else b""
     if len(body) > MAX_BODY:
         raise ProtocolError(f"control message too large ({len(body)} bytes)")
@@ -296,7 +244,7 @@ def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None, bin
         channel.send(bind.seal(header + body))
 
 
-def recv_frame(channel: Any, bind: Binding | None = None) -> tuple[int, dict[str, Any]]:
+def recv_frame(channel: Any, bind: auth.Binding | None = None) -> tuple[int, dict[str, Any]]:
     """Receive one control frame (header, then body, then its tag in a bound session):
     (type, body object). ProtocolError for anything that is not a well-formed frame,
     SessionMismatch for a tag that fails; REFUSE/ERROR are returned, not raised. BYE must
@@ -310,7 +258,7 @@ def recv_frame(channel: Any, bind: Binding | None = None) -> tuple[int, dict[str
     if bind is not None:
         tag = bytearray(TAG_BYTES)
         channel.recv_into(tag)
-        bind.check(bytes(header) + bytes(body), bytes(tag))
+        bind.check(bytes(header) + bytes(body), bytes(tag), TYPE_NAMES.get(int.from_bytes(header[6:8], "little"), "frame"))
     obj: dict[str, Any] = {}
     if length:
         obj = decode_body(bytes(body))
@@ -319,7 +267,7 @@ def recv_frame(channel: Any, bind: Binding | None = None) -> tuple[int, dict[str
     return msg_type, obj
 
 
-def recv_msg(channel: Any, *expected: int, bind: Binding | None = None) -> tuple[int, dict[str, Any]]:
+def recv_msg(channel: Any, *expected: int, bind: auth.Binding | None = None) -> tuple[int, dict[str, Any]]:
     """Receive one control frame. REFUSE and ERROR become exceptions; a type outside
     `expected` is a ProtocolError."""
     msg_type, obj = recv_frame(channel, bind)
@@ -598,20 +546,3 @@ def read_abort(channel: Any, first: Any) -> str:
         data += buf
     obj = validate(decode_body(bytes(data[HEADER_BYTES:HEADER_BYTES + length])), "ERROR") if length else {}
     return _reason(obj)
-
-
-def auth_mac(secret: str, *parts: str) -> str:
-    """HMAC-SHA256 over the nonces (hex), keyed by the shared secret; the secret itself
-    never crosses the wire."""
-    import hashlib
-    import hmac
-
-    return hmac.new(secret.encode(), "|".join(parts).encode(), hashlib.sha256).hexdigest()
-
-
-def auth_ok(secret: str, mac: object, *parts: str) -> bool:
-    import hmac
-
-    if not _check("hex64", mac):  # compare_digest raises on non-ASCII str: check the form first
-        return False
-    return hmac.compare_digest(str(mac), auth_mac(secret, *parts))

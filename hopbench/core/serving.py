@@ -253,9 +253,9 @@ class SpecDrafter(ServingPath):
         if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
             import numpy as np
 
-            from hopbench.core import codecs
+            from hopbench.core import codec_wire
 
-            frames = codecs.FrameReceiver(self.codec, info.request_bytes, ctx.clock)
+            frames = codec_wire.FrameReceiver(self.codec, info.request_bytes, ctx.clock)
 
             def states(tokens: int, view: Any) -> None:
                 frames.recv(chan, np.frombuffer(view, dtype=np.uint8))
@@ -298,7 +298,7 @@ class CodecEcho(ServingPath):
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         import numpy as np
 
-        from hopbench.core import codecs
+        from hopbench.core import codec_wire
 
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
         reply_codec = P.ReplyCodec(plan.k, plan.id_bytes)
@@ -310,14 +310,14 @@ class CodecEcho(ServingPath):
 
             codec = gpucodec.for_memory(codec, "cuda")
             device_body = gpu.load().empty(plan.request_bytes - P.SEQ_BYTES, dtype="uint8")
-        wrapped = codecs.CodecServerChannel(
+        wrapped = codec_wire.CodecServerChannel(
             chan, codec, plan.request_bytes - P.SEQ_BYTES, decode_ns, ctx.clock, plan.verify,
             lambda seq: reply_codec.pack(reply, seq, corrupt=True), device_body)
         try:
             done = echo_cycles(wrapped, request, reply, reply_codec, plan.total,
                                on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python",
                                progress=ctx.progress)
-        except codecs.ClientAborted as exc:
+        except codec_wire.ClientAborted as exc:
             ctx.log(f"client aborted plan at seq {exc.seq}: {str(exc)[:200]}")
             return exc.seq
         except ProtocolError as exc:

@@ -3,7 +3,7 @@
     AWAIT_HELLO --HELLO--> [AWAIT_AUTH --AUTH--> AWAIT_ENV --ENV-->] READY --PLAN--> SERVING
     SERVING --(all cycles, DONE sent)--> READY;  READY --BYE--> CLOSED
 
-With a secret, every frame after the AUTH exchange is bound to it (protocol.Binding: a tag
+With a secret, every frame after the AUTH exchange is bound to it (auth.Binding: a tag
 per frame, a proof first on each data channel), so a relay that passed the handshake
 through cannot answer for the server; the client's environment arrives only then (ENV).
 
@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hopbench.core import codecs, control, native
+from hopbench.core import auth, codecs, control, native
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath, path_for
@@ -59,7 +59,7 @@ class ServerSession:
         self.groups = groups  # the server's StartGroups (plans started together), or None (one at a time)
         self.state = State.AWAIT_HELLO
         self.client_env: dict[str, Any] | None = None
-        self.bind: P.Binding | None = None  # set once the client has authenticated
+        self.bind: auth.Binding | None = None  # set once the client has authenticated
         self.plans = 0
         self._served = 0  # cycles the current plan served (DONE confirms a complete plan)
         self.stats = SessionStats(peer=str(chan.info.get("peer", "?")))
@@ -149,13 +149,13 @@ class ServerSession:
         P.send_msg(self.chan, P.HELLO, reply)
         if challenge and cfg.secret:  # the client proves it knows the secret; the server proves it back
             self.state = State.AWAIT_AUTH
-            _, auth = self._expect(P.AUTH)
-            P.validate(auth, "AUTH client")
-            if not P.auth_ok(cfg.secret, auth["mac"], "client", challenge, auth["nonce"]):
+            _, proof = self._expect(P.AUTH)
+            P.validate(proof, "AUTH client")
+            if not auth.auth_ok(cfg.secret, proof["mac"], "client", challenge, proof["nonce"]):
                 self._refuse("authentication failed: wrong or missing secret")
-            P.send_msg(self.chan, P.AUTH, {"mac": P.auth_mac(cfg.secret, "server", auth["nonce"], challenge),
+            P.send_msg(self.chan, P.AUTH, {"mac": auth.auth_mac(cfg.secret, "server", proof["nonce"], challenge),
                                            "env": self._env_for()})
-            self.bind = P.Binding(P.session_key(cfg.secret, challenge, auth["nonce"]), "server")
+            self.bind = auth.Binding(auth.session_key(cfg.secret, challenge, proof["nonce"]), "server")
             self.state = State.AWAIT_ENV  # the client's environment, now that this server proved itself
             _, env = self._expect(P.ENV)
             self.client_env = P.validate(env, "ENV")["env"]
@@ -295,7 +295,7 @@ class ServerSession:
         got = bytearray(32)
         data.recv_into(got)
         if not hmac.compare_digest(bytes(got), self.bind.data_proof("client", plan_no)):
-            raise P.SessionMismatch("the data channel's peer failed the session's proof: not the client that "
+            raise auth.SessionMismatch("the data channel's peer failed the session's proof: not the client that "
                                     "authenticated (a relay between the ends)")
 
     def _serve(self, path: ServingPath, chan: Channel, plan: P.Plan, ctx: PlanContext) -> None:
