@@ -5,6 +5,8 @@ reading and writing (core/protocol.py) call into it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hopbench.errors import ProtocolError
 
 _HEX = frozenset("0123456789abcdef")
@@ -46,6 +48,23 @@ class Binding:
         if not hmac.compare_digest(want, bytes(tag)):
             raise SessionMismatch(f"the peer's {kind} failed the session's tag: it does not come from the peer that "
                                   "authenticated (a relay between the ends, or a tampered connection)")
+
+    def prove_data(self, data: Any, plan_no: int, where: str) -> None:
+        """Each end proves itself first on a plan's data channel, the server first; the peer's
+        proof that fails is SessionMismatch (not the peer that authenticated: a relay).
+        `where`: the data channel, as the error names it."""
+        import hmac
+
+        peer = "client" if self.role == "server" else "server"
+        if self.role == "server":
+            data.send(bytearray(self.data_proof("server", plan_no)))
+        got = bytearray(32)
+        data.recv_into(got)
+        if not hmac.compare_digest(bytes(got), self.data_proof(peer, plan_no)):
+            raise SessionMismatch(f"{where} failed the session's proof: not the {peer} that authenticated (a relay "
+                                  "between the ends)")
+        if self.role == "client":
+            data.send(bytearray(self.data_proof("client", plan_no)))
 
     def data_proof(self, role: str, plan_no: int) -> bytes:
         """The 32 bytes each end sends first on a plan's data channel (server first)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import os
 import time
 from dataclasses import dataclass, field
@@ -51,6 +50,49 @@ class Measurement:
         return self.samples_ns[first:max(first, self.completed)]
 
 
+def _check_hello(hello: dict[str, Any], where: str) -> None:
+    """What docs/PROTOCOL.md says a server's HELLO must be."""
+    try:
+        P.validate(hello, "HELLO server")
+        P.validate(hello["caps"], "caps")
+        if hello["auth"] is not None:
+            P.validate(hello["auth"], "auth challenge")
+            if "env" in hello:
+                raise ProtocolError("HELLO server: 'env' must be absent before authentication")
+    except ProtocolError as exc:
+        raise ProtocolError(f"{where} broke the protocol: {exc}") from None
+    if hello["protocol"] != P.VERSION:
+        raise ProtocolError(f"{where} speaks protocol {hello['protocol']}, this client {P.VERSION}")
+
+
+def _authenticate(control: Any, hello: dict[str, Any], secret: str | None, client_env: dict[str, Any],
+                  where: str) -> auth.Binding | None:
+    """The client's side of the AUTH exchange (docs/PROTOCOL.md "Authentication"): the
+    session's binding, or None for a server that does not authenticate (refused when a
+    secret was given). The server's environment lands in `hello` once it proved itself."""
+    challenge = (hello.get("auth") or {}).get("challenge")
+    if not challenge:
+        if secret:
+            raise Refused(f"{where} does not authenticate, but a secret was given (--secret or HOPBENCH_SECRET): "
+                          "refusing an unauthenticated server (an impostor, or a server started without --secret)")
+        return None
+    if not secret:
+        raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
+    nonce = os.urandom(16).hex()  # nothing about this client crosses before the server's proof
+    P.send_msg(control, P.AUTH, {"nonce": nonce, "mac": auth.auth_mac(secret, "client", challenge, nonce)})
+    _, reply = P.recv_msg(control, P.AUTH)
+    if not auth.auth_ok(secret, reply.get("mac"), "server", nonce, challenge):
+        raise Refused("the server failed to prove it knows the secret")
+    try:
+        P.validate(reply, "AUTH server")
+    except ProtocolError as exc:
+        raise ProtocolError(f"{where} broke the protocol: {exc}") from None
+    hello["env"] = reply["env"]
+    bind = auth.Binding(auth.session_key(secret, challenge, nonce), "client")
+    P.send_msg(control, P.ENV, {"env": client_env}, bind)
+    return bind
+
+
 class Session:
     """One client session with a `hopbench serve`: the control connection, opened and
     handshaken (and authenticated, with a secret) on construction; one plan at a time
@@ -76,8 +118,9 @@ class Session:
                 hello["env"] = self.client_env
             P.send_msg(self.control, P.HELLO, hello)
             _, self.server_hello = P.recv_msg(self.control, P.HELLO)
-            self._check_hello(self.server_hello)
-            self._authenticate()
+            where = f"the server at {host}:{port}"
+            _check_hello(self.server_hello, where)
+            self.bind = _authenticate(self.control, self.server_hello, secret, self.client_env, where)
         except BaseException:
             self.control.close()
             raise
@@ -87,44 +130,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _check_hello(self, hello: dict[str, Any]) -> None:
-        """What docs/PROTOCOL.md says a server's HELLO must be."""
-        where = f"the server at {self.host}:{self.port}"
-        try:
-            P.validate(hello, "HELLO server")
-            P.validate(hello["caps"], "caps")
-            if hello["auth"] is not None:
-                P.validate(hello["auth"], "auth challenge")
-                if "env" in hello:
-                    raise ProtocolError("HELLO server: 'env' must be absent before authentication")
-        except ProtocolError as exc:
-            raise ProtocolError(f"{where} broke the protocol: {exc}") from None
-        if hello["protocol"] != P.VERSION:
-            raise ProtocolError(f"{where} speaks protocol {hello['protocol']}, this client {P.VERSION}")
-
-    def _authenticate(self) -> None:
-        challenge = (self.server_hello.get("auth") or {}).get("challenge")
-        if not challenge:
-            if self.secret:
-                raise Refused(f"the server at {self.host}:{self.port} does not authenticate, but a secret was given "
-                              "(--secret or HOPBENCH_SECRET): refusing an unauthenticated server (an impostor, or a "
-                              "server started without --secret)")
-            return
-        if not self.secret:
-            raise Refused("the server requires a secret (--secret or HOPBENCH_SECRET)")
-        nonce = os.urandom(16).hex()  # nothing about this client crosses before the server's proof
-        P.send_msg(self.control, P.AUTH, {"nonce": nonce, "mac": auth.auth_mac(self.secret, "client", challenge, nonce)})
-        _, reply = P.recv_msg(self.control, P.AUTH)
-        if not auth.auth_ok(self.secret, reply.get("mac"), "server", nonce, challenge):
-            raise Refused("the server failed to prove it knows the secret")
-        try:
-            P.validate(reply, "AUTH server")
-        except ProtocolError as exc:
-            raise ProtocolError(f"the server at {self.host}:{self.port} broke the protocol: {exc}") from None
-        self.server_hello["env"] = reply["env"]
-        self.bind = auth.Binding(auth.session_key(self.secret, challenge, nonce), "client")
-        P.send_msg(self.control, P.ENV, {"env": self.client_env}, self.bind)
 
     @property
     def server_env(self) -> dict[str, Any]:
@@ -230,22 +235,12 @@ class Session:
                                 share_cpu=self._share_cpu)
         data = transport.connect(self.host, int(accept["data_port"]), opts)
         try:
-            self._prove(data, plan_no, accept["data_port"])
+            if self.bind is not None:  # the server proves itself first on the data channel, then this client
+                self.bind.prove_data(data, plan_no, f"the data channel at {self.host}:{accept['data_port']}")
         except BaseException:
             data.close()
             raise
         return DataPath(transport, data, accept["transport_info"])
-
-    def _prove(self, data: Channel, plan_no: int, port: int) -> None:
-        """In a bound session the server proves itself first on the data channel, then this client."""
-        if self.bind is None:
-            return
-        got = bytearray(32)
-        data.recv_into(got)
-        if not hmac.compare_digest(bytes(got), self.bind.data_proof("server", plan_no)):
-            raise auth.SessionMismatch(f"the data channel at {self.host}:{port} failed the session's proof: not the "
-                                    "server that authenticated (a relay between the ends)")
-        data.send(bytearray(self.bind.data_proof("client", plan_no)))
 
     def _confirmed(self, plan: P.Plan) -> None:
         """DONE: the server confirms it served every cycle (in a bound session, tagged: a relay
