@@ -94,12 +94,20 @@ def run_cycles(
         info["loop"] = which
     if ep is not None:
         return native.run_client(ep, request, reply, codec, samples, progress, gap_s, share_cpu)
+    return _python_loop(channel, request, reply, codec, samples, clock, gap_s, sleep,
+                        request if send_buf is None else send_buf, reply if recv_buf is None else recv_buf,
+                        stamp, settle, progress)
+
+
+def _python_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+                 clock: Callable[[], int], gap_s: float, sleep: Callable[[float], None], out: Any, into: Any,
+                 stamp: Callable[[], None] | None, settle: Callable[[], None] | None, progress: Progress) -> int:
+    """run_cycles' reference loop, in Python: the hooks run untimed around the timed send and
+    receive; `out`/`into` are what the channel moves."""
     pack_seq = SEQ.pack_into
     send = channel.send
     recv_into = channel.recv_into
     check = codec.checker(reply)
-    out = request if send_buf is None else send_buf
-    into = reply if recv_buf is None else recv_buf
     n = len(samples)
     i = 0
     try:

@@ -75,20 +75,12 @@ def _server_answers(host: str, port: int) -> str | None:
     return None
 
 
-def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
-              resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
-              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
-              on_progress: Callable[[int, int, float, float, str], None] | None = None,
-              forward_ms: float | None = None) -> Path:
-    """Measure every cell of the sweep; returns its folder. `on_progress(done, total,
-    elapsed_s, eta_s, cell_key)` after each cell (default: plain lines, one per 10%)."""
-    report_progress = on_progress or progress
-    rung_names = only_rungs or list(cfg.rungs)
-    rungs = [load_rung(n) for n in rung_names]
-    if not any(t in r.transports for r in rungs for t in cfg.transports):
-        raise ConfigError(f"nothing to measure: the sweep's transports ({', '.join(cfg.transports)}) and the rungs' "
-                          + "; ".join(f"{r.name}: {', '.join(r.transports) or 'none'}" for r in rungs)
-                          + " share none (nothing was created)")
+def _checked(cfg: SweepConfig, shape: Shape, rungs: list[Rung], forward_ms: float | None, analyse: bool,
+             skip_missing: bool, log: Callable[[str], None]) -> tuple[SweepConfig, dict[str, Any] | None]:
+    """The sweep's config checked before anything is made: its codecs spelled one way, the
+    hidden-state file readable, the streamed cells' schedule, what this machine lacks
+    (refused, or with --skip-missing the missing transports left out). Returns the config
+    to run and the stream's record (None: no streamed cells)."""
     if cfg.codecs != ("none",) or cfg.payload_from:  # checked and spelled one way before anything is made
         from hopbench.core.hidden import source_for
         from hopbench.orchestration.runjob import check_codecs
@@ -113,8 +105,12 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         for p in problems:
             log(f"warning: {p}; skipped (--skip-missing)")
         cfg = replace(cfg, transports=tuple(t for t in cfg.transports if t not in missing_tr))
-    # cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route
-    # to the peer against the interface and rate the rung config names
+    return cfg, stream
+
+
+def _preflight(rungs: list[Rung], strict: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    """Cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route to
+    the peer against the interface and rate the rung config names, and its server's answer."""
     from hopbench.orchestration import doctor
 
     preflight: dict[str, Any] = {"local": doctor.local_report(with_ucx=False).to_dict(), "rungs": {}}
@@ -137,6 +133,12 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         log(f"warning: {w}")
     if strict and warnings:
         raise ConfigError(f"pre-flight checks warned ({len(warnings)}); --strict refuses to measure")
+    return preflight
+
+
+def _namespaces_or_loopback(rungs: list[Rung], log: Callable[[str], None]) -> tuple[list[Rung], str | None]:
+    """The rungs this machine can run: emulated ones need network namespaces; without them,
+    loopback only (said, and recorded as the sweep's fallback)."""
     fallback = None
     if any(r.kind == "emulated" for r in rungs):
         ok, why = netem.available()
@@ -146,6 +148,26 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
             rungs = [r for r in rungs if r.kind != "emulated"] or [load_rung("loopback")]
             if not any(r.kind == "loopback" for r in rungs):
                 rungs.insert(0, load_rung("loopback"))
+    return rungs, fallback
+
+
+def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
+              resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
+              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
+              on_progress: Callable[[int, int, float, float, str], None] | None = None,
+              forward_ms: float | None = None) -> Path:
+    """Measure every cell of the sweep; returns its folder. `on_progress(done, total,
+    elapsed_s, eta_s, cell_key)` after each cell (default: plain lines, one per 10%)."""
+    report_progress = on_progress or progress
+    rung_names = only_rungs or list(cfg.rungs)
+    rungs = [load_rung(n) for n in rung_names]
+    if not any(t in r.transports for r in rungs for t in cfg.transports):
+        raise ConfigError(f"nothing to measure: the sweep's transports ({', '.join(cfg.transports)}) and the rungs' "
+                          + "; ".join(f"{r.name}: {', '.join(r.transports) or 'none'}" for r in rungs)
+                          + " share none (nothing was created)")
+    cfg, stream = _checked(cfg, shape, rungs, forward_ms, analyse, skip_missing, log)
+    preflight = _preflight(rungs, strict, log)
+    rungs, fallback = _namespaces_or_loopback(rungs, log)
     folder = out or (find_resumable(results_root, cfg) if resume else None)
     if folder is not None and R.ResultFolder(folder).is_sweep:
         state = R.ResultFolder(folder).read_top()
@@ -161,19 +183,9 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         lock.release()
 
 
-def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, id_bytes: int,
-             fallback: str | None, preflight: dict[str, Any], log: Callable[[str], None],
-             report_progress: Callable[[int, int, float, float, str], None],
-             stream: dict[str, Any] | None = None) -> Path:
-    """Measure the planned cells into a locked sweep folder (new or resumed)."""
-    (folder / "logs").mkdir(exist_ok=True)
-    (folder / "configs").mkdir(exist_ok=True)
-    for r in rungs:
-        shutil.copy(r.path, folder / "configs" / Path(r.path).name)
-    if cfg.path:
-        shutil.copy(cfg.path, folder / "configs" / Path(cfg.path).name)
-    # placements: "auto" is chosen by measurement on this machine, once per sweep folder
-    rf = R.ResultFolder(folder)
+def _placements(rf: R.ResultFolder, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[list[str], Any]:
+    """The sweep's placements as resolved: "auto" is chosen by measurement on this machine,
+    once per sweep folder (a resumed sweep keeps its choice). Returns (names, calibration)."""
     resolved = rf.read_top().get("placements_resolved") if rf.is_sweep else None
     calibration = None
     if resolved is None:
@@ -188,6 +200,76 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
                 resolved.append(chosen)
             else:
                 resolved.append(name)
+    return resolved, calibration
+
+
+def _cell_job(cell: Any, rung: Rung, rt: RungRuntime, cfg: SweepConfig, shape: Shape, id_bytes: int, seed: int,
+              stream: dict[str, Any] | None, cell_dir: Path) -> tuple[dict[str, Any], float]:
+    """A cell's job for its rung's agent, and the seconds it may take."""
+    cycles = cycles_for(cell, rung, cfg, (stream or {}).get("forward_ms", 0.0) / 1000)
+    place = rt.place
+    run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
+                        gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
+                        transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
+                        bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
+                        codecs=(cell.series.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
+                        clients=cell.series.clients, stream=stream if cell.series.streamed else None,
+                        payload=cell.series.design)
+    job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
+           # the payload as one target names it: several targets add their own "@M"
+           "payload": {"label": cell.series.alone.spell(cell.base), "tokens": cell.tokens,
+                       "request_bytes": cell.request_bytes, "reply_bytes": cell.reply_bytes,
+                       "codec": cell.series.codec, "stream": cell.series.streamed, "design": cell.series.design},
+           "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
+                     "placement": place.describe() if place else None}}
+    return job, (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
+
+
+def _start_rungs(labels: dict[str, tuple[str, str]], todo: list, by_rung: dict[str, Rung], places: dict[str, Any],
+                 folder: Path, report: dict[str, Any], log: Callable[[str], None]) -> dict[str, RungRuntime]:
+    """The runtime (links, server) of each rung x placement a remaining cell needs, started
+    and described in the report."""
+    runtimes: dict[str, RungRuntime] = {}
+    for label, (rname, pname) in labels.items():
+        if any(c.label == label for c in todo):
+            r = by_rung[rname]
+            rt = RungRuntime(r, folder / "logs", places[pname])
+            runtimes[label] = rt
+            rt.start()
+            report["rungs"][label] = rt.describe()
+            log(f"rung {label}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
+                + f", placement {pname}, server {rt.host}:{rt.port}"
+                + (f" (pid {rt.server.proc.pid})" if rt.server else ""))
+    return runtimes
+
+
+def _run_cell(rt: RungRuntime, job: dict[str, Any], est: float, key: str, attempt: str, rf: R.ResultFolder,
+              report: dict[str, Any], log: Callable[[str], None]) -> None:
+    """One cell on its rung's agent; a server that died is restarted and the cell retried
+    once (recorded); a cell that still fails is recorded as failed, and the sweep goes on."""
+    answer = rt.run_cell(job, timeout=est)
+    if not answer.get("ok") and rt.server_died():
+        log(f"\nserver of rung {job['extra']['rung']} died ({answer.get('error')}); restarted it on port {rt.port}, "
+            f"retrying {key}")
+        report.setdefault("server_restarts", []).append({"cell": key, "error": answer.get("error")})
+        rf.set_aside(key, attempt)
+        answer = rt.run_cell(job, timeout=est)
+    if not answer.get("ok"):
+        report["failed_cells"].append({"key": key, "error": answer.get("error")})
+        log(f"\ncell {key} failed: {answer.get('error')}")
+
+
+def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, id_bytes: int,
+             fallback: str | None, preflight: dict[str, Any], log: Callable[[str], None],
+             report_progress: Callable[[int, int, float, float, str], None],
+             stream: dict[str, Any] | None = None) -> Path:
+    """Measure the planned cells into a locked sweep folder (new or resumed)."""
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "configs").mkdir(exist_ok=True)
+    for path in [r.path for r in rungs] + ([cfg.path] if cfg.path else []):  # the configs as measured
+        shutil.copy(path, folder / "configs" / Path(path).name)
+    rf = R.ResultFolder(folder)
+    resolved, calibration = _placements(rf, cfg, log)
     from hopbench.core.placement import placement as _placement
 
     places = {n: _placement(n) for n in resolved}
@@ -214,53 +296,16 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     t_start = time.monotonic()
     status = "incomplete"
     try:
-        for label, (rname, pname) in labels.items():
-            if any(c.label == label for c in todo):
-                r = by_rung[rname]
-                rt = RungRuntime(r, folder / "logs", places[pname])
-                runtimes[label] = rt
-                rt.start()
-                report["rungs"][label] = rt.describe()
-                log(f"rung {label}: {r.kind}" + (f", {r.rate_mbit:g} Mbit/s" if r.rate_mbit else "")
-                    + f", placement {pname}, server {rt.host}:{rt.port}"
-                    + (f" (pid {rt.server.proc.pid})" if rt.server else ""))
+        runtimes.update(_start_rungs(labels, todo, by_rung, places, folder, report, log))
         save("running")
         for i, cell in enumerate(todo):
-            rung = by_rung[cell.place.rung]
-            cell_dir = rf.cell_dir(cell.key)
-            rf.set_aside(cell.key, str(i))  # an earlier attempt that did not complete: kept aside
-            cycles = cycles_for(cell, rung, cfg, (stream or {}).get("forward_ms", 0.0) / 1000)
-            place = runtimes[cell.label].place
-            run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
-                                gap_ms=cell.gap_ms, poll=place.poll if place else "auto",
-                                transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
-                                bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
-                                codecs=(cell.series.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
-                                clients=cell.series.clients, stream=stream if cell.series.streamed else None,
-                                payload=cell.series.design)
-            job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
-                   # the payload as one target names it: several targets add their own "@M"
-                   "payload": {"label": cell.series.alone.spell(cell.base), "tokens": cell.tokens,
-                               "request_bytes": cell.request_bytes, "reply_bytes": cell.reply_bytes,
-                               "codec": cell.series.codec, "stream": cell.series.streamed, "design": cell.series.design},
-                   "extra": {"sweep": {"cell": asdict(cell), "key": cell.key, "seed": seed}, "rung": cell.label,
-                             "placement": runtimes[cell.label].place.describe()}}
-            est = (cfg.warmup + cycles + 1) * (cell.gap_ms / 1000 + 0.001) + 60
             rt = runtimes[cell.label]
-            answer = rt.run_cell(job, timeout=est)
-            if not answer.get("ok") and rt.server_died():
-                log(f"\nserver of rung {cell.label} died ({answer.get('error')}); restarted it on port {rt.port}, "
-                    f"retrying {cell.key}")
-                report.setdefault("server_restarts", []).append({"cell": cell.key, "error": answer.get("error")})
-                rf.set_aside(cell.key, str(i))
-                answer = rt.run_cell(job, timeout=est)
-            if not answer.get("ok"):
-                report["failed_cells"].append({"key": cell.key, "error": answer.get("error")})
-                log(f"\ncell {cell.key} failed: {answer.get('error')}")
-            done = i + 1
+            rf.set_aside(cell.key, str(i))  # an earlier attempt that did not complete: kept aside
+            job, est = _cell_job(cell, by_rung[cell.place.rung], rt, cfg, shape, id_bytes, seed, stream,
+                                 rf.cell_dir(cell.key))
+            _run_cell(rt, job, est, cell.key, str(i), rf, report, log)
             el = time.monotonic() - t_start
-            eta = el / done * (len(todo) - done)
-            report_progress(done, len(todo), el, eta, cell.key)
+            report_progress(i + 1, len(todo), el, el / (i + 1) * (len(todo) - i - 1), cell.key)
         status = "complete" if not report["failed_cells"] else "incomplete"
     except KeyboardInterrupt:
         log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
