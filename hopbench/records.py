@@ -23,6 +23,9 @@ CONNECT_TIMEOUT_S = 5.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the server's default cap per request and reply
 MIN_GAIN = 0.05  # the least projected tok/s gain worth a second box: below it a verdict is 'not worth it'
 MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up + timed)
+#: values per scale of a lossy codec where a record or config predates the field (the
+#: study's hidden size; configs/shape.toml's `hidden` is what runs use)
+HIDDEN_DEFAULT = 6144
 MEMORIES = ("host", "cuda")  # where a payload may live (hopbench.core.gpu checks it)
 
 
@@ -106,7 +109,7 @@ class RunConfig:
     # = the raw bytes), the hidden states they encode (None = synthetic), the values per scale
     codecs: tuple[str, ...] = ("none",)
     payload_from: str | None = None
-    hidden: int = 6144
+    hidden: int = HIDDEN_DEFAULT
     # a drafter shared by several targets (docs/RESULTS.md "Several targets"): the targets run
     # at once (one session each, their plans started together), and open-loop load: each target
     # sends `mps` cycles per second on a fixed or poisson schedule (None = closed loop)

@@ -149,7 +149,7 @@ def test_new_results_carry_their_id(tmp_path):
     ["--tokens", "1,3", "--payload", "projected"],
     ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2", "--rate", "1000"],
 ])
-def test_every_reproduce_line_records_the_same_config(args):
+def test_to_argv_every_reproduce_line_records_the_same_config(args):
     """Issue 39 (REVIEW4 §5.2): the report's reproduce line came from a hand copy of the CLI that
     had drifted (no --codec, --clients, --mps, --time ...): a reproduced run was another run.
     Now it is RunConfig.to_argv(); parsed back through the CLI it gives the same config."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hopbench.analysis import compare as C
+from hopbench.analysis import compare as CMP
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Reading, load_groups, recorded_shape
@@ -118,15 +118,15 @@ def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_token
                                                                 "verdicts": [v.to_dict() for v in vs], "codecs": codecs,
                                                                 "targets": targets}, indent=1) + "\n")
         groups, _ = load_groups(folder)
-        pairs = C.gap_pairs(groups)
+        pairs = CMP.gap_pairs(groups)
         if pairs:
             show("think time between cycles (--gap-ms): the same cell with and without the gap")
-            show(C.format_table([C.compare_groups(a, b, paired=True) for a, b in pairs], "no gap", "gap"))
+            show(CMP.format_table([CMP.compare_groups(a, b, paired=True) for a, b in pairs], "no gap", "gap"))
     return vs
 
 
 def run_plot(folder: Path | Reading, bytes_per_token: int, inputs: V.Inputs, operating_tokens: int, show=print) -> list[Path]:
-    from hopbench.analysis import plot as P
+    from hopbench.analysis import plot as PL
 
     groups, _ = load_groups(folder)
     fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
@@ -135,7 +135,7 @@ def run_plot(folder: Path | Reading, bytes_per_token: int, inputs: V.Inputs, ope
     except ConfigError as exc:  # no operating payload (e.g. run --bytes grid): every other figure still draws
         vs = []
         show(f"no hop-cost figure: {exc}")
-    paths = P.write_all(Path(folder) / "plots", groups, fits, vs, bytes_per_token, inputs.t_draft_ms, operating_tokens)
+    paths = PL.write_all(Path(folder) / "plots", groups, fits, vs, bytes_per_token, inputs.t_draft_ms, operating_tokens)
     show("plots: " + ", ".join(str(p) for p in paths))
     return paths
 

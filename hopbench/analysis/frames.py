@@ -42,7 +42,7 @@ def _pandas() -> Any:
 def _spec_frames(path: str | Path) -> Frames | None:
     """A `hopbench spec` folder as Frames (None: not one)."""
     from hopbench import results as R
-    from hopbench.analysis import spec as S
+    from hopbench.analysis import spec as AS
 
     try:
         top = R.ResultFolder(path).read_top()
@@ -51,8 +51,8 @@ def _spec_frames(path: str | Path) -> Frames | None:
     if not isinstance(top, dict) or top.get("schema") != R.SPEC_SCHEMA:
         return None
     pd = _pandas()
-    report, cycles, _ = S.load(path)
-    _, modes = S.analyse(path)
+    report, cycles, _ = AS.load(path)
+    _, modes = AS.analyse(path)
     cells = [{"mode": m.mode, "tok_s": m.tok_s.value, "ci_lo": m.tok_s.lo, "ci_hi": m.tok_s.hi, "ci_level": m.tok_s.level,
               "repeats": m.tok_s.n_repeats, "tokens_per_cycle": m.tokens_per_cycle, "hit_rate": m.hit_rate}
              for m in modes]

@@ -179,9 +179,9 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
 
 def heatmaps(folder: Path, transport: str = "tcp", tokens: int | None = None) -> list[Path]:
     """Hop cost and goodput per (client, server), PNG + SVG in plots/."""
-    from hopbench.analysis import plot as P
+    from hopbench.analysis import plot as PL
 
-    plt = P._plt()
+    plt = PL._plt()
     top = load_matrix(folder)
     ph, op = hops(folder, transport, tokens)
     bpt = recorded_shape(folder)[0]

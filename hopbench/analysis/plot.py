@@ -235,15 +235,15 @@ def hop_vs_targets(verdicts, t_draft_ms: float, operating_tokens: int):
 
 
 def targets_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str:
-    from hopbench.analysis import svgplot as S
+    from hopbench.analysis import svgplot as SVG
 
-    p = S.Panel("per-target hop against M", "targets at once (M)", f"per-target hop at T = {operating_tokens} (ms)",
+    p = SVG.Panel("per-target hop against M", "targets at once (M)", f"per-target hop at T = {operating_tokens} (ms)",
                 xlog=True, legend="below")
-    p.series = [S.Series("points", ln.x, ln.y, S.color(i), ln.label, lo=ln.lo, hi=ln.hi)
+    p.series = [SVG.Series("points", ln.x, ln.y, SVG.color(i), ln.label, lo=ln.lo, hi=ln.hi)
                 for i, ln in enumerate(target_lines(verdicts))]
-    p.series += [S.Series("line", ln.x, ln.y, S.color(i)) for i, ln in enumerate(target_lines(verdicts))]
+    p.series += [SVG.Series("line", ln.x, ln.y, SVG.color(i)) for i, ln in enumerate(target_lines(verdicts))]
     p.hlines = [(t_draft_ms, "crimson", "--", f"break-even hop = t_draft = {t_draft_ms} ms")]
-    return S.figure([p], TARGETS_TITLE, fid)
+    return SVG.figure([p], TARGETS_TITLE, fid)
 
 
 CDF_POINTS = 400  # points drawn per CDF line: its quantiles (a sweep pools thousands of cycles per cell)
@@ -415,44 +415,44 @@ def write_spec(out: Path, folders: list[Path]) -> list[Path]:
 
 
 def latency_svg(groups: list[Group], fits: list[Fit], bytes_per_token: int, fid: str) -> str:
-    from hopbench.analysis import svgplot as S
+    from hopbench.analysis import svgplot as SVG
 
     panels = []
     for tr, lines in latency_series(groups, fits).items():
-        p = S.Panel(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)", LATENCY_XLABEL, "round trip p50 (µs)",
+        p = SVG.Panel(f"{tr}: round trip vs payload (dashed: fit α + bytes/β)", LATENCY_XLABEL, "round trip p50 (µs)",
                     legend="below")
         for ln in lines:
-            col = S.color(ln.color)
-            p.series.append(S.Series("points", ln.x, ln.y, col, ln.label, lo=ln.lo, hi=ln.hi))
-            p.series += [S.Series("line", xs, ys, col, style="--") for xs, ys in ln.segments]
+            col = SVG.color(ln.color)
+            p.series.append(SVG.Series("points", ln.x, ln.y, col, ln.label, lo=ln.lo, hi=ln.hi))
+            p.series += [SVG.Series("line", xs, ys, col, style="--") for xs, ys in ln.segments]
             if ln.n_half:
-                p.series.append(S.Series("points", [ln.n_half[0]], [ln.n_half[1]], col, ln.n_half[2], marker="D"))
+                p.series.append(SVG.Series("points", [ln.n_half[0]], [ln.n_half[1]], col, ln.n_half[2], marker="D"))
         p.vlines = [(t * bytes_per_token, "#9467bd", f"T={t}") for t in (1, 3, 8)]
         panels.append(p)
-    return S.figure(panels, LATENCY_TITLE, fid)
+    return SVG.figure(panels, LATENCY_TITLE, fid)
 
 
 def hop_svg(verdicts, t_draft_ms: float, operating_tokens: int, fid: str) -> str:
-    from hopbench.analysis import svgplot as S
+    from hopbench.analysis import svgplot as SVG
 
     rungs, width, per_transport = hop_bars(verdicts)
-    p = S.Panel(HOP_HEAD, "rung (label: hop and projected tok/s gain)",
+    p = SVG.Panel(HOP_HEAD, "rung (label: hop and projected tok/s gain)",
                 hop_ylabel(verdicts, operating_tokens), xlog=False, categories=rungs,
                 ylim=hop_ylim(verdicts, t_draft_ms), legend="below")  # above the bars it hid their labels (issue 42)
-    p.series = [S.Series("bars", b.x, b.y, S.color(i), b.transport, lo=b.lo, hi=b.hi, width=width, notes=b.notes)
+    p.series = [SVG.Series("bars", b.x, b.y, SVG.color(i), b.transport, lo=b.lo, hi=b.hi, width=width, notes=b.notes)
                 for i, b in enumerate(per_transport)]
     p.hlines = [(t_draft_ms, "crimson", "--", f"break-even hop = t_draft = {t_draft_ms} ms")]
-    return S.figure([p], "Hop cost against the break-even hop: below the line, moving the drafter pays", fid,
+    return SVG.figure([p], "Hop cost against the break-even hop: below the line, moving the drafter pays", fid,
                     panel_width=max(440, 150 * len(rungs)))
 
 
 def cdf_svg(groups: list[Group], fid: str) -> str:
-    from hopbench.analysis import svgplot as S
+    from hopbench.analysis import svgplot as SVG
 
     panels = []
     for rung, rows in cdf_lines(groups).items():
-        p = S.Panel(f"{rung}: latency CDF per payload", "round trip (µs)", "fraction of cycles ≤ x", ylog=False,
+        p = SVG.Panel(f"{rung}: latency CDF per payload", "round trip (µs)", "fraction of cycles ≤ x", ylog=False,
                     ylim=(0.0, 1.02), legend="below")
-        p.series = [S.Series("line", x, y, S.color(k), label, style=style) for k, style, label, x, y in rows]
+        p.series = [SVG.Series("line", x, y, SVG.color(k), label, style=style) for k, style, label, x, y in rows]
         panels.append(p)
-    return S.figure(panels, "Latency CDFs per rung", fid, panel_width=360)
+    return SVG.figure(panels, "Latency CDFs per rung", fid, panel_width=360)

@@ -114,21 +114,21 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
             paired: Annotated[bool, typer.Option(help="Pair run i of A with run i of B (only when they were interleaved in time; checked).")] = True,
             json_out: JsonOpt = False):
     """Per matching cell: B - A with a 95% CI, repeats as the unit, paired where pairing is real."""
-    from hopbench.analysis import compare as C
+    from hopbench.analysis import compare as CMP
     from hopbench.analysis.data import first_header, load_runs
 
     fa = [Path(x) for x in a.split(",") if x]
     fb = [Path(x) for x in b.split(",") if x]
     ga, _ = load_runs(fa)
     gb, _ = load_runs(fb)
-    pairs = C.match(ga, gb)
+    pairs = CMP.match(ga, gb)
     if not pairs:
         raise ConfigError(f"no matching cells between {a} and {b}")
     rows = []
     for x, y in pairs:
-        real = paired and C.interleaved(x, y)
-        rows.append(C.compare_groups(x, y, paired=real, run_spread=run_spread))
-    warnings = C.baseline_warnings(first_header(fa[0]), first_header(fb[0]))
+        real = paired and CMP.interleaved(x, y)
+        rows.append(CMP.compare_groups(x, y, paired=real, run_spread=run_spread))
+    warnings = CMP.baseline_warnings(first_header(fa[0]), first_header(fb[0]))
     if json_out:
         import json as _json
 
@@ -136,6 +136,6 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
                            "comparisons": [c.to_dict() for c in rows], "baseline_warnings": warnings},
                           indent=1, default=str))
         return
-    print(C.format_table(rows))
+    print(CMP.format_table(rows))
     for w in warnings:
         typer.secho(f"warning: {w}", fg="yellow", err=True)

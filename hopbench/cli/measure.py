@@ -220,7 +220,7 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
     import json
 
     from hopbench.config import parse_int_list
-    from hopbench.orchestration import spectargets as ST
+    from hopbench.orchestration import spectargets as SPT
     from hopbench.orchestration.runner import naming_what_was_kept
 
     if host is None or port is None:
@@ -235,11 +235,11 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
         say(f"hopbench spec --targets {targets} -> {made[0]}")
         return made[0]
     with naming_what_was_kept(made):
-        folder = ST.run_spec_targets(host, port, cfg.check(), parse_int_list(targets, "--targets"), make,
+        folder = SPT.run_spec_targets(host, port, cfg.check(), parse_int_list(targets, "--targets"), make,
                                      secret=secret or None, cpu=cpu, say=say,
                                      warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     doc = R.ResultFolder(folder).read_top()
-    for line in ST.summary_lines(doc):
+    for line in SPT.summary_lines(doc):
         say(line)
     say(f"results: {folder}")
     if json_out:
@@ -263,7 +263,7 @@ def fanin(
     json_out: JsonOpt = False,
 ):
     """Targets on several Ray nodes against one server node, started together (docs/MATRIX.md "Fan-in")."""
-    from hopbench.orchestration import clients as C
+    from hopbench.orchestration import clients as CL
     from hopbench.orchestration import fanin as FI
     from hopbench.orchestration import matrix as M
     from hopbench.orchestration import runjob
@@ -288,7 +288,7 @@ def fanin(
                                   warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     finally:
         agents.close()
-    C.result_table(record["payloads"], say)
+    CL.result_table(record["payloads"], say)
     say(f"results: {record['folder']}")
     if json_out:
         print(runjob.result_document(record["folder"]))

@@ -29,7 +29,7 @@ def doctor(
     """Check interfaces, drivers, RDMA/UCX devices, sysctls, and (with --peer) the path."""
     import json as _json
 
-    from hopbench.orchestration import doctor as D
+    from hopbench.orchestration import doctor as DR
 
     if rung:
         from hopbench.config_sweep import load_rung
@@ -39,13 +39,13 @@ def doctor(
         rate = rate or rc.rate_mbit
     if peer:
         host, port = _address(peer, port)
-        report = D.peer_report(host, port, interface, rate, secret=secret)
+        report = DR.peer_report(host, port, interface, rate, secret=secret)
     else:
-        report = D.local_report()
+        report = DR.local_report()
         if rate:
             iface = next((i for i in report.interfaces if i["name"] == interface), None) if interface else None
-            D.check_speed(report, rate, iface)
-    print(_json.dumps(report.to_dict(), indent=1, default=str) if json_out else D.format_report(report))
+            DR.check_speed(report, rate, iface)
+    print(_json.dumps(report.to_dict(), indent=1, default=str) if json_out else DR.format_report(report))
     if strict and report.warnings:
         raise typer.Exit(1)
 

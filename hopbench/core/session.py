@@ -7,8 +7,8 @@ With a secret, every frame after the AUTH exchange is bound to it (auth.Binding:
 per frame, a proof first on each data channel), so a relay that passed the handshake
 through cannot answer for the server; the client's environment arrives only then (ENV).
 
-Every frame is read through `_expect(state, allowed...)`: a frame the state does not allow
-is a ProtocolError naming both. A plan is negotiated (caps, transport, its serving path's
+Every frame is read through `_expect(allowed...)` in the session's state: a frame the
+state does not allow is a ProtocolError naming both. A plan is negotiated (caps, transport, its serving path's
 check against the server's own settings, the loop) and then served by the one serving path
 of its kind (hopbench.core.serving). A session owns everything it touches (its channels,
 its client's environment, its counts); the server hands it only frozen things."""

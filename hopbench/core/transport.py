@@ -342,7 +342,7 @@ def describe_transports() -> list[dict[str, Any]]:
 
 def split_options(opts: list[str] | None) -> dict[str, dict[str, str]]:
     """KEY=VALUE flags -> {transport: {KEY: VALUE}}; each key goes to the transport that
-    declares it (hopbench.core.transport.REGISTRY)."""
+    declares it (the registry's Registered.owns: registry())."""
     out: dict[str, dict[str, str]] = {}
     for item in opts or []:
         key, sep, value = item.partition("=")

@@ -217,6 +217,90 @@ def common_window(timelines: list[tuple[np.ndarray, np.ndarray, bool]]) -> tuple
     return (w0, w1) if w1 > w0 else None
 
 
+def _in_window(t: int, err: str | None, p: dict[str, Any], line: tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool],
+               window: tuple[int, int] | None, plan: dict[str, Any], sample_rows: list[dict], merged: Any
+               ) -> tuple[dict[str, Any], np.ndarray]:
+    """One target's cycles inside the common window: its row (n, tails, rate, goodput) and
+    its round trips; its sample rows appended (those outside marked `outside`), its
+    histogram added to `merged`."""
+    from hopbench.core.stats import hdr_histogram, hdr_tails, summarize
+
+    rows, ends, timed, _ = line
+    inside = timed & (ends > window[0]) & (ends <= window[1]) if window else timed
+    x = np.asarray([int(r["rtt_ns"]) for r in rows], dtype=np.int64)[inside]
+    for r, keep, was in zip(rows, inside, timed):
+        sample_rows.append(r if keep or not was else {**r, "warmup": 2, "phase": "outside"})
+    h = hdr_histogram(x)
+    merged.add(h)
+    st = summarize(x) if x.size else {"n": 0}
+    span_s = (window[1] - window[0]) / 1e9 if window else None
+    s = p["summary"]
+    rate = x.size / span_s if span_s else s.get("cycles_per_s")
+    return ({"target": t, "complete": bool(s.get("complete")), "error": p.get("error") or err,
+             "n": int(x.size), "n_total": s.get("n"), "p50_ns": st.get("p50_ns"), "p99_ns": st.get("p99_ns"),
+             "p999_ns": st.get("p999_ns"), "cycles_per_s": rate,
+             "goodput_mbit": rate * int(plan["request_bytes"]) * 8 / 1e6 if rate else None,
+             **{k: s.get(k) for k in ("late_sends", "send_lag_p50_ns")}, **hdr_tails(h)}, x)
+
+
+def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[dict[str, str]]],
+                   alone_p50: dict[str, Any], clients: int, sample_rows: list[dict],
+                   summary_rows: list[dict]) -> dict[str, Any] | None:
+    """One payload's M phase (aggregate): its entry, its rows appended; None when no target
+    measured it."""
+    from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
+
+    found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
+             for t, _, err, rep in reports]
+    plan = next((p["plan"] for _, _, p in found if p is not None), None)
+    if plan is None:
+        return None
+    gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
+    lines: dict[int, tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool]] = {}
+    for t, err, p in found:
+        if p is None:
+            continue
+        rows = sorted((r for r in samples_by_target[t] if r["payload"] == label), key=lambda r: int(r["seq"]))
+        timed = np.asarray([r["phase"] == "timed" for r in rows], dtype=bool)
+        lines[t] = (rows, _ends(rows, gap_ns), timed, bool(p["summary"].get("complete")) and not err)
+    window = common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
+    per: list[dict] = []
+    pooled: list[int] = []
+    merged = hdr_histogram()
+    for t, err, p in found:
+        if p is None:
+            per.append({"target": t, "complete": False, "error": err or "no measurement"})
+            continue
+        row, x = _in_window(t, err, p, lines[t], window, plan, sample_rows, merged)
+        per.append(row)
+        pooled.extend(x.tolist())
+        summary_rows.append({**p["summary"], **{k: row[k] for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s",
+                                                                   "goodput_mbit", "hdr_p99_ns", "hdr_p999_ns")}})
+    summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
+               if not k.startswith("drift")}
+    rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
+    goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
+    base = alone_p50.get(label)
+    agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
+           "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
+           "window_s": (window[1] - window[0]) / 1e9 if window else None,
+           "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
+           **hdr_tails(merged)}
+    first = next(p["summary"] for _, _, p in found if p is not None)
+    summary.update({k: first.get(k) for k in ("payload", "transport", "tokens", "request_bytes", "reply_bytes", "k")},
+                   complete=all(x["complete"] for x in per), target="all", clients=clients,
+                   offered_per_s=first.get("offered_per_s"), cycles_per_s=agg["cycles_per_s"],
+                   goodput_mbit=agg["goodput_mbit"], hdr_p99_ns=agg["hdr_p99_ns"],
+                   hdr_p999_ns=agg["hdr_p999_ns"],
+                   late_sends=sum(int(x.get("late_sends") or 0) for x in per) if first.get("offered_per_s") else None)
+    summary_rows.append(summary)
+    return {"payload": label, "tokens": first.get("tokens"), "plan": plan, "summary": summary,
+                    "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
+                    "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
+                    "started_unix": min((p.get("started_unix") or 0 for _, _, p in found if p is not None),
+                                        default=None)}
+
+
 def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str | None]],
               clients: int) -> tuple[list[dict], list[dict], list[dict]]:
     """The M phase per payload, over the targets' common window (common_window: every target
@@ -224,7 +308,6 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
     phase `outside`): the pooled round trips' summary (the per-target hop at M), a row per
     target (its cycles in the window: n, tails, rate, goodput), and the aggregate. Returns
     (payload entries, sample rows, summary rows)."""
-    from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
 
     # the reference's payloads by the label their M-target counterparts carry ("T3" -> "T3@4")
     alone_p50 = {clients_label(p["payload"], clients): p["summary"].get("p50_ns") for p in (alone or {}).get("payloads", [])}
@@ -239,69 +322,9 @@ def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str |
     summary_rows: list[dict] = []
     samples_by_target = {t: _read_csv(folder / R.SAMPLES_FILE) for t, folder, _, _ in reports}
     for label in order:
-        found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
-                 for t, _, err, rep in reports]
-        plan = next((p["plan"] for _, _, p in found if p is not None), None)
-        if plan is None:
-            continue
-        gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
-        lines: dict[int, tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool]] = {}
-        for t, err, p in found:
-            if p is None:
-                continue
-            rows = sorted((r for r in samples_by_target[t] if r["payload"] == label), key=lambda r: int(r["seq"]))
-            timed = np.asarray([r["phase"] == "timed" for r in rows], dtype=bool)
-            lines[t] = (rows, _ends(rows, gap_ns), timed, bool(p["summary"].get("complete")) and not err)
-        window = common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
-        per: list[dict] = []
-        pooled: list[int] = []
-        merged = hdr_histogram()
-        for t, err, p in found:
-            if p is None:
-                per.append({"target": t, "complete": False, "error": err or "no measurement"})
-                continue
-            rows, ends, timed, _ = lines[t]
-            inside = timed & (ends > window[0]) & (ends <= window[1]) if window else timed
-            x = np.asarray([int(r["rtt_ns"]) for r in rows], dtype=np.int64)[inside]
-            for r, keep, was in zip(rows, inside, timed):
-                sample_rows.append(r if keep or not was else {**r, "warmup": 2, "phase": "outside"})
-            pooled.extend(x.tolist())
-            h = hdr_histogram(x)
-            merged.add(h)
-            st = summarize(x) if x.size else {"n": 0}
-            span_s = (window[1] - window[0]) / 1e9 if window else None
-            rate = x.size / span_s if span_s else p["summary"].get("cycles_per_s")
-            s = p["summary"]
-            per.append({"target": t, "complete": bool(s.get("complete")), "error": p.get("error") or err,
-                        "n": int(x.size), "n_total": s.get("n"), "p50_ns": st.get("p50_ns"), "p99_ns": st.get("p99_ns"),
-                        "p999_ns": st.get("p999_ns"), "cycles_per_s": rate,
-                        "goodput_mbit": rate * int(plan["request_bytes"]) * 8 / 1e6 if rate else None,
-                        **{k: s.get(k) for k in ("late_sends", "send_lag_p50_ns")}, **hdr_tails(h)})
-            summary_rows.append({**s, **{k: per[-1][k] for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s",
-                                                                "goodput_mbit", "hdr_p99_ns", "hdr_p999_ns")}})
-        summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
-                   if not k.startswith("drift")}
-        rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
-        goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
-        base = alone_p50.get(label)
-        agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
-               "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
-               "window_s": (window[1] - window[0]) / 1e9 if window else None,
-               "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
-               **hdr_tails(merged)}
-        first = next(p["summary"] for _, _, p in found if p is not None)
-        summary.update({k: first.get(k) for k in ("payload", "transport", "tokens", "request_bytes", "reply_bytes", "k")},
-                       complete=all(x["complete"] for x in per), target="all", clients=clients,
-                       offered_per_s=first.get("offered_per_s"), cycles_per_s=agg["cycles_per_s"],
-                       goodput_mbit=agg["goodput_mbit"], hdr_p99_ns=agg["hdr_p99_ns"],
-                       hdr_p999_ns=agg["hdr_p999_ns"],
-                       late_sends=sum(int(x.get("late_sends") or 0) for x in per) if first.get("offered_per_s") else None)
-        summary_rows.append(summary)
-        entries.append({"payload": label, "tokens": first.get("tokens"), "plan": plan, "summary": summary,
-                        "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
-                        "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
-                        "started_unix": min((p.get("started_unix") or 0 for _, _, p in found if p is not None),
-                                            default=None)})
+        entry = _payload_entry(label, reports, samples_by_target, alone_p50, clients, sample_rows, summary_rows)
+        if entry is not None:
+            entries.append(entry)
     return entries, sample_rows, summary_rows
 
 
@@ -319,6 +342,17 @@ def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None
         R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, True), rows_alone + sample_rows),
         R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, True),
                                    [p["summary"] for p in summ_alone] + summary_rows)})
+
+
+def _reference(runner: Callable[[list[TargetJob]], dict[int | None, str | None]], job: TargetJob,
+               say: Callable[[str], None]) -> dict[str, Any]:
+    """Phase 1: one target alone, the reference the M phase is judged against."""
+    say(f"phase 1: one target alone (the reference), CPU {job.cpu if job.cpu is not None else 'any'}")
+    err = runner([job])
+    alone = _read_report(job.folder)
+    if alone is None:
+        raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
+    return alone
 
 
 def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
@@ -344,15 +378,9 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     sub = top / TARGETS_DIR
     sub.mkdir()
     group = uuid.uuid4().hex[:16]
-    alone, alone_dir = None, None
-    if reference:
-        alone_dir = sub / ALONE
-        say(f"phase 1: one target alone (the reference), CPU {cpus[0] if cpus[0] is not None else 'any'}")
-        err = runner([TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
-                                cpus[0], None, None)])
-        alone = _read_report(alone_dir)
-        if alone is None:
-            raise HopbenchError(f"the reference target measured nothing: {err.get(None)}")
+    alone_dir = sub / ALONE if reference else None
+    alone = _reference(runner, TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
+                                         cpus[0], None, None), say) if alone_dir else None
     say(f"{'phase 2: ' if reference else ''}{m} targets at once, started together (group {group})")
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
     jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]

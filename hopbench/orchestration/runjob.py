@@ -337,14 +337,14 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,
                  make_folder: Callable[[], Path], made: list[Path]) -> Path:
     """--clients M: the reference alone, then M targets at once (hopbench.orchestration.clients)."""
-    from hopbench.orchestration import clients as C
+    from hopbench.orchestration import clients as CL
     from hopbench.orchestration.runner import naming_what_was_kept
 
     with naming_what_was_kept(made):
-        record = C.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
+        record = CL.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
                                warn=console.warn, say=console.say)
     folder: Path = record["folder"]
-    C.result_table(record["payloads"], console.say)
+    CL.result_table(record["payloads"], console.say)
     if record["errors"]:
         console.warn(f"{len(record['errors'])} target(s) failed (the others went on): "
                      + "; ".join(f"target {t}: {e}" for t, e in record["errors"].items()))

@@ -255,22 +255,26 @@ def run_session(
                                  extra, on_payload, on_warning)
 
 
+def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None = None) -> P.Plan:
+    """A payload's plan as the run's config asks for it (`cycles`: a --time run's count)."""
+    coded = p.codec != "none"
+    return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,
+                  id_bytes=cfg.id_bytes, cycles=cycles or cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
+                  gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
+                  server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
+                  codec_group=cfg.hidden if coded else 0,
+                  group={"id": group, "size": cfg.clients} if group else None,
+                  stream={"chunks": cfg.stream["chunks"], "chunk_bytes": cfg.stream["chunk_bytes"]}
+                  if p.stream and cfg.stream else None)
+
+
 def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
                       client_env: dict[str, Any], source: Any, group: str | None, target: int | None, floor: bool,
                       extra: dict[str, Any] | None, on_payload: Any, on_warning: Any) -> "RunWriter":
     """run_session's measuring, over its open session: each payload's plan, written as it ends."""
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
-        coded = p.codec != "none"
-        return P.Plan(transport=cfg.transport, request_bytes=p.request_bytes, reply_bytes=p.reply_bytes, k=cfg.k,
-                      id_bytes=cfg.id_bytes, cycles=cycles or cfg.cycles, warmup=cfg.warmup, verify=cfg.verify,
-                      gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
-                      server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
-                      codec_group=cfg.hidden if coded else 0,
-                      group={"id": group, "size": cfg.clients} if group else None,
-                      stream={"chunks": cfg.stream["chunks"], "chunk_bytes": cfg.stream["chunk_bytes"]}
-                      if p.stream and cfg.stream else None)
-
+        return _plan_for(cfg, p, group, cycles)
 
     check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
     stream_schedule = None

@@ -23,6 +23,7 @@ from hopbench.core import protocol as P
 from hopbench.core import spec as S
 from hopbench.core.client import Session
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import HIDDEN_DEFAULT
 from hopbench.shape import Shape
 from hopbench.version import __version__
 
@@ -58,7 +59,7 @@ class SpecConfig:
     rate_mbit: float | None = None
     codec: str = "none"  # the hidden states cross encoded (docs/CODECS.md), inside the hop
     payload_from: str | None = None  # the hidden states a codec encodes (None: synthetic)
-    hidden: int = 6144  # values per scale of a lossy codec (configs/shape.toml)
+    hidden: int = HIDDEN_DEFAULT  # values per scale of a lossy codec (configs/shape.toml)
     # several targets against one batching drafter (--targets, docs/SPEC.md "Several targets"):
     # the drafts arriving within this window of the first run as one batch (--draft-remote
     # batch:A+B), at most max_batch of them (0: every target)
@@ -138,25 +139,84 @@ def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
             "batch_mean": float(timed[:, cols["batch"]].mean()) if len(timed) and timed[:, cols["batch"]].any() else None}
 
 
+def _report_head(cfg: SpecConfig, host: str | None, port: int | None, seed: int, acceptance: Any, verify: Any,
+                 local_draft: Any, client_env: dict[str, Any], server_env: dict[str, Any] | None,
+                 group: dict[str, Any] | None, target: int, source: Any) -> dict[str, Any]:
+    """The spec report's header: what was asked, what was modelled and what measured."""
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
+        "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}" if host else None,
+        "config": cfg.to_dict(),
+        "seed": seed, "acceptance": {"spec": acceptance.spec, "probs": list(acceptance.probs),
+                                     "mean_tokens": acceptance.mean_tokens, "ranked": acceptance.ranked()},
+        "work": {"verify": verify.describe(), "draft_local": local_draft.describe(),
+                 "draft_remote": {"spec": cfg.draft_remote, "scale": cfg.time_scale}},
+        "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
+        "measured": "the network, the cadence, the transports, the hosts",
+        "client_env": client_env, "server_env": server_env,
+        **({"target": target, "group": group} if group else {}),
+        **({"payload_source": source.record} if source is not None else {}),
+        "status": "running", "runs": [],
+    }
+
+
+def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: Any,
+                 group: dict[str, Any] | None) -> P.Plan:
+    """The plan of a remote mode's repeat: the drafter's spec block (its mode, draft work,
+    ranked outcomes, batching for a group of targets) and the payload's codec."""
+    return P.Plan(transport=cfg.transport, request_bytes=info.request_bytes,
+                  reply_bytes=info.reply_bytes, k=cfg.k, id_bytes=cfg.id_bytes,
+                  cycles=cfg.cycles, warmup=cfg.warmup,
+                  transport_settings=cfg.transport_settings.get(cfg.transport, {}),
+                  spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
+                        "fanout": info.fanout, "seed": seed, "draft": cfg.draft_remote,
+                        "ranked": acceptance.ranked(), "scale": cfg.time_scale,
+                        **({"batch_window_ms": cfg.batch_window_ms,
+                            "max_batch": cfg.max_batch or group["size"]} if group else {})},
+                  codec=None if cfg.codec == "none" else cfg.codec,
+                  codec_group=0 if cfg.codec == "none" else cfg.hidden, group=group)
+
+
+def _models(cfg: SpecConfig) -> tuple[Any, Any, Any, Any]:
+    """What the spec models, parsed and checked before connecting: the acceptance outcomes,
+    the verify and local draft work, the remote draft's form, and a codec's hidden states."""
+    acceptance = S.parse_acceptance(cfg.accept, cfg.k)
+    verify = S.parse_work(cfg.verify, cfg.time_scale)
+    local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
+    if not cfg.draft_remote.startswith("gpu-read"):  # checked here; a GPU read is set up by the drafter
+        S.parse_work(cfg.draft_remote, cfg.time_scale)
+    source = None
+    if cfg.codec != "none":
+        from hopbench.core.hidden import source_for
+
+        source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
+    return acceptance, verify, local_draft, source
+
+
+def _measure_mode(session: Session | None, cfg: SpecConfig, mode: str, seed: int, outcomes: Any,
+                  models: tuple[Any, Any, Any, Any], group: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+    """One mode of one repeat: its cycle rows and the data channel's record (local: none)."""
+    acceptance, verify, local_draft, source = models
+    info = S.SpecPlanInfo(mode if mode != "local" else "sync", cfg.k, cfg.id_bytes, cfg.bytes_per_token, cfg.cycles,
+                          cfg.warmup, seed, cfg.fanout if mode == "overlap" else 0)
+    if mode == "local":
+        return S.run_target(None, info, outcomes, verify, local_draft, None), {}
+    assert session is not None
+    rows, channel_info = session.run_spec(_remote_plan(cfg, info, mode, seed, acceptance, group), info, outcomes,
+                                          verify, source=source)
+    return rows, channel_info
+
+
 def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Path | Callable[[], Path],
              secret: str | None = None, on_mode: Callable[[dict], None] | None = None,
              group: dict[str, Any] | None = None, target: int = 0) -> Path:
     """Measure every mode `repeats` times; returns the result folder. One of several targets
     (hopbench.orchestration.spectargets): `group` starts its plans with the others' and lets
     the drafter batch their drafts; `target` (1..M) draws its own acceptance outcomes."""
-    acceptance = S.parse_acceptance(cfg.accept, cfg.k)
-    verify = S.parse_work(cfg.verify, cfg.time_scale)
-    local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
-    if not cfg.draft_remote.startswith("gpu-read"):  # checked here; a GPU read is set up by the drafter
-        S.parse_work(cfg.draft_remote, cfg.time_scale)
+    acceptance, verify, local_draft, source = _models(cfg)
     remote_modes = [m for m in cfg.modes if m != "local"]
     if remote_modes and (host is None or port is None):
         raise ConfigError(f"modes {', '.join(remote_modes)} need --peer (a hopbench serve to be the drafter)")
-    source = None
-    if cfg.codec != "none":  # read and checked before connecting
-        from hopbench.core.hidden import source_for
-
-        source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
     seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
     client_env = envmod.collect(peer_host=host)
     with contextlib.ExitStack() as opened:
@@ -166,21 +226,8 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             session = opened.enter_context(Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, secret=secret,
                                                    transport_settings=cfg.transport_settings, client_env=client_env))
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
-        report: dict[str, Any] = {
-            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
-            "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}" if host else None,
-            "config": cfg.to_dict(),
-            "seed": seed, "acceptance": {"spec": acceptance.spec, "probs": list(acceptance.probs),
-                                         "mean_tokens": acceptance.mean_tokens, "ranked": acceptance.ranked()},
-            "work": {"verify": verify.describe(), "draft_local": local_draft.describe(),
-                     "draft_remote": {"spec": cfg.draft_remote, "scale": cfg.time_scale}},
-            "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
-            "measured": "the network, the cadence, the transports, the hosts",
-            "client_env": client_env, "server_env": session.server_env if session else None,
-            **({"target": target, "group": group} if group else {}),
-            **({"payload_source": source.record} if source is not None else {}),
-            "status": "running", "runs": [],
-        }
+        report = _report_head(cfg, host, port, seed, acceptance, verify, local_draft, client_env,
+                              session.server_env if session else None, group, target, source)
         cycles_rows: list[dict] = []
         summaries: list[dict] = []
 
@@ -202,26 +249,8 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                 modes = list(cfg.modes)
                 order_rng.shuffle(modes)
                 for mode in modes:
-                    info = S.SpecPlanInfo(mode if mode != "local" else "sync", cfg.k, cfg.id_bytes,
-                                          cfg.bytes_per_token, cfg.cycles, cfg.warmup, seed + rep,
-                                          cfg.fanout if mode == "overlap" else 0)
-                    channel_info: dict = {}
-                    if mode == "local":
-                        rows = S.run_target(None, info, outcomes, verify, local_draft, None)
-                    else:
-                        assert session is not None
-                        plan = P.Plan(transport=cfg.transport, request_bytes=info.request_bytes,
-                                      reply_bytes=info.reply_bytes, k=cfg.k, id_bytes=cfg.id_bytes,
-                                      cycles=cfg.cycles, warmup=cfg.warmup,
-                                      transport_settings=cfg.transport_settings.get(cfg.transport, {}),
-                                      spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
-                                            "fanout": info.fanout, "seed": seed + rep, "draft": cfg.draft_remote,
-                                            "ranked": acceptance.ranked(), "scale": cfg.time_scale,
-                                            **({"batch_window_ms": cfg.batch_window_ms,
-                                                "max_batch": cfg.max_batch or group["size"]} if group else {})},
-                                      codec=None if cfg.codec == "none" else cfg.codec,
-                                      codec_group=0 if cfg.codec == "none" else cfg.hidden, group=group)
-                        rows, channel_info = session.run_spec(plan, info, outcomes, verify, source=source)
+                    rows, channel_info = _measure_mode(session, cfg, mode, seed + rep, outcomes,
+                                                       (acceptance, verify, local_draft, source), group)
                     for r in rows:
                         cycles_rows.append({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))})
                     s = _summary(rows, mode, rep)

@@ -106,6 +106,46 @@ def _targets_answers(doc: dict) -> list[str]:
     return items
 
 
+def _spec_targets_answers(doc: dict) -> list[str]:
+    """Per `hopbench spec --targets` result given with --spec: how many targets one drafter
+    box serves, measured end to end."""
+    items = []
+    for j, s in enumerate(doc.get("spec_measured") or []):
+        if s.get("kind") != "targets":
+            continue
+        tried = ", ".join(map(str, s["measured"]))
+        if s["capacity"] is None:
+            items.append(f'<li><b>{_esc(s["rung"])}</b>, measured by hopbench spec --targets ({_esc(s["folder"])}): '
+                         f'<span class="call costs">not even one target</span> beats co-located (M measured: {tried})</li>')
+            continue
+        ci = (f' [{num(doc, f"spec_measured.{j}.worst_tok_s_ci.0", 2)}&ndash;'
+              f'{num(doc, f"spec_measured.{j}.worst_tok_s_ci.1", 2)}]' if (s.get("worst_tok_s_ci") or [None])[0]
+              is not None else "")
+        items.append(f'<li><b>{_esc(s["rung"])}</b>: <span class="call pays">one drafter box serves up to '
+                     f'{s["capacity"]} targets</span> &mdash; measured by hopbench spec --targets ({_esc(s["folder"])}), '
+                     f'{_esc(s["mode"])}: at M = {s["capacity"]} the slowest target makes '
+                     f'{num(doc, f"spec_measured.{j}.worst_tok_s", 2)}{ci} tok/s against '
+                     f'{num(doc, f"spec_measured.{j}.local_tok_s", 2)} co-located '
+                     f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%), every target\'s interval above '
+                     f'co-located up to there (M measured: {tried})</li>')
+    return items
+
+
+def _spec_answer(doc: dict, rung: str, j: int, s: dict) -> str:
+    """A rung's answer measured end to end by a `hopbench spec` result given with --spec."""
+    each = "; ".join(f'{_esc(mm["mode"])} {num(doc, f"spec_measured.{j}.modes.{k}.tok_s", 2)} tok/s '
+                     f'({num(doc, f"spec_measured.{j}.modes.{k}.gain", 1, 100, sign=True)}%)'
+                     for k, mm in enumerate(s.get("modes") or []))
+    partial = (f' <span class="note">(the spec is {_esc(s["status"])}: {s["repeats"]} of '
+               f'{s["repeats_asked"]} repeats measured)</span>') if s.get("status") not in (None, "complete") else ""
+    return (f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
+            f'&mdash; measured end to end by hopbench spec over {_esc(s["transport"])} '
+                 f'({_esc(s["folder"])}): {each} against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s '
+                 f'local; the call is the best mode, {_esc(s["mode"])}. The projections in the verdict table '
+                 f'below are not this answer: they assume a remote drafter of '
+                 f'{doc["inputs"]["t_draft_remote_ms"]:g} ms{partial}</li>')
+
+
 def _answer(doc: dict) -> str:
     """The verdict in a sentence per rung: its best transport's call."""
     alone = [i for i, v in enumerate(doc["verdicts"]) if v["series"]["clients"] == 1]  # M > 1: _targets_answers
@@ -128,18 +168,7 @@ def _answer(doc: dict) -> str:
         emulated = (" <span class=\"note\">(emulated on this one machine: two network namespaces joined by a veth "
                     "pair, shaped with tc tbf)</span>") if kind == "emulated" else ""
         if rung in measured:
-            j, s = measured[rung]
-            each = "; ".join(f'{_esc(mm["mode"])} {num(doc, f"spec_measured.{j}.modes.{k}.tok_s", 2)} tok/s '
-                             f'({num(doc, f"spec_measured.{j}.modes.{k}.gain", 1, 100, sign=True)}%)'
-                             for k, mm in enumerate(s.get("modes") or []))
-            partial = (f' <span class="note">(the spec is {_esc(s["status"])}: {s["repeats"]} of '
-                       f'{s["repeats_asked"]} repeats measured)</span>') if s.get("status") not in (None, "complete") else ""
-            items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
-                         f'&mdash; measured end to end by hopbench spec over {_esc(s["transport"])} '
-                         f'({_esc(s["folder"])}): {each} against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s '
-                         f'local; the call is the best mode, {_esc(s["mode"])}. The projections in the verdict table '
-                         f'below are not this answer: they assume a remote drafter of '
-                         f'{doc["inputs"]["t_draft_remote_ms"]:g} ms{partial}</li>')
+            items.append(_spec_answer(doc, rung, *measured[rung]))
             continue
         items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["call"])}">{_esc(v["call"])}</span> '
                      f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
@@ -149,24 +178,7 @@ def _answer(doc: dict) -> str:
     items += _codec_answers(doc)
     items += _design_answers(doc)
     items += _targets_answers(doc)
-    for j, s in enumerate(doc.get("spec_measured") or []):
-        if s.get("kind") != "targets":
-            continue
-        tried = ", ".join(map(str, s["measured"]))
-        if s["capacity"] is None:
-            items.append(f'<li><b>{_esc(s["rung"])}</b>, measured by hopbench spec --targets ({_esc(s["folder"])}): '
-                         f'<span class="call costs">not even one target</span> beats co-located (M measured: {tried})</li>')
-            continue
-        ci = (f' [{num(doc, f"spec_measured.{j}.worst_tok_s_ci.0", 2)}&ndash;'
-              f'{num(doc, f"spec_measured.{j}.worst_tok_s_ci.1", 2)}]' if (s.get("worst_tok_s_ci") or [None])[0]
-              is not None else "")
-        items.append(f'<li><b>{_esc(s["rung"])}</b>: <span class="call pays">one drafter box serves up to '
-                     f'{s["capacity"]} targets</span> &mdash; measured by hopbench spec --targets ({_esc(s["folder"])}), '
-                     f'{_esc(s["mode"])}: at M = {s["capacity"]} the slowest target makes '
-                     f'{num(doc, f"spec_measured.{j}.worst_tok_s", 2)}{ci} tok/s against '
-                     f'{num(doc, f"spec_measured.{j}.local_tok_s", 2)} co-located '
-                     f'({num(doc, f"spec_measured.{j}.gain", 1, 100, sign=True)}%), every target\'s interval above '
-                     f'co-located up to there (M measured: {tried})</li>')
+    items += _spec_targets_answers(doc)
     if not items:
         return ""
     inp = doc["inputs"]

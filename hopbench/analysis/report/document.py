@@ -47,19 +47,10 @@ def _cell_reports(folder: Path | Reading) -> list[tuple[Path, dict]]:
     return read_folder(folder).cells  # checked: a bad cell was left out (with a warning) there
 
 
-def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
-    """Everything a reader should weigh before trusting the figures: kind, text."""
+def _doctor_and_drift(folder: Path | Reading, top: dict, sweep: bool) -> list[dict]:
+    """The doctor's warnings as recorded (a sweep's pre-flight, a run's own), and the payload
+    runs that drifted within themselves."""
     out: list[dict] = []
-    sweep = ResultFolder(folder).is_sweep
-    status = top.get("status")
-    if status and status != "complete":
-        out.append({"kind": "status", "text": f"the {'sweep' if sweep else 'run'} is {status}: "
-                                              "the figures cover only what was measured"})
-    if top.get("fallback"):
-        out.append({"kind": "fallback", "text": str(top["fallback"])})
-    for fc in top.get("failed_cells") or []:
-        out.append({"kind": "failed cell", "text": f"{fc.get('key', fc) if isinstance(fc, dict) else fc}: "
-                                                   f"{fc.get('error', '') if isinstance(fc, dict) else ''}".strip()})
     doctor_docs = []
     if sweep:
         pre = top.get("preflight") or {}
@@ -84,6 +75,23 @@ def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdic
                                              f"(Mann-Whitney, last third vs first, p < 0.01 and > 3%); largest "
                                              f"{drifts[0][1]}. Their medians stand; the machine was not steady while "
                                              "they ran", "items": [d[1] for d in drifts]})
+    return out
+
+
+def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
+    """Everything a reader should weigh before trusting the figures: kind, text."""
+    out: list[dict] = []
+    sweep = ResultFolder(folder).is_sweep
+    status = top.get("status")
+    if status and status != "complete":
+        out.append({"kind": "status", "text": f"the {'sweep' if sweep else 'run'} is {status}: "
+                                              "the figures cover only what was measured"})
+    if top.get("fallback"):
+        out.append({"kind": "fallback", "text": str(top["fallback"])})
+    for fc in top.get("failed_cells") or []:
+        out.append({"kind": "failed cell", "text": f"{fc.get('key', fc) if isinstance(fc, dict) else fc}: "
+                                                   f"{fc.get('error', '') if isinstance(fc, dict) else ''}".strip()})
+    out += _doctor_and_drift(folder, top, sweep)
     if top.get("kind") == "matrix":  # the pairs and nodes far from their peers, with a likely cause
         from hopbench.analysis import matrix as AM
 
@@ -160,7 +168,7 @@ class Analysed:
 def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
     """What `hopbench spec` measured end to end, per rung: the best remote mode's tok/s
     against the local mode's, the gain with its interval and the call at the same min gain."""
-    from hopbench.analysis import spec as S
+    from hopbench.analysis import spec as AS
 
     out = []
     for sf in spec_folders:
@@ -168,7 +176,7 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
         if targets is not None:  # spec --targets: how many targets one drafter serves, measured
             out.append(targets)
             continue
-        report, modes = S.analyse(sf)
+        report, modes = AS.analyse(sf)
         by = {m.mode: m for m in modes}
         remote = max((by[m] for m in ("sync", "overlap") if m in by), key=lambda m: m.tok_s.value, default=None)
         if "local" not in by or remote is None:

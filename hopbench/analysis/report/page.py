@@ -172,24 +172,24 @@ def _commands_section(doc: dict) -> str:
 def figures(a: Analysed) -> list[tuple[str, str, str]]:
     """(id, caption, inline svg) per figure: drawn as SVG directly (analysis.svgplot), from
     the same series `hopbench plot` draws with matplotlib."""
-    from hopbench.analysis import plot as P
+    from hopbench.analysis import plot as PL
 
     groups, fits, verdicts, inputs = a.groups, a.fits, a.verdicts, a.inputs
     bpt, op = a.bytes_per_token, a.operating_tokens
     made: list[tuple[str, str, Callable[[str], str]]] = [
         ("fig-latency", "Round trip p50 against payload per rung, with the &alpha;&ndash;&beta; fit (dashed) and the "
-                        "interval of each point.", lambda fid: P.latency_svg(groups, fits, bpt, fid))]
+                        "interval of each point.", lambda fid: PL.latency_svg(groups, fits, bpt, fid))]
     if verdicts:
         made.append(("fig-hop", "Hop cost at the operating payload against the break-even hop (t_draft): below the "
                                 "line, moving the drafter pays.",
-                     lambda fid: P.hop_svg(verdicts, inputs.t_draft_ms, op, fid)))
-    if verdicts and P.target_lines(verdicts):
+                     lambda fid: PL.hop_svg(verdicts, inputs.t_draft_ms, op, fid)))
+    if verdicts and PL.target_lines(verdicts):
         made.append(("fig-targets", "Per-target hop at the operating payload against the number of targets sharing "
                                     "one drafter, with the break-even hop: below the line each target still beats "
-                                    "co-located.", lambda fid: P.targets_svg(verdicts, inputs.t_draft_ms, op, fid)))
-    if P.cdf_tokens(groups):
+                                    "co-located.", lambda fid: PL.targets_svg(verdicts, inputs.t_draft_ms, op, fid)))
+    if PL.cdf_tokens(groups):
         made.append(("fig-cdf", "Latency CDFs per rung (every timed cycle, all repeats pooled).",
-                      lambda fid: P.cdf_svg(groups, fid)))
+                      lambda fid: PL.cdf_svg(groups, fid)))
     return [(fid, cap, make(fid)) for fid, cap, make in made]
 
 

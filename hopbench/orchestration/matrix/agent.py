@@ -28,9 +28,9 @@ class _Agent:
         return {"address": self.address, "hostname": socket.gethostname(), "interface": self.interface}
 
     def doctor(self) -> dict:
-        from hopbench.orchestration import doctor as D
+        from hopbench.orchestration import doctor as DR
 
-        rep = D.local_report(with_ucx=False).to_dict()
+        rep = DR.local_report(with_ucx=False).to_dict()
         rep["address"] = self.address
         rep["route_interface"] = _interface_of(self.address)
         rep["qdisc"] = _qdisc(rep["route_interface"]) if rep["route_interface"] else None

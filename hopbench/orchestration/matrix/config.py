@@ -11,6 +11,7 @@ from typing import Protocol
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import HIDDEN_DEFAULT
 from hopbench.shape import ShapeConfig
 
 
@@ -40,7 +41,7 @@ class Agents(Protocol):
 
 @dataclass
 class MatrixConfig:
-    # the shape: from configs/shape.toml (MatrixConfig.from_shape), never restated here
+    # the shape: from configs/shape.toml (shape_fields), never restated here
     k: int
     id_bytes: int
     bytes_per_token: int
@@ -58,7 +59,7 @@ class MatrixConfig:
     command: str = ""
     transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     codecs: tuple[str, ...] = ("none",)  # payload codecs (docs/CODECS.md): each payload also under each
-    hidden: int = 6144  # values per scale of a lossy codec (configs/shape.toml)
+    hidden: int = HIDDEN_DEFAULT  # values per scale of a lossy codec (configs/shape.toml)
 
 
 def shape_fields(shape: ShapeConfig) -> dict[str, int]:
