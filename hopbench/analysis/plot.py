@@ -323,7 +323,7 @@ def spec_modes(per_rung: dict[str, list]):
     """Tokens/s per mode per rung (bars with the interval over repeats, values on them)."""
     plt = _plt()
     rungs = list(per_rung)
-    modes = ["local", "sync", "overlap"]
+    modes = ["local", "sync", "overlap", "stream"]
     width = 0.8 / len(modes)
     fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(rungs)), 4.5))
     for i, mode in enumerate(modes):
@@ -358,7 +358,7 @@ def spec_timeline(cycles, rung: str, n: int = 6):
     """A few timed cycles per mode (repeat 0): verify, then the wait for the draft (hop +
     draft), as horizontal segments on one time axis per mode."""
     plt = _plt()
-    modes = [m for m in ("local", "sync", "overlap") if (cycles["mode"] == m).any()]  # cycles: a DataFrame
+    modes = [m for m in ("local", "sync", "overlap", "stream") if (cycles["mode"] == m).any()]  # cycles: a DataFrame
     fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(modes)))
     colors = {"verify": "tab:blue", "draft": "tab:orange", "hop": "tab:red", "hit": "tab:green"}
     for y, mode in enumerate(modes):

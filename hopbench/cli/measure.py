@@ -164,7 +164,7 @@ def run(
 def spec(
     peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): the drafter (not needed for --modes local).")] = None,
     port: PortOpt = None,
-    modes: Annotated[str, typer.Option(help="Modes measured side by side: local, sync, overlap.")] = "local,sync,overlap",
+    modes: Annotated[str, typer.Option(help="Modes measured side by side: local, sync, overlap, stream (the aux layers streamed during the verify, docs/STREAM.md).")] = "local,sync,overlap",
     transport: Annotated[str, typer.Option(help="tcp, zmq, ucx or nixl.")] = "tcp",
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
@@ -190,6 +190,9 @@ def spec(
     targets: Annotated[Optional[str], typer.Option(help="Several targets against one batching drafter: a list of target counts M (e.g. 1,2,4), each M target processes at once; prints per-target and aggregate tok/s and the largest M at which every target still beats co-located (docs/SPEC.md).")] = None,
     batch_window_ms: Annotated[float, typer.Option(help="--targets: drafts arriving within this window of the first run as one batch (with --draft-remote batch:A+B).")] = 2.0,
     max_batch: Annotated[int, typer.Option(help="--targets: the most drafts in one batch (0: every target).")] = 0,
+    stream: Annotated[str, typer.Option(help="layers: add mode stream (each aux layer's K + 1 rows sent as its layer ends within the verify, the accept count at its end; the remote drafter starts on the accept; docs/STREAM.md).")] = "off",
+    layers: Annotated[Optional[int], typer.Option(help="Mode stream: the target's layer count; aux layer k is ready after k of them (default 78, GLM-5.2's).")] = None,
+    stream_cost_ms: Annotated[float, typer.Option(help="Mode stream: the extraction cost per streamed forward in ms (0.5-1.6 ms measured for piecewise CUDA graphs, docs/STREAM.md).")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="--targets: the run's record as one JSON document on stdout (the lines go to stderr).")] = False,
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
@@ -198,8 +201,12 @@ def spec(
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
     sh = _shape(None).shape
+    if stream not in ("off", "layers"):
+        raise ConfigError(f"--stream {stream}: off or layers")
+    chosen = tuple(m for m in modes.split(",") if m)
     cfg = SpecConfig(bytes_per_token=sh.bytes_per_token, id_bytes=sh.id_bytes,
-                     modes=tuple(m for m in modes.split(",") if m), transport=transport, k=k, accept=accept,
+                     modes=chosen + (("stream",) if stream == "layers" and "stream" not in chosen else ()),
+                     taps=tuple(sh.aux_layers), layers=layers, stream_cost_ms=stream_cost_ms, transport=transport, k=k, accept=accept,
                      verify=verify, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
                      transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,

@@ -176,10 +176,12 @@ class Session:
         m.data_info.update(loop_info)
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns, source: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+                 clock: Callable[[], int] = time.perf_counter_ns, source: Any = None,
+                 stream: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
         """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
         the data channel's settings. A server's abort is reported with its reason. A codec
-        plan's hidden states are windows of `source`, encoded inside the hop."""
+        plan's hidden states are windows of `source`, encoded inside the hop. `stream`: mode
+        stream's forward schedule (hopbench.core.stream.Schedule)."""
         from hopbench.core import spec as S
 
         send_states = None
@@ -200,7 +202,7 @@ class Session:
                 codec_wire.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
         try:
             rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock,
-                                send_states)
+                                send_states, stream)
             self._confirmed(plan)
             return rows, dict(data.info)
         except VerifyError as exc:

@@ -215,6 +215,8 @@ class SpecDrafter(ServingPath):
         assert plan.spec is not None
         try:
             info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+            if info.mode == "stream" and plan.codec is not None:
+                return "a spec plan of mode stream crosses raw: not with a codec"
             if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")

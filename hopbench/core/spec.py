@@ -7,6 +7,10 @@ the drafter "drafts" (its own work model) and answers K ids. Modes:
 
 - local:   verify, then draft on the target itself; no network (the study's baseline);
 - sync:    verify -> hop (header + hidden states) -> remote draft -> ids (the study's design);
+- stream:  the aux layers streamed during the verify forward (docs/STREAM.md): each layer's
+           K + 1 rows go as one chunk when its layer ends (a schedule over the verify's
+           length), the header (the accept count) at the forward's end; the drafter drafts
+           once it holds both. The verify is the schedule's forward, not a work model run;
 - overlap: a speculation cache in the style of vLLM's disaggregated-drafting RFC: while the
            target verifies, the drafter pre-drafts the F most likely verification outcomes
            (fan-out F, most likely first, one t_draft each, not preempted). The target sends
@@ -39,9 +43,10 @@ from hopbench.errors import ConfigError
 
 HEADER = struct.Struct("<QII")  # seq, tokens, accepted
 TAIL = struct.Struct("<QQ")  # draft_ns, flags
+STREAM_COUNTER = struct.Struct("<Q")  # mode stream: a chunk's first 8 bytes, seq x chunks + j
 HIT = 1
 BATCH_SHIFT, BATCH_MASK = 8, 0xFFFFFF  # flags bits 8..31: the size of the batch the draft ran in (0: not batched)
-MODES = ("local", "sync", "overlap")
+MODES = ("local", "sync", "overlap", "stream")
 
 
 # ---- acceptance models --------------------------------------------------------------------
@@ -257,6 +262,12 @@ class SpecPlanInfo:
     warmup: int
     seed: int
     fanout: int = 0
+    chunks: int = 0  # stream: the aux layers, one chunk each of K + 1 rows
+
+    @property
+    def chunk_bytes(self) -> int:
+        """stream: one aux layer's K + 1 rows (its first 8 bytes carry seq x chunks + j)."""
+        return self.request_bytes // self.chunks if self.chunks else 0
 
     @property
     def total(self) -> int:
@@ -272,14 +283,28 @@ class SpecPlanInfo:
         return self.k * self.id_bytes + TAIL.size
 
 
+def _stream_forward(channel: Any, chunk: bytearray, chunks: int, sched: Any, seq: int, t0: int,
+                    clock: Callable[[], int]) -> None:
+    """Mode stream's verify forward: chunk j (its counter seq x chunks + j first) at t0 + its
+    layer's ready time, then the wait to the forward's end (+ the extraction cost)."""
+    from hopbench.core.timing import wait_until
+
+    for j in range(chunks):
+        STREAM_COUNTER.pack_into(chunk, 0, seq * chunks + j)
+        wait_until(clock, t0 + sched.ready_ns[j])
+        channel.send(chunk)
+    wait_until(clock, t0 + sched.end_ns)
+
+
 def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
                codec: Any, clock: Callable[[], int] = time.perf_counter_ns,
-               send_states: Callable[[int, int], None] | None = None) -> np.ndarray:
+               send_states: Callable[[int, int], None] | None = None, stream: Any = None) -> np.ndarray:
     """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
     array. local: `channel` is None and `local_draft` runs after each verify. The ids of
     every reply are checked outside the timed span of the next cycle. `send_states(seq,
     tokens)` sends a cycle's hidden states (a codec plan: encoded, inside the hop); default
-    the raw bytes."""
+    the raw bytes. `stream` (mode stream): the forward's schedule (hopbench.core.stream.
+    Schedule), which replaces the verify: the chunks go during it, the header at its end."""
     total = info.total
     rows = np.zeros((total, len(CYCLE_COLUMNS)), dtype=np.int64)
     header = bytearray(HEADER.size)
@@ -287,12 +312,16 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
     views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
     reply = bytearray(info.reply_bytes)
     check = codec.checker(reply) if codec is not None else None
+    chunk = bytearray(info.chunk_bytes)
     first_timed = 1 + info.warmup
     for seq in range(total):
         a = int(outcomes[seq])
         tokens = a + 1
         t0 = clock()
-        verify.run(clock)
+        if stream is not None:
+            _stream_forward(channel, chunk, info.chunks, stream, seq, t0, clock)
+        else:
+            verify.run(clock)
         t1 = clock()
         draft_ns = hit = batch = 0
         if channel is None:
@@ -303,7 +332,9 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
         else:
             HEADER.pack_into(header, 0, seq, tokens, a)
             channel.send(header)
-            if send_states is None:
+            if stream is not None:
+                pass  # the hidden states went during the forward
+            elif send_states is None:
                 channel.send(views[tokens])
             else:
                 send_states(seq, tokens)
@@ -322,6 +353,16 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
 
 # ---- the drafter's loop (server) ------------------------------------------------------------------
 
+def _stream_in(channel: Any, chunk: bytearray, chunks: int, seq: int, on_bad_seq: Callable[[int, Any], None]) -> bool:
+    """Mode stream: a cycle's chunks, each's counter checked (False: a bad one, reported)."""
+    for j in range(chunks):
+        channel.recv_into(chunk)
+        if STREAM_COUNTER.unpack_from(chunk, 0)[0] != seq * chunks + j:
+            on_bad_seq(seq, chunk)
+            return False
+    return True
+
+
 def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int], codec: Any,
                 on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns,
                 recv_states: Callable[[int, Any], None] | None = None) -> int:
@@ -339,9 +380,12 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
     reply = bytearray(info.reply_bytes)
     span = info.k * info.id_bytes
     rank = {a: r for r, a in enumerate(ranked)}
-    overlap = info.mode == "overlap"
+    overlap, streamed = info.mode == "overlap", info.mode == "stream"
+    chunk = bytearray(info.chunk_bytes)
     ready = clock()
     for seq in range(info.total):
+        if streamed and not _stream_in(channel, chunk, info.chunks, seq, on_bad_seq):
+            return seq
         channel.recv_into(header)
         got, tokens, accepted = HEADER.unpack_from(header, 0)
         if got != seq or not 1 <= tokens <= info.k + 1:
@@ -365,7 +409,8 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
             channel.send(reply)
             states(tokens, views[tokens])
         else:
-            states(tokens, views[tokens])
+            if not streamed:  # (streamed: the hidden states came during the forward)
+                states(tokens, views[tokens])
             t0 = clock()
             flags |= min(draft.run(clock), BATCH_MASK) << BATCH_SHIFT
             draft_ns = clock() - t0
@@ -378,13 +423,23 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
 
 def spec_info_from_wire(obj: dict[str, Any], k: int, id_bytes: int, cycles: int, warmup: int) -> SpecPlanInfo:
     mode = obj.get("mode")
-    if mode not in ("sync", "overlap"):
-        raise ConfigError(f"spec mode {mode!r}: the server runs sync or overlap")
+    if mode not in ("sync", "overlap", "stream"):
+        raise ConfigError(f"spec mode {mode!r}: the server runs sync, overlap or stream")
     bpt = obj.get("bytes_per_token")
     if not isinstance(bpt, int) or bpt < 1:
         raise ConfigError("spec bytes_per_token must be a positive integer")
     fanout = obj.get("fanout", 0)
     if not isinstance(fanout, int) or not 0 <= fanout <= k + 1:
         raise ConfigError(f"spec fanout must be 0..{k + 1}")
-    return SpecPlanInfo(mode, k, id_bytes, bpt, cycles, warmup, int(obj.get("seed", 0)), fanout)
+    chunks = obj.get("chunks", 0)
+    if mode == "stream":
+        from hopbench.core.protocol import MAX_STREAM_CHUNKS
+
+        if not isinstance(chunks, int) or not 1 <= chunks <= MAX_STREAM_CHUNKS or (k + 1) * bpt % chunks \
+                or (k + 1) * bpt // chunks < STREAM_COUNTER.size:
+            raise ConfigError(f"spec mode stream needs chunks 1..{MAX_STREAM_CHUNKS} that divide K + 1 tokens of hidden "
+                              f"states into chunks of at least {STREAM_COUNTER.size} B")
+    elif chunks:
+        raise ConfigError("spec chunks belong to mode stream")
+    return SpecPlanInfo(mode, k, id_bytes, bpt, cycles, warmup, int(obj.get("seed", 0)), fanout, int(chunks))
 

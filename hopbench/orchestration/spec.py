@@ -65,11 +65,29 @@ class SpecConfig:
     # batch:A+B), at most max_batch of them (0: every target)
     batch_window_ms: float = 2.0
     max_batch: int = 0
+    # mode stream (docs/STREAM.md): the aux layers (the shape's taps), each streamed as its
+    # layer of the target's `layers` ends within the verify forward, which pays `stream_cost_ms`
+    taps: tuple[int, ...] = ()
+    layers: int | None = None
+    stream_cost_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["modes"] = list(self.modes)
+        d["taps"] = list(self.taps)
         return d
+
+    def schedule(self) -> Any:
+        """Mode stream's forward (hopbench.core.stream.Schedule): the verify's own length."""
+        from hopbench.core import stream as ST
+
+        forward = S.parse_work(self.verify, self.time_scale).nominal_ms()
+        if forward is None or S.parse_work(self.verify).kind == "file":
+            raise ConfigError(f"mode stream needs a verify of one length to stream the layers during (sleep:MS or "
+                              f"spin:MS), not {self.verify!r}")
+        if not self.taps or (self.k + 1) * self.bytes_per_token % len(self.taps):
+            raise ConfigError("mode stream needs the shape's aux layers (taps), one chunk of K + 1 rows each")
+        return ST.schedule(self.taps, forward, self.layers or ST.DEFAULT_LAYERS, None, self.stream_cost_ms * self.time_scale)
 
     def check(self) -> "SpecConfig":
         """ConfigError for modes or counts that cannot run; itself otherwise."""
@@ -78,6 +96,11 @@ class SpecConfig:
             raise ConfigError(f"--modes {','.join(self.modes)!r}: expected some of {', '.join(S.MODES)}")
         if self.k < 1 or self.cycles < 1 or self.repeats < 1 or self.warmup < 0 or self.time_scale <= 0:
             raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
+        if "stream" in self.modes:
+            self.schedule()  # its layers and forward checked before anything is measured
+            if self.codec != "none":
+                raise ConfigError("mode stream with --codec: the streamed chunks cross raw (each chunk encoded on its "
+                                  "own is not built yet); measure the codec in sync or overlap")
         if any(m != "local" for m in self.modes):
             from hopbench.core.transport import get_transport
 
@@ -90,7 +113,7 @@ class SpecConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SpecConfig":
-        return cls(**{**d, "modes": tuple(d["modes"])})
+        return cls(**{**d, "modes": tuple(d["modes"]), "taps": tuple(d.get("taps") or ())})
 
 
 def run_spec_cli(host: str | None, port: int | None, cfg: SpecConfig, out: Path | None, results_dir: Path,
@@ -169,6 +192,7 @@ def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: A
                   cycles=cfg.cycles, warmup=cfg.warmup,
                   transport_settings=cfg.transport_settings.get(cfg.transport, {}),
                   spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
+                        **({"chunks": len(cfg.taps)} if mode == "stream" else {}),
                         "fanout": info.fanout, "seed": seed, "draft": cfg.draft_remote,
                         "ranked": acceptance.ranked(), "scale": cfg.time_scale,
                         **({"batch_window_ms": cfg.batch_window_ms,
@@ -198,12 +222,13 @@ def _measure_mode(session: Session | None, cfg: SpecConfig, mode: str, seed: int
     """One mode of one repeat: its cycle rows and the data channel's record (local: none)."""
     acceptance, verify, local_draft, source = models
     info = S.SpecPlanInfo(mode if mode != "local" else "sync", cfg.k, cfg.id_bytes, cfg.bytes_per_token, cfg.cycles,
-                          cfg.warmup, seed, cfg.fanout if mode == "overlap" else 0)
+                          cfg.warmup, seed, cfg.fanout if mode == "overlap" else 0,
+                          len(cfg.taps) if mode == "stream" else 0)
     if mode == "local":
         return S.run_target(None, info, outcomes, verify, local_draft, None), {}
     assert session is not None
     rows, channel_info = session.run_spec(_remote_plan(cfg, info, mode, seed, acceptance, group), info, outcomes,
-                                          verify, source=source)
+                                          verify, source=source, stream=cfg.schedule() if mode == "stream" else None)
     return rows, channel_info
 
 
@@ -265,7 +290,7 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
 
 
 SPEC_KEYS = {"rungs", "modes", "transport", "k", "accept", "verify", "draft_local", "draft_remote", "fanout", "cycles",
-             "warmup", "repeats", "time_scale", "seed"}
+             "warmup", "repeats", "time_scale", "seed", "layers", "stream_cost_ms"}
 
 
 def run_spec_rungs(config_path: Path, results_root: Path, shape: Shape,
@@ -291,8 +316,8 @@ def run_spec_rungs(config_path: Path, results_root: Path, shape: Shape,
     parent = R.new_folder(results_root, "spec-rungs")
     keys = {f.name for f in fields(SpecConfig)}
     given: dict[str, Any] = {k: tuple(v) if k == "modes" else v for k, v in s.items() if k in keys}
-    base = SpecConfig(**given,
-                      bytes_per_token=shape.bytes_per_token, id_bytes=shape.id_bytes).check()
+    base = SpecConfig(**given, bytes_per_token=shape.bytes_per_token, id_bytes=shape.id_bytes,
+                      taps=tuple(shape.aux_layers)).check()
     for r in rungs:
         link = netem.Link.create(rate_mbit=r.rate_mbit, mtu=r.mtu) if r.kind == "emulated" else None
         try:

@@ -178,14 +178,14 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
             continue
         report, modes = AS.analyse(sf)
         by = {m.mode: m for m in modes}
-        remote = max((by[m] for m in ("sync", "overlap") if m in by), key=lambda m: m.tok_s.value, default=None)
+        remote = max((by[m] for m in ("sync", "overlap", "stream") if m in by), key=lambda m: m.tok_s.value, default=None)
         if "local" not in by or remote is None:
             raise HopbenchError(f"{sf}: a spec result needs the local mode and sync or overlap to answer (has {sorted(by)})")
         local = by["local"]
         gain = remote.tok_s.value / local.tok_s.value - 1
         call = V.call_for_gain(gain, inputs.min_gain)
         every = [{"mode": m, "tok_s": by[m].tok_s.value, "gain": by[m].tok_s.value / local.tok_s.value - 1,
-                  "repeats": by[m].tok_s.n_repeats} for m in ("sync", "overlap") if m in by]
+                  "repeats": by[m].tok_s.n_repeats} for m in ("sync", "overlap", "stream") if m in by]
         out.append({"folder": str(sf), "rung": (report.get("config") or {}).get("rung") or "run",
                     "transport": (report.get("config") or {}).get("transport"), "mode": remote.mode,
                     "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
