@@ -8,7 +8,7 @@ target: 3 x 12,288 B) and its ratio to it, the streamed exposed hop and its rati
 the model's expected exposed hop and the measured/model ratio; then each transport's streamed
 hop over tcp's on the same rung. Needs root with iproute2 (ip, tc).
 
-    python3 benchmarks/bench_stream.py [--rates 100,10] [--transports tcp,zmq,ucx] [--cycles 30]
+    python3 benchmarks/bench_stream.py [--rates 100,10] [--transports tcp,zmq,ucx] [--cycles 30] [--poll busy]
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import subprocess
 import sys
 
 
-def one(rate: float, transport: str, cycles: int) -> dict:
+def one(rate: float, transport: str, cycles: int, poll: str = "auto") -> dict:
     from hopbench.orchestration import netem
     from hopbench.orchestration.serverproc import ready_port
 
-    opts = ["--opt", "UCX_TLS=tcp", "--opt", "NIXL_UCX_TLS=tcp"]
+    opts = ["--opt", "UCX_TLS=tcp", "--opt", "NIXL_UCX_TLS=tcp", "--poll", poll]
     with netem.Link.create(rate_mbit=rate) as link:
         srv = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
                                                              f"{link.server_addr}:0", *opts],
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--rates", default="100,10")
     ap.add_argument("--transports", default="tcp,zmq,ucx")
     ap.add_argument("--cycles", type=int, default=30)
+    ap.add_argument("--poll", default="auto", choices=["auto", "block", "busy"],
+                    help="both ends' poll mode (busy: the drafter spins in its receive, no wake-up to pay)")
     a = ap.parse_args()
     from hopbench.orchestration import netem
 
@@ -72,7 +74,7 @@ def main() -> None:
     for rate in (float(x) for x in a.rates.split(",")):
         rows = {}
         for tr in a.transports.split(","):
-            x = rows[tr] = one(rate, tr, a.cycles)
+            x = rows[tr] = one(rate, tr, a.cycles, a.poll)
             if "error" in x:
                 print(f"{f'emu-{rate:g}m':>9} {tr:>9}  failed: {x['error']}")
                 continue
