@@ -368,3 +368,41 @@ def test_spec_stream_beats_the_synchronous_hop_on_a_100_mbit_link(tmp_path):
     tok = summary.set_index("mode")["tok_s"]
     assert hop["sync"] > 10.0 and hop["stream"] < 0.25 * hop["sync"], hop  # the wire's time, mostly hidden
     assert tok["stream"] > tok["sync"], tok
+
+
+def test_a_streamed_run_under_a_codec_encodes_each_chunk_on_its_own(server, tmp_path):
+    """--stream layers --codec: each aux layer's chunk crosses as its own codec frame (encoded
+    as it is ready, decoded by the drafter), beside the synchronous hop under that codec; each
+    is its own series, and the encode and decode times are recorded per cycle."""
+    import csv
+
+    out = tmp_path / "s"
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--codec",
+            "none,fp8", "--cycles", "8", "--warmup", "1", "--no-floor", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    by = {p["payload"]: p for p in rep["payloads"]}
+    assert set(by) == {"B64", "T3", "T3#projected", "T3~layers", "T3+fp8", "T3+fp8~layers"}, set(by)
+    coded = by["T3+fp8~layers"]
+    assert coded["plan"]["codec"] == "fp8" and "stream" in coded["plan"] and coded["codec"]["codec"] == "fp8"
+    rows = [x for x in csv.DictReader(open(out / "samples.csv")) if x["payload"] == "T3+fp8~layers"]
+    assert len(rows) == 10 and all(int(x["encode_ns"]) > 0 and int(x["decode_ns"]) > 0 for x in rows)
+    assert all(int(x["wire_bytes"]) < CHUNK * 5 for x in rows)  # fp8: about half the bytes cross
+    v = _hb("verdict", str(out), "--json")
+    assert v.returncode == 0, v.stderr
+    series = {x["transport"] for x in json.loads(v.stdout)["results"][0]["verdicts"]}
+    assert {"tcp~layers", "tcp+fp8", "tcp+fp8~layers"} <= series, series
+
+
+def test_a_streamed_codec_frame_out_of_place_aborts_with_its_reason(server):
+    from hopbench.core import codecs
+
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    plan = _streamed("tcp", 2, 64)
+    c.send_frame(P.PLAN, {**plan.to_wire(), "codec": "fp8", "codec_group": 32})
+    assert c.recv_frame()[0] == P.ACCEPT
+    enc = bytes(memoryview(codecs.parse("fp8", 32).encode(np.zeros(64, dtype=np.uint8))).cast("B"))
+    c.sock.sendall(codecs.FRAME.pack(7, len(enc), 0) + enc)  # chunk 0 of cycle 0 says 7
+    reason = c.read_abort(c.recv_exact(8), 8)
+    assert reason == "chunk 0 of cycle 0 carries counter 7, expected 0", reason

@@ -266,9 +266,37 @@ class StreamedRoundTrip(ClientPath):
     def __init__(self, sched: Any) -> None:
         self.sched = sched  # hopbench.core.stream.Schedule
         self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
+        self.codec: Any = None  # a codec plan: each chunk a codec frame of its aux layer's rows
+        self.bodies: list[list[np.ndarray]] = []  # per body of the source, its chunks
 
     def abort_bytes(self, plan: P.Plan) -> int:
         return self.pending or plan.request_frame_bytes
+
+    def prepare(self, run: PlanRun) -> P.Plan:
+        """A codec plan's chunks: windows of the run's hidden states, K + 1 tokens each, split
+        by aux layer (chunk j holds layer j's K + 1 rows), encoded each on its own in the hop."""
+        plan, source = run.plan, run.source
+        if plan.codec is None:
+            return plan
+        from hopbench.core import codecs
+
+        assert plan.stream is not None
+        if source is None:
+            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        tokens, width = size // (source.width * 2), source.width
+        if source.layers != chunks or tokens * width * 2 != size:
+            raise ConfigError(f"streamed chunks of {size:,} B do not split {source.label}'s tokens of {source.layers} "
+                              f"layers x {width} values by layer")
+        self.codec = codecs.parse(plan.codec, plan.codec_group)
+        for body in source.bodies(tokens * chunks * width * 2, tokens, min(plan.total, -(-source.tokens // tokens))):
+            rows = body.view(np.uint16).reshape(tokens, chunks, width)
+            self.bodies.append([np.ascontiguousarray(rows[:, j, :]).view(np.uint8).reshape(-1) for j in range(chunks)])
+        run.m.codec_info = {"codec": self.codec.name, "library": self.codec.library, "lossless": self.codec.lossless,
+                            "kernel": "library", "source": source.record, "bodies": len(self.bodies)}
+        if not self.codec.lossless:
+            run.m.codec_info["error"] = codecs.reconstruction_error(self.codec, [c for b in self.bodies for c in b])
+        return plan
 
     def cycles(self, data: DataPath, run: PlanRun) -> int:
         plan, chan, m = run.plan, data.channel, run.m
@@ -278,6 +306,7 @@ class StreamedRoundTrip(ClientPath):
             raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
         chunk, end = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES)
         self.reply_host = chan.alloc(plan.reply_bytes)
+        send = self._sender(chan, plan, m, run.clock)
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
@@ -292,7 +321,7 @@ class StreamedRoundTrip(ClientPath):
                     self.pending = size
                     wait_until(clock, t0 + ready[j])
                     lag[i] = max(lag[i], clock() - t0 - ready[j])
-                    chan.send(chunk)
+                    send(chunk, i, j, chunks)
                 P.STREAM_END.pack_into(end, 0, i, 0, 0)
                 self.pending = P.STREAM_END_BYTES
                 wait_until(clock, t0 + finish)
@@ -309,11 +338,33 @@ class StreamedRoundTrip(ClientPath):
             run.progress.done = i
         return i
 
+    def _sender(self, chan: Any, plan: P.Plan, m: Any, clock: Callable[[], int]) -> Callable[[Any, int, int, int], None]:
+        """How a chunk goes: raw (its counter first), or encoded as a codec frame whose seq is
+        the counter (the encode timed: it delays the chunk; its ns and wire bytes recorded)."""
+        if self.codec is None:
+            return lambda chunk, i, j, chunks: chan.send(chunk)
+        from hopbench.core import codec_wire, codecs
+
+        encode = m.stages["encode_ns"] = np.zeros(plan.total, dtype=np.int64)
+        wire = m.stages["wire_bytes"] = np.zeros(plan.total, dtype=np.int64)
+        header = bytearray(codecs.FRAME_BYTES)
+
+        def send(chunk: Any, i: int, j: int, chunks: int) -> None:
+            ns, n = codec_wire.send_frame(chan, self.codec, self.bodies[i % len(self.bodies)][j], i * chunks + j, 0,
+                                          header, clock)
+            encode[i] += ns
+            wire[i] += n
+        return send
+
     def after(self, data: DataPath, run: PlanRun) -> None:
         super().after(data, run)
         hold = np.zeros(run.plan.total, dtype=np.int64)  # the server's hold times follow the last reply
         data.channel.recv_into(hold.view(np.uint8).reshape(-1))
         run.m.stages["server_hold_ns"] = hold
+        if self.codec is not None:  # then the decode times, each cycle's chunks together
+            decode = np.zeros(run.plan.total, dtype=np.int64)
+            data.channel.recv_into(decode.view(np.uint8).reshape(-1))
+            run.m.stages["decode_ns"] = decode
 
 
 def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None, stream: Any = None) -> ClientPath:

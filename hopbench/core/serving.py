@@ -113,6 +113,14 @@ class ServingPath:
         """The plan's round trips on the data channel; returns the cycles served."""
         raise NotImplementedError
 
+    def parse_codec(self, plan: P.Plan) -> Any:
+        """A codec-carrying plan's codec, parsed once (by check(), a ConfigError there is the
+        REFUSE line): serve uses self.codec."""
+        from hopbench.core import codecs
+
+        self.codec = codecs.parse(str(plan.codec), plan.codec_group)
+        return self.codec
+
 
 class HostEcho(ServingPath):
     """Host memory: the echo loop, compiled where it applies (hopbench.core.native)."""
@@ -222,9 +230,8 @@ class SpecDrafter(ServingPath):
                         f"(K + 1 tokens of hidden states; K ids + 16)")
             S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
             if plan.codec is not None:
-                from hopbench.core import codecs
 
-                self.codec = codecs.parse(plan.codec, plan.codec_group)  # parsed once, here: serve uses it
+                self.parse_codec(plan)
         except HopbenchError as exc:
             return f"cannot run this spec plan: {exc}"
         return None
@@ -282,10 +289,9 @@ class CodecEcho(ServingPath):
     python_only = "a codec plan decodes in Python (the codec's library)"
 
     def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
-        from hopbench.core import codecs
 
         try:
-            codec = self.codec = codecs.parse(str(plan.codec), plan.codec_group)  # parsed once, here: serve uses it
+            codec = self.parse_codec(plan)
             if plan.server_memory == "cuda":
                 from hopbench.core import gpucodec
 
@@ -330,46 +336,83 @@ class CodecEcho(ServingPath):
 
 
 class StreamDrafter(ServingPath):
-    """A streamed plan (docs/PROTOCOL.md "Streamed plans"): per cycle the chunks (each's first
-    8 bytes the running chunk counter, seq x chunks + j), then the 16-byte end message with
-    the seq; the reply's ids go once both are in. The server's clock stamps the last chunk's
-    and the end message's arrivals; after the last reply, per cycle the ns between them (how
-    long the drafter held every chunk before the accept count came) follow as int64s."""
+    """A streamed plan (docs/PROTOCOL.md "Streamed plans"): per cycle the chunks (raw: each's
+    first 8 bytes the running chunk counter, seq x chunks + j; with a codec: each a codec frame
+    whose seq is that counter, decoded here), then the 16-byte end message with the seq; the
+    reply's ids go once both are in. The server's clock stamps the last chunk's and the end
+    message's arrivals; after the last reply, per cycle the ns between them (how long the
+    drafter held every chunk before the accept count came) follow as int64s, and with a codec
+    then each cycle's decode ns (its chunks' together)."""
 
     name = "stream drafter"
     python_only = "a streamed plan's chunks and accept count are read in Python"
 
+    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        if plan.codec is None:
+            return None
+
+        try:
+            self.parse_codec(plan)
+        except HopbenchError as exc:
+            return f"server cannot decode this plan: {exc}"
+        return None
+
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         import numpy as np
 
+        from hopbench.core import codec_wire
+
         assert plan.stream is not None
         chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
-        chunk, end, reply = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES), chan.alloc(plan.reply_bytes)
-        ids, clock, counter, stamp = P.ReplyCodec(plan.k, plan.id_bytes), ctx.clock, P.SEQ.unpack_from, P.STREAM_END
-        hold = np.zeros(plan.total, dtype=np.int64)
+        frames = codec_wire.FrameReceiver(self.codec, size, ctx.clock) if self.codec is not None else None
+        chunk = np.zeros(size, dtype=np.uint8) if frames is not None else chan.alloc(size)
+        end, reply = chan.alloc(P.STREAM_END_BYTES), chan.alloc(plan.reply_bytes)
+        hold, decode = np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64)
         seq = 0
         try:
             for seq in range(plan.total):
-                for j in range(chunks):
-                    chan.recv_into(chunk)
-                    if counter(chunk, 0)[0] != seq * chunks + j:
-                        bad_request(ctx, chan, chunk, seq, plan, f"chunk {j} of cycle {seq} carries counter "
-                                                                 f"{counter(chunk, 0)[0]}, expected {seq * chunks + j}")
-                        return seq
-                last = clock()
-                chan.recv_into(end)
-                hold[seq] = clock() - last
-                if stamp.unpack_from(end, 0)[0] != seq:
-                    bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
-                                                           f"{stamp.unpack_from(end, 0)[0]}")
+                if not self._chunks(chan, frames, chunk, chunks, seq, decode, plan, ctx):
                     return seq
-                ids.pack(reply, seq)
+                last = ctx.clock()
+                chan.recv_into(end)
+                hold[seq] = ctx.clock() - last
+                if P.STREAM_END.unpack_from(end, 0)[0] != seq:
+                    bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
+                                                           f"{P.STREAM_END.unpack_from(end, 0)[0]}")
+                    return seq
+                P.ReplyCodec(plan.k, plan.id_bytes).pack(reply, seq)
                 chan.send(reply)
             seq = plan.total
+        except codec_wire.ClientAborted as exc:
+            ctx.log(f"client aborted plan at seq {exc.seq}: {str(exc)[:200]}")
+            return exc.seq
+        except ProtocolError as exc:
+            if frames is None:
+                raise
+            abort(chan, str(exc), plan)
         finally:
             ctx.progress.done = seq
         chan.send(hold.view(np.uint8).reshape(-1))
+        if frames is not None:
+            chan.send(decode.view(np.uint8).reshape(-1))
         return plan.total
+
+    @staticmethod
+    def _chunks(chan: Channel, frames: Any, chunk: Any, chunks: int, seq: int, decode: Any, plan: P.Plan,
+                ctx: PlanContext) -> bool:
+        """A cycle's chunks, each's running counter checked (False: a bad one, answered)."""
+        for j in range(chunks):
+            if frames is not None:
+                got, _, ns = frames.recv(chan, chunk, seq)
+                decode[seq] += ns
+            else:
+                chan.recv_into(chunk)
+                got = P.SEQ.unpack_from(chunk, 0)[0]
+            if got != seq * chunks + j:
+                bad_request(ctx, chan, chunk, seq, plan, f"chunk {j} of cycle {seq} carries counter {got}, expected "
+                                                         f"{seq * chunks + j}")
+                return False
+        return True
 
 
 def path_for(plan: P.Plan) -> ServingPath:

@@ -125,6 +125,10 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                  Payload(design_label(f"T{k + 1}", "projected"), k + 1, (k + 1) * row, k * sh.id_bytes,
                          design="projected"),  # the other lever: fc on the target, one row per position
                  Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True)]
+        for c in [c for c in codecs if c != "none"]:  # under a codec: both hops, each chunk encoded on its own
+            loads += [Payload(codec_label(f"T{k + 1}", c), k + 1, sent, k * sh.id_bytes, codec=c),
+                      Payload(stream_label(codec_label(f"T{k + 1}", c), "layers"), k + 1, sent, k * sh.id_bytes,
+                              codec=c, stream=True)]
     cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup,
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
@@ -143,11 +147,12 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
-    if req.tokens or req.bytes or req.codec.strip() not in ("", "none") or req.clients > 1 or req.mps or req.time_s \
-            or req.verify or "cuda" in req.memory or req.payload != "taps":
+    if req.tokens or req.bytes or req.clients > 1 or req.mps or req.time_s or req.verify or "cuda" in req.memory \
+            or req.payload != "taps":
         raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
-                          "round trip and the synchronous taps and projected payloads: not with --tokens, --bytes, "
-                          "--codec, --clients, --mps, --time, --verify, --memory cuda or --payload")
+                          "round trip and the synchronous taps and projected payloads (each --codec adds both hops "
+                          "under it): not with --tokens, --bytes, --clients, --mps, --time, --verify, --memory cuda "
+                          "or --payload")
     from hopbench.core import stream as ST
 
     sh = scfg.shape
@@ -305,8 +310,8 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
         return next((by[p.label] for p in loads if kind(p) and p.label in by), None)
 
     small = row(lambda p: p.tokens is None)
-    sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps")
-    streamed = row(lambda p: p.stream)
+    sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps" and p.codec == "none")
+    streamed = row(lambda p: p.stream and p.codec == "none")
     st = cfg.stream
     cost = f", extraction cost {st['cost_ms']:g} ms" if st["cost_ms"] else ""
     console.say(f"streamed: {st['chunks']} chunks of {st['chunk_bytes']:,} B (K + 1 = {cfg.k + 1} rows of each aux "
