@@ -406,3 +406,19 @@ def test_a_streamed_codec_frame_out_of_place_aborts_with_its_reason(server):
     c.sock.sendall(codecs.FRAME.pack(7, len(enc), 0) + enc)  # chunk 0 of cycle 0 says 7
     reason = c.read_abort(c.recv_exact(8), 8)
     assert reason == "chunk 0 of cycle 0 carries counter 7, expected 0", reason
+
+
+def test_streamed_targets_at_once_count_their_cycles_by_the_forward(server_factory, tmp_path):
+    """--stream layers --clients 2: two targets stream into one drafter at once. A streamed
+    cycle lasts at least its forward, so no target can make more than 1 / forward cycles per
+    second; counted from the exposed hops alone (the samples) it read thousands per second."""
+    server = server_factory(max_sessions=2)
+    out = tmp_path / "m"
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--clients", "2",
+            "--cycles", "20", "--warmup", "2", "--no-floor", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    streamed = next(p for p in rep["payloads"] if p["payload"] == "T3~layers@2")
+    rates = [t["cycles_per_s"] for t in streamed["targets"]]
+    assert len(rates) == 2 and all(0 < x <= 1e3 / 6 for x in rates), rates
+    assert streamed["aggregate"]["cycles_per_s"] == pytest.approx(sum(rates))

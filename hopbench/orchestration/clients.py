@@ -190,13 +190,16 @@ def _read_report(folder: Path) -> dict[str, Any] | None:
     return doc
 
 
-def _ends(rows: list[dict[str, str]], gap_ns: int) -> np.ndarray:
+def _ends(rows: list[dict[str, str]], gap_ns: int, forward_ns: int = 0) -> np.ndarray:
     """Each cycle's end on its target's own timeline (ns from its plan's start): open loop,
     its intended send + its round trip (measured from it); closed loop, the round trips and
-    think times back to back."""
+    think times back to back. A streamed cycle (`forward_ns`: its forward and extraction
+    cost) lasts the forward, the end message's send lag and its exposed hop (the sample)."""
     rtt = np.asarray([int(r["rtt_ns"]) for r in rows], dtype=np.int64)
     if rows and rows[0].get("intended_ns"):
         return np.asarray([int(r["intended_ns"]) for r in rows], dtype=np.int64) + rtt
+    if forward_ns:
+        rtt = rtt + forward_ns + np.asarray([int(r.get("end_lag_ns") or 0) for r in rows], dtype=np.int64)
     return np.cumsum(rtt + gap_ns)
 
 
@@ -256,13 +259,16 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
     if plan is None:
         return None
     gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
+    stream = next((((rep or {}).get("config") or {}).get("stream") for *_, rep in reports
+                   if ((rep or {}).get("config") or {}).get("stream")), None) if "stream" in plan else None
+    forward_ns = int(round((stream["forward_ms"] + (stream.get("cost_ms") or 0.0)) * 1e6)) if stream else 0
     lines: dict[int, tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool]] = {}
     for t, err, p in found:
         if p is None:
             continue
         rows = sorted((r for r in samples_by_target[t] if r["payload"] == label), key=lambda r: int(r["seq"]))
         timed = np.asarray([r["phase"] == "timed" for r in rows], dtype=bool)
-        lines[t] = (rows, _ends(rows, gap_ns), timed, bool(p["summary"].get("complete")) and not err)
+        lines[t] = (rows, _ends(rows, gap_ns, forward_ns), timed, bool(p["summary"].get("complete")) and not err)
     window = common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
     per: list[dict] = []
     pooled: list[int] = []

@@ -147,12 +147,11 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
-    if req.tokens or req.bytes or req.clients > 1 or req.mps or req.time_s or req.verify or "cuda" in req.memory \
-            or req.payload != "taps":
+    if req.tokens or req.bytes or req.mps or req.time_s or req.verify or "cuda" in req.memory or req.payload != "taps":
         raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
                           "round trip and the synchronous taps and projected payloads (each --codec adds both hops "
-                          "under it): not with --tokens, --bytes, --clients, --mps, --time, --verify, --memory cuda "
-                          "or --payload")
+                          "under it; --clients M runs M targets at once): not with --tokens, --bytes, --mps, --time, "
+                          "--verify, --memory cuda or --payload")
     from hopbench.core import stream as ST
 
     sh = scfg.shape
