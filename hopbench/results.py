@@ -308,6 +308,21 @@ class RunReport:
                 "config": self.config, "client_env": self.client_env, "server_env": self.server_env,
                 "server_software": self.server_software, "server_caps": self.server_caps, **self.extra}
 
+    #: what a run's report.json holds besides its header: its writer's part, not the header's
+    BODY = frozenset({"payloads", "files", "status", "error", "finished_utc", "summary", "updated_utc"})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunReport":
+        """A report.json's header, typed (every schema version: tests/golden), the keys it does
+        not name kept in `extra`; the payloads and status (the writer's) left out."""
+        named = {"schema", "schema_version", "software", "created_utc", "result_id", "peer", "config", "client_env",
+                 "server_env", "server_software", "server_caps"}
+        return cls(peer=str(d.get("peer") or ""), config=d.get("config") or {}, client_env=d.get("client_env") or {},
+                   server_env=d.get("server_env") or {}, server_software=d.get("server_software"),
+                   server_caps=d.get("server_caps"),
+                   extra={k: v for k, v in d.items() if k not in named and k not in cls.BODY},
+                   created_utc=str(d.get("created_utc") or ""), result_id=str(d.get("result_id") or ""))
+
 
 @dataclass(frozen=True)
 class ShapeRecord:
@@ -339,6 +354,57 @@ class SweepReport:
                 "created_utc": self.created_utc, "result_id": self.result_id, "seed": self.seed,
                 "config": self.config, "shape": vars(self.shape).copy(), "rungs": {}, "failed_cells": [],
                 "preflight": self.preflight, **self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SweepReport":
+        """A sweep.json's (or a matrix's) starting record, typed (every schema version), the keys
+        it does not name kept in `extra`; what its writer keeps current (status, rungs, failed
+        cells) left out."""
+        named = {"schema", "schema_version", "kind", "status", "created_utc", "result_id", "seed", "config", "shape",
+                 "rungs", "failed_cells", "preflight", "updated_utc"}
+        sh = d.get("shape") or {}
+        cfg = d.get("config") or {}
+        return cls(kind=str(d.get("kind") or "sweep"), seed=int(d.get("seed") or 0), config=cfg,
+                   shape=ShapeRecord(int(sh.get("bytes_per_token") or 0), int(sh.get("k") or cfg.get("k") or 0),
+                                     int(sh.get("id_bytes") or 0)),
+                   preflight=d.get("preflight") or {}, extra={k: v for k, v in d.items() if k not in named},
+                   created_utc=str(d.get("created_utc") or ""), result_id=str(d.get("result_id") or ""))
+
+
+@dataclass(frozen=True)
+class SpecReport:
+    """The header of a `hopbench spec` report.json (SPEC_SCHEMA, docs/SPEC.md "Output"): what
+    was asked, what was modelled and what measured; its runs and status follow as it goes."""
+
+    peer: str | None
+    config: dict[str, Any]
+    seed: int
+    acceptance: dict[str, Any]
+    work: dict[str, Any]
+    client_env: dict[str, Any]
+    server_env: dict[str, Any] | None
+    extra: dict[str, Any] = field(default_factory=dict)  # a target of several: its number and group; a codec's source
+    created_utc: str = field(default_factory=utc_iso)
+    result_id: str = field(default_factory=new_result_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SPEC_SCHEMA, "schema_version": SPEC_SCHEMA_VERSION, "software": f"hopbench {__version__}",
+                "created_utc": self.created_utc, "result_id": self.result_id, "peer": self.peer, "config": self.config,
+                "seed": self.seed, "acceptance": self.acceptance, "work": self.work,
+                "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
+                "measured": "the network, the cadence, the transports, the hosts",
+                "client_env": self.client_env, "server_env": self.server_env, **self.extra,
+                "status": "running", "runs": []}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpecReport":
+        named = {"schema", "schema_version", "software", "created_utc", "result_id", "peer", "config", "seed",
+                 "acceptance", "work", "modelled", "measured", "client_env", "server_env", "status", "runs",
+                 "finished_utc"}
+        return cls(peer=d.get("peer"), config=d.get("config") or {}, seed=int(d.get("seed") or 0),
+                   acceptance=d.get("acceptance") or {}, work=d.get("work") or {}, client_env=d.get("client_env") or {},
+                   server_env=d.get("server_env"), extra={k: v for k, v in d.items() if k not in named},
+                   created_utc=str(d.get("created_utc") or ""), result_id=str(d.get("result_id") or ""))
 
 
 class FolderLock:
@@ -386,7 +452,7 @@ class FolderLock:
 # go through ResultFolder; no other module spells a file name of the layout.
 
 SWEEP_SCHEMA = "hopbench.sweep"
-SPEC_SCHEMA = "hopbench.spec"  # hopbench spec's report.json
+SPEC_SCHEMA, SPEC_SCHEMA_VERSION = "hopbench.spec", 1  # hopbench spec's report.json
 SPEC_TARGETS_SCHEMA = "hopbench.spec-targets"  # hopbench spec --targets' report.json
 RUN_FILE, SWEEP_FILE = "report.json", "sweep.json"  # a run's (or a cell's) top record; a sweep's or matrix's
 SAMPLES_FILE, SUMMARY_FILE = "samples.csv", "summary.csv"
@@ -434,6 +500,17 @@ class ResultFolder:
         import json
 
         return json.loads(self.top_path.read_text())
+
+    def read_header(self) -> "RunReport | SweepReport | SpecReport":
+        """The top record's header, typed by its schema (a run's, a sweep's or matrix's, a
+        spec's); HopbenchError for another file."""
+        top = self.read_top()
+        kinds: dict[str, Any] = {SCHEMA: RunReport, SWEEP_SCHEMA: SweepReport, SPEC_SCHEMA: SpecReport}
+        kind = kinds.get(str(top.get("schema"))) if isinstance(top, dict) else None
+        if kind is None:
+            raise HopbenchError(f"{self.top_path}: not a run, sweep or spec record")
+        header: RunReport | SweepReport | SpecReport = kind.from_dict(top)
+        return header
 
     def analysis_dir(self) -> Path:
         """Where derived files go, created on first use (for writing)."""

@@ -245,3 +245,21 @@ def test_identity_is_typed_from_plan_to_reading(tmp_path):
                 "group": {"size": c.series.clients} if c.series.clients > 1 else None}
         key = cell_of(run, {"plan": plan, "payload": c.payload, "tokens": c.tokens, "design": c.series.design})
         assert (key.place, key.series, key.payload) == (c.place, c.series, c.payload)
+
+
+def test_result_headers_read_back_typed(tmp_path):
+    """Issue 39 (REVIEW4 §5.4): the typed records read as well as they write: a golden v1 run
+    and sweep header load into results.RunReport / SweepReport, and each written header reads
+    back to the record it was written from."""
+    from hopbench import results as R
+
+    run = R.RunReport.from_dict(json.loads((GOLDEN / "run-v1" / "report.json").read_text()))
+    assert run.config["transport"] == "tcp" and run.peer and "payloads" not in run.extra
+    sweep = R.SweepReport.from_dict(json.loads((GOLDEN / "sweep-v1" / "sweep.json").read_text()))
+    assert sweep.kind == "sweep" and sweep.seed == 77 and sweep.shape.bytes_per_token == 61440
+    for rec in (R.RunReport("h:1", {"transport": "tcp"}, {"a": 1}, {"b": 2}, "hopbench 9", {"c": 3}, {"rung": "x"}),
+                R.SweepReport("matrix", 5, {"name": "m"}, R.ShapeRecord(61440, 2, 4), {"local": {}}, {"matrix": {}}),
+                R.SpecReport("h:1", {"modes": ["sync"]}, 3, {"spec": "a"}, {"verify": {}}, {}, None, {"target": 1})):
+        assert type(rec).from_dict(rec.to_dict()) == rec
+    assert isinstance(R.ResultFolder(GOLDEN / "sweep-v1").read_header(), R.SweepReport)
+    assert R.ResultFolder(GOLDEN / "run-v1").read_header() == run

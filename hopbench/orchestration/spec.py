@@ -25,10 +25,9 @@ from hopbench.core.client import Session
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import HIDDEN_DEFAULT
 from hopbench.shape import Shape
-from hopbench.version import __version__
 
 SCHEMA = R.SPEC_SCHEMA
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = R.SPEC_SCHEMA_VERSION
 SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "tokens_per_cycle", "hit_rate",
                    "verify_ms", "wait_ms", "draft_ms", "hop_ms", "batch_mean"]
 
@@ -165,22 +164,16 @@ def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
 def _report_head(cfg: SpecConfig, host: str | None, port: int | None, seed: int, acceptance: Any, verify: Any,
                  local_draft: Any, client_env: dict[str, Any], server_env: dict[str, Any] | None,
                  group: dict[str, Any] | None, target: int, source: Any) -> dict[str, Any]:
-    """The spec report's header: what was asked, what was modelled and what measured."""
-    return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "software": f"hopbench {__version__}",
-        "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}" if host else None,
-        "config": cfg.to_dict(),
-        "seed": seed, "acceptance": {"spec": acceptance.spec, "probs": list(acceptance.probs),
-                                     "mean_tokens": acceptance.mean_tokens, "ranked": acceptance.ranked()},
-        "work": {"verify": verify.describe(), "draft_local": local_draft.describe(),
-                 "draft_remote": {"spec": cfg.draft_remote, "scale": cfg.time_scale}},
-        "modelled": "verify and draft durations (work models), acceptance outcomes (seeded)",
-        "measured": "the network, the cadence, the transports, the hosts",
-        "client_env": client_env, "server_env": server_env,
-        **({"target": target, "group": group} if group else {}),
-        **({"payload_source": source.record} if source is not None else {}),
-        "status": "running", "runs": [],
-    }
+    """The spec report's header (results.SpecReport): what was asked, modelled and measured."""
+    return R.SpecReport(
+        peer=f"{host}:{port}" if host else None, config=cfg.to_dict(), seed=seed,
+        acceptance={"spec": acceptance.spec, "probs": list(acceptance.probs), "mean_tokens": acceptance.mean_tokens,
+                    "ranked": acceptance.ranked()},
+        work={"verify": verify.describe(), "draft_local": local_draft.describe(),
+              "draft_remote": {"spec": cfg.draft_remote, "scale": cfg.time_scale}},
+        client_env=client_env, server_env=server_env,
+        extra={**({"target": target, "group": group} if group else {}),
+               **({"payload_source": source.record} if source is not None else {})}).to_dict()
 
 
 def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: Any,
