@@ -320,9 +320,21 @@ def test_spec_stream_mode_streams_the_layers_during_the_verify(server, tmp_path)
     assert report["runs"][0]["mode"] in ("local", "sync", "stream")
 
 
+def test_spec_stream_under_a_codec_encodes_each_chunk(server, tmp_path):
+    """spec's mode stream with --codec: each aux layer's chunk crosses as its own codec frame
+    (its seq the running counter), which the drafter decodes before the accept count."""
+    from hopbench.analysis import spec as A
+    from hopbench.orchestration.spec import run_spec
+
+    cfg = _spec_cfg(modes=("sync", "stream"), codec="fp8").check()
+    folder = run_spec(server.host, server.port, cfg, folder=tmp_path / "c")
+    _, cycles, _ = A.load(folder)
+    streamed = cycles[(cycles["mode"] == "stream") & (cycles["phase"] == 2)]
+    assert len(streamed) == 8 and (streamed["verify_ns"] >= cfg.schedule().end_ns).all()
+
+
 @pytest.mark.parametrize("kw,says", [
     (dict(verify="file:{durations}"), "mode stream needs a verify of one length"),
-    (dict(codec="int8"), "mode stream with --codec"),
     (dict(taps=()), "mode stream needs the shape's aux layers"),
 ])
 def test_spec_stream_refuses_what_it_cannot_schedule(kw, says, tmp_path):

@@ -93,6 +93,32 @@ def _authenticate(control: Any, hello: dict[str, Any], secret: str | None, clien
     return bind
 
 
+def _spec_senders(plan: P.Plan, info: Any, source: Any, clock: Callable[[], int]) -> Callable[[Any], tuple[Any, Any]]:
+    """A codec spec plan's senders over a data channel: a cycle's hidden states (windows of
+    `source`, T tokens each) and, in mode stream, chunk j (aux layer j's K + 1 rows), each
+    encoded inside the hop as a frame of its own."""
+    from hopbench.core import codec_wire, codecs
+
+    if source is None:
+        raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+    codec = codecs.parse(plan.codec or "none", plan.codec_group)
+    by_tokens = {t: source.bodies(t * info.bytes_per_token, t, max(1, source.tokens // t)) for t in range(1, info.k + 2)}
+    layered = [b.view(np.uint16).reshape(info.k + 1, max(1, info.chunks), -1) for b in by_tokens[info.k + 1]]
+    chunks = [[np.ascontiguousarray(b[:, j, :]).view(np.uint8).reshape(-1) for j in range(info.chunks)] for b in layered]
+    header = bytearray(codecs.FRAME_BYTES)
+    codecs.steady_heap()
+
+    def over(data: Any) -> tuple[Any, Any]:
+        def send_states(seq: int, tokens: int) -> None:
+            bodies = by_tokens[tokens]
+            codec_wire.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
+
+        def send_chunk(seq: int, j: int) -> None:
+            codec_wire.send_frame(data, codec, chunks[seq % len(chunks)][j], seq * info.chunks + j, 0, header, clock)
+        return send_states, (send_chunk if info.chunks else None)
+    return over
+
+
 class Session:
     """One client session with a `hopbench serve`: the control connection, opened and
     handshaken (and authenticated, with a secret) on construction; one plan at a time
@@ -184,25 +210,12 @@ class Session:
         stream's forward schedule (hopbench.core.stream.Schedule)."""
         from hopbench.core import spec as S
 
-        send_states = None
-        if plan.codec:
-            from hopbench.core import codec_wire, codecs
-
-            if source is None:
-                raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
-            codec = codecs.parse(plan.codec, plan.codec_group)
-            by_tokens = {t: source.bodies(t * info.bytes_per_token, t, max(1, source.tokens // t))
-                         for t in range(1, info.k + 2)}
-            header = bytearray(codecs.FRAME_BYTES)
-            codecs.steady_heap()
+        senders = _spec_senders(plan, info, source, clock) if plan.codec else None  # checked before connecting
         data = self._open(plan, self._transport(plan)).channel
-        if plan.codec:
-            def send_states(seq: int, tokens: int) -> None:
-                bodies = by_tokens[tokens]
-                codec_wire.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
+        send_states, send_chunk = senders(data) if senders else (None, None)
         try:
             rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock,
-                                send_states, stream)
+                                send_states, stream, send_chunk)
             self._confirmed(plan)
             return rows, dict(data.info)
         except VerifyError as exc:

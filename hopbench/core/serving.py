@@ -223,8 +223,6 @@ class SpecDrafter(ServingPath):
         assert plan.spec is not None
         try:
             info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
-            if info.mode == "stream" and plan.codec is not None:
-                return "a spec plan of mode stream crosses raw: not with a codec"
             if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
@@ -258,7 +256,7 @@ class SpecDrafter(ServingPath):
                 return n
             draft._batcher = batched
 
-        states = None
+        states = chunk_in = None
         if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
             import numpy as np
 
@@ -268,9 +266,13 @@ class SpecDrafter(ServingPath):
 
             def states(tokens: int, view: Any) -> None:
                 frames.recv(chan, np.frombuffer(view, dtype=np.uint8))
+
+            def chunk_in(buf: Any) -> int:  # mode stream: each chunk a frame, its seq the running counter
+                got: int = frames.recv(chan, np.frombuffer(buf, dtype=np.uint8))[0]
+                return got
         try:
             done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, ctx.clock,
-                                      states)
+                                      states, chunk_in)
         except ProtocolError as exc:
             if states is None:
                 raise

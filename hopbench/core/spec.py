@@ -283,28 +283,29 @@ class SpecPlanInfo:
         return self.k * self.id_bytes + TAIL.size
 
 
-def _stream_forward(channel: Any, chunk: bytearray, chunks: int, sched: Any, seq: int, t0: int,
+def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: Any, seq: int, t0: int,
                     clock: Callable[[], int]) -> None:
-    """Mode stream's verify forward: chunk j (its counter seq x chunks + j first) at t0 + its
-    layer's ready time, then the wait to the forward's end (+ the extraction cost)."""
+    """Mode stream's verify forward: chunk j sent (send_chunk(seq, j)) at t0 + its layer's
+    ready time, then the wait to the forward's end (+ the extraction cost)."""
     from hopbench.core.timing import wait_until
 
     for j in range(chunks):
-        STREAM_COUNTER.pack_into(chunk, 0, seq * chunks + j)
         wait_until(clock, t0 + sched.ready_ns[j])
-        channel.send(chunk)
+        send_chunk(seq, j)
     wait_until(clock, t0 + sched.end_ns)
 
 
 def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
                codec: Any, clock: Callable[[], int] = time.perf_counter_ns,
-               send_states: Callable[[int, int], None] | None = None, stream: Any = None) -> np.ndarray:
+               send_states: Callable[[int, int], None] | None = None, stream: Any = None,
+               send_chunk: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
     array. local: `channel` is None and `local_draft` runs after each verify. The ids of
     every reply are checked outside the timed span of the next cycle. `send_states(seq,
     tokens)` sends a cycle's hidden states (a codec plan: encoded, inside the hop); default
     the raw bytes. `stream` (mode stream): the forward's schedule (hopbench.core.stream.
-    Schedule), which replaces the verify: the chunks go during it, the header at its end."""
+    Schedule), which replaces the verify: the chunks go during it (`send_chunk(seq, j)`: a
+    codec plan's, encoded; default raw, the running counter first), the header at its end."""
     total = info.total
     rows = np.zeros((total, len(CYCLE_COLUMNS)), dtype=np.int64)
     header = bytearray(HEADER.size)
@@ -313,13 +314,17 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
     reply = bytearray(info.reply_bytes)
     check = codec.checker(reply) if codec is not None else None
     chunk = bytearray(info.chunk_bytes)
+
+    def raw_chunk(seq: int, j: int) -> None:
+        STREAM_COUNTER.pack_into(chunk, 0, seq * info.chunks + j)
+        channel.send(chunk)
     first_timed = 1 + info.warmup
     for seq in range(total):
         a = int(outcomes[seq])
         tokens = a + 1
         t0 = clock()
         if stream is not None:
-            _stream_forward(channel, chunk, info.chunks, stream, seq, t0, clock)
+            _stream_forward(send_chunk or raw_chunk, info.chunks, stream, seq, t0, clock)
         else:
             verify.run(clock)
         t1 = clock()
@@ -353,11 +358,12 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
 
 # ---- the drafter's loop (server) ------------------------------------------------------------------
 
-def _stream_in(channel: Any, chunk: bytearray, chunks: int, seq: int, on_bad_seq: Callable[[int, Any], None]) -> bool:
-    """Mode stream: a cycle's chunks, each's counter checked (False: a bad one, reported)."""
+def _stream_in(recv_chunk: Callable[[], int], chunk: Any, chunks: int, seq: int,
+               on_bad_seq: Callable[[int, Any], None]) -> bool:
+    """Mode stream: a cycle's chunks (recv_chunk() receives one and returns its counter),
+    each's counter checked (False: a bad one, reported)."""
     for j in range(chunks):
-        channel.recv_into(chunk)
-        if STREAM_COUNTER.unpack_from(chunk, 0)[0] != seq * chunks + j:
+        if recv_chunk() != seq * chunks + j:
             on_bad_seq(seq, chunk)
             return False
     return True
@@ -365,14 +371,16 @@ def _stream_in(channel: Any, chunk: bytearray, chunks: int, seq: int, on_bad_seq
 
 def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int], codec: Any,
                 on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns,
-                recv_states: Callable[[int, Any], None] | None = None) -> int:
+                recv_states: Callable[[int, Any], None] | None = None,
+                recv_chunk: Callable[[Any], int] | None = None) -> int:
     """The drafter's side of a spec plan; returns the cycles served. sync: receive the
     header and the hidden states, draft, reply. overlap: pre-drafts are scheduled from the
     moment the drafter is ready (previous hidden states in): F of them, most likely outcome
     first, t_draft each, not preempted; a hit replies on the header, a miss waits for the
     pre-draft in progress, receives the hidden states, drafts, replies. `recv_states(tokens,
     view)` receives a cycle's hidden states into view (a codec plan: decoded, inside the
-    hop); default the raw bytes."""
+    hop); default the raw bytes. `recv_chunk(buffer)` (mode stream) receives one chunk and
+    returns its running counter (a codec plan: a frame decoded into the buffer); default raw."""
     header = bytearray(HEADER.size)
     payload = bytearray(info.request_bytes)
     views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
@@ -382,9 +390,14 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
     rank = {a: r for r, a in enumerate(ranked)}
     overlap, streamed = info.mode == "overlap", info.mode == "stream"
     chunk = bytearray(info.chunk_bytes)
+
+    def raw_in() -> int:
+        channel.recv_into(chunk)
+        return int(STREAM_COUNTER.unpack_from(chunk, 0)[0])
+    one_chunk = (lambda: recv_chunk(chunk)) if recv_chunk is not None else raw_in
     ready = clock()
     for seq in range(info.total):
-        if streamed and not _stream_in(channel, chunk, info.chunks, seq, on_bad_seq):
+        if streamed and not _stream_in(one_chunk, chunk, info.chunks, seq, on_bad_seq):
             return seq
         channel.recv_into(header)
         got, tokens, accepted = HEADER.unpack_from(header, 0)
