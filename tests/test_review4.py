@@ -59,6 +59,7 @@ def test_5_3_the_transport_contract_is_explicit():
     assert not _grep(r"\._timeout", "hopbench/core")
     assert not _grep(r'getattr\((channel|chan), "native_', "hopbench/core")
     assert not _grep(r"sched_yield", "transports")  # one spin policy: core.transport.Spinner
+    assert not _grep(r"isinstance\(exc, c\)", "transports")  # the exception maps pick the most specific class
     assert all(hasattr(transport, n) for n in ("NativeCapable", "ControlChannel", "Spinner"))
     import inspect
 

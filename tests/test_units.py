@@ -259,3 +259,23 @@ def test_the_spinner_yields_only_when_the_peer_may_share_the_cpu(monkeypatch):
     assert [alone.spun() for _ in range(64)].count(True) == 4 and len(yields) == 8
     with pytest.raises(ValueError):
         Spinner(True, check_every=100)
+
+
+def test_an_exception_map_picks_the_most_specific_class():
+    """core.transport.most_specific (httpx's rule): a subclass's own entry wins over its base's,
+    whatever the table's order; an unnamed class falls back along its hierarchy, then to the default."""
+    from hopbench.core.transport import most_specific
+
+    class Base(Exception):
+        pass
+
+    class Child(Base):
+        pass
+
+    class Grandchild(Child):
+        pass
+
+    table = {Base: "base", Child: "child"}  # the base first: first-match-in-order said "base" for a Child
+    assert most_specific(table, Child(), "none") == "child"
+    assert most_specific(table, Grandchild(), "none") == "child" and most_specific(table, Base(), "none") == "base"
+    assert most_specific(table, ValueError(), "none") == "none"

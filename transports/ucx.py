@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.core.transport import NativeEndpoint, Spinner, TransportBase, TransportOptions  # noqa: E402
+from hopbench.core.transport import NativeEndpoint, Spinner, TransportBase, TransportOptions, most_specific  # noqa: E402
 from hopbench.errors import (  # noqa: E402
     ConfigError,
     ConnectFailed,
@@ -202,7 +202,7 @@ def _translate(exc: Exception, what: str) -> Exception:
     global _EXC_MAP
     if _EXC_MAP is None:
         _EXC_MAP = exception_map()
-    target: type = next((t for c, t in _EXC_MAP.items() if isinstance(exc, c)), TransportError)
+    target: type = most_specific(_EXC_MAP, exc, TransportError)
     return _error(target, what, exc)
 
 

@@ -186,6 +186,16 @@ class TransportBase:
         return NO_COMPILED_LOOP
 
 
+def most_specific(table: dict[type, Any], exc: BaseException, default: Any) -> Any:
+    """What a transport's exception map says for `exc`: the entry of its most specific class
+    (the first of exc's own class hierarchy the table names, as httpx maps its errors), not
+    the first entry that matches in the table's order; `default` where none does."""
+    for cls in type(exc).__mro__:
+        if cls in table:
+            return table[cls]
+    return default
+
+
 class Spinner:
     """The one busy-poll policy of every transport's Python waits (the compiled loops keep
     theirs: hopbench.core.native.YIELD_EVERY). Call `spun()` after each empty poll: every

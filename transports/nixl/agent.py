@@ -13,7 +13,7 @@ from typing import Any
 
 import nixl_cu12._bindings as nb  # the wheel's module name (torch is not needed); loads no UCX yet
 
-from hopbench.core.transport import TransportOptions
+from hopbench.core.transport import TransportOptions, most_specific
 from hopbench.errors import (
     ConfigError,
     PeerClosed,
@@ -69,7 +69,7 @@ _BUSY_VALUE, _DONE_VALUE = int(_BUSY.value), int(_DONE.value)  # (.value: cheape
 
 
 def _translate(exc: BaseException, what: str) -> Exception:
-    target = next((t for c, t in _EXC.items() if isinstance(exc, c)), TransportError)
+    target = most_specific(_EXC, exc, TransportError)
     if target is PeerClosed:
         return PeerClosed(f"NIXL peer closed or unreachable during {what} ({exc})")
     return target(f"NIXL error during {what}: {type(exc).__name__} {exc}")  # type: ignore[no-any-return]
