@@ -30,6 +30,7 @@ draft_ns (u64, the drafter's own time this cycle) and flags (u64, bit 0 = cache 
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import time
@@ -358,6 +359,12 @@ def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: W
 
 # ---- the drafter's loop (server) ------------------------------------------------------------------
 
+def _raw_chunk_in(channel: Any, chunk: bytearray) -> int:
+    """Mode stream, raw: one chunk received, its running counter (its first 8 bytes)."""
+    channel.recv_into(chunk)
+    return int(STREAM_COUNTER.unpack_from(chunk, 0)[0])
+
+
 def _stream_in(recv_chunk: Callable[[], int], chunk: Any, chunks: int, seq: int,
                on_bad_seq: Callable[[int, Any], None]) -> bool:
     """Mode stream: a cycle's chunks (recv_chunk() receives one and returns its counter),
@@ -390,11 +397,8 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
     rank = {a: r for r, a in enumerate(ranked)}
     overlap, streamed = info.mode == "overlap", info.mode == "stream"
     chunk = bytearray(info.chunk_bytes)
-
-    def raw_in() -> int:
-        channel.recv_into(chunk)
-        return int(STREAM_COUNTER.unpack_from(chunk, 0)[0])
-    one_chunk = (lambda: recv_chunk(chunk)) if recv_chunk is not None else raw_in
+    one_chunk = functools.partial(recv_chunk, chunk) if recv_chunk else \
+        functools.partial(_raw_chunk_in, channel, chunk)
     ready = clock()
     for seq in range(info.total):
         if streamed and not _stream_in(one_chunk, chunk, info.chunks, seq, on_bad_seq):
