@@ -72,7 +72,7 @@ def _hopbench(role: str, host: str, port: int, n: int):
 def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
     import nixl_pingpong as pp
 
-    from hopbench.core.protocol import ReplyCodec
+    from hopbench.core.protocol import ReplyIds
     from hopbench.core.timing import echo_cycles
 
     ls = socket.socket()
@@ -83,7 +83,7 @@ def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
     c, _ = ls.accept()
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     nb, agent, handle, _, keep = pp._setup(c, "server", n, n, b"")
-    codec = ReplyCodec(2, 4)
+    codec = ReplyIds(2, 4)
     request, reply = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
 
     def bad(seq: int) -> None:
@@ -103,7 +103,7 @@ def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
 def client(host: str, port: int, n: int, blocks: int, block: int, warm: int) -> dict[str, list[np.ndarray]]:
     import nixl_pingpong as pp
 
-    from hopbench.core.protocol import SEQ, ReplyCodec
+    from hopbench.core.protocol import SEQ, ReplyIds
     from hopbench.core.timing import run_cycles
 
     chan = _hopbench("client", host, port, n)
@@ -111,7 +111,7 @@ def client(host: str, port: int, n: int, blocks: int, block: int, warm: int) -> 
     c.settimeout(None)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     nb, agent, handle, _, keep = pp._setup(c, "client", n, n, b"")
-    codec = ReplyCodec(2, 4)
+    codec = ReplyIds(2, 4)
     request, reply = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
     clock = time.perf_counter_ns
     out: dict[str, list[np.ndarray]] = {"hb": [], "ref": []}

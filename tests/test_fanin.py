@@ -159,7 +159,7 @@ def test_open_loop_measures_from_the_intended_send_time():
         now[0] += 100  # every read moves the clock 100 ns: a spin ends
         return now[0]
 
-    codec = P.ReplyCodec(2, 4)
+    codec = P.ReplyIds(2, 4)
     request, reply = bytearray(64), bytearray(8)
 
     class Channel:  # the server: answers the request's seq after `rtt` ns

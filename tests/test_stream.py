@@ -105,7 +105,7 @@ def test_the_client_stops_a_streamed_plan_cleanly_and_the_server_serves_on(serve
     sched = ST.schedule(TAPS, 2.0, 78)
     with Session(server.host, server.port) as s:
         plan = _streamed("tcp", 5, 256, cycles=5)
-        path_check = P.ReplyCodec.checker
+        path_check = P.ReplyIds.checker
 
         def corrupt(self, reply):  # every reply looks wrong from cycle 3 on
             real = path_check(self, reply)
@@ -118,12 +118,12 @@ def test_the_client_stops_a_streamed_plan_cleanly_and_the_server_serves_on(serve
                 real(seq)
             return check
 
-        P.ReplyCodec.checker = corrupt
+        P.ReplyIds.checker = corrupt
         try:
             with pytest.raises(Exception, match="a test's wrong reply"):
                 s.measure(plan, stream=sched)
         finally:
-            P.ReplyCodec.checker = path_check
+            P.ReplyIds.checker = path_check
         assert s.measured.completed == 3
         m = s.measure(_streamed("tcp", 5, 256, cycles=3), stream=sched)  # served on, the same session
         assert m.completed == m.plan.total

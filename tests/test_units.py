@@ -107,7 +107,7 @@ def test_caps():
 
 @pytest.mark.parametrize("k,id_bytes", [(2, 4), (1, 2), (5, 8), (3, 2)])
 def test_codec_fast_and_slow_paths_agree(k, id_bytes):
-    c = P.ReplyCodec(k, id_bytes)
+    c = P.ReplyIds(k, id_bytes)
     buf = bytearray(k * id_bytes + 3)
     pack, check = c.packer(buf), c.checker(buf)
     wrap_seq = (c.mask + 1) // k  # seqs around the id wrap-around
@@ -120,7 +120,7 @@ def test_codec_fast_and_slow_paths_agree(k, id_bytes):
 
 
 def test_codec_reports_server_checksum_signal():
-    c = P.ReplyCodec(2, 4)
+    c = P.ReplyIds(2, 4)
     buf = bytearray(8)
     c.pack(buf, 9, corrupt=True)
     with pytest.raises(VerifyError, match="checksum"):
@@ -147,7 +147,7 @@ def test_the_two_loops_against_each_other_with_one_clock_read_pair_per_cycle():
     from hopbench.core.timing import echo_cycles
 
     a, b = fake.pair()
-    codec = P.ReplyCodec(2, 4)
+    codec = P.ReplyIds(2, 4)
     served = {}
 
     def server():
@@ -167,7 +167,7 @@ def test_timing_loop_rejects_stale_reply_and_keeps_prior_samples():
     import threading
 
     a, b = fake.pair()
-    codec = P.ReplyCodec(2, 4)
+    codec = P.ReplyIds(2, 4)
     t = threading.Thread(target=echo_ids, args=(b, 64, 8, codec, 5, 3))
     t.start()
     samples = np.zeros(10, dtype=np.int64)
@@ -186,7 +186,7 @@ def test_timing_loop_peer_close_mid_run():
     samples = np.zeros(3, dtype=np.int64)
     progress = Progress(done=-1)
     with pytest.raises(PeerClosed):
-        run_cycles(a, bytearray(64), bytearray(8), P.ReplyCodec(2, 4), samples, progress=progress)
+        run_cycles(a, bytearray(64), bytearray(8), P.ReplyIds(2, 4), samples, progress=progress)
     assert progress.done == 0
 
 

@@ -214,7 +214,7 @@ class Session:
         data = self._open(plan, self._transport(plan)).channel
         send_states, send_chunk = senders(data) if senders else (None, None)
         try:
-            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyCodec(plan.k, plan.id_bytes), clock,
+            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyIds(plan.k, plan.id_bytes), clock,
                                 send_states, stream, send_chunk)
             self._confirmed(plan)
             return rows, dict(data.info)

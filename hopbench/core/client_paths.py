@@ -59,8 +59,8 @@ class PlanRun:
     loop_info: dict[str, str] = field(default_factory=dict)  # which timed loop ran (hopbench.core.native)
 
     @property
-    def ids(self) -> P.ReplyCodec:
-        return P.ReplyCodec(self.plan.k, self.plan.id_bytes)
+    def ids(self) -> P.ReplyIds:
+        return P.ReplyIds(self.plan.k, self.plan.id_bytes)
 
     def loop_args(self) -> dict[str, Any]:
         return {"clock": self.clock, "gap_s": self.gap_s, "info": self.loop_info, "progress": self.progress}

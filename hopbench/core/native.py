@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench.core.protocol import ReplyCodec
+from hopbench.core.protocol import ReplyIds
 from hopbench.core.transport import NO_COMPILED_LOOP, NativeCapable, NativeEndpoint
 from hopbench.errors import ConfigError
 
@@ -68,7 +68,7 @@ def predict(transport: Any, poll: str, loop: str, eligible: str | None = None) -
     return "native" if reason is None else f"python ({reason})"
 
 
-def _ids(codec: ReplyCodec) -> tuple[int, int]:
+def _ids(codec: ReplyIds) -> tuple[int, int]:
     return codec.k, codec.span // codec.k
 
 
@@ -95,7 +95,7 @@ def may_share_cpu(mine: dict[str, Any] | None, peer: dict[str, Any] | None) -> b
 YIELD_EVERY = 8  # empty polls between sched_yield calls when the peer may share this CPU
 
 
-def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
                progress: Any, gap_s: float = 0.0, share_cpu: bool = True) -> int:
     """The timed loop in C: samples[i] = the round trip of seq i in ns (CLOCK_MONOTONIC);
     progress.done = the round trips completed, also when it raises."""
@@ -121,7 +121,7 @@ def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, 
     return done
 
 
-def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyCodec, total: int, crc: int | None,
+def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyIds, total: int, crc: int | None,
              on_bad_seq: Callable[[int], None], progress: Any, share_cpu: bool = True) -> int:
     """The server's echo loop in C; a request with another seq goes to on_bad_seq (as in Python)."""
     assert _C is not None

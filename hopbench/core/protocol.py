@@ -434,7 +434,7 @@ class Caps:
         return None
 
 
-class ReplyCodec:
+class ReplyIds:
     """Packs and checks the K ids of a reply for one plan.
 
     The K ids of seq are consecutive integers, so their little-endian concatenation is

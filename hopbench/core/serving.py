@@ -133,7 +133,7 @@ class HostEcho(ServingPath):
         ran = native.choose(chan, ctx.config.loop)[1]
         if ctx.loop and ran.split()[0] != ctx.loop.split()[0]:  # what ACCEPT said runs: the client records it
             abort(chan, f"the server announced the {ctx.loop} loop but can run only {ran}", plan)
-        return echo_cycles(chan, request, reply, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
+        return echo_cycles(chan, request, reply, P.ReplyIds(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop=ctx.config.loop,
                            share_cpu=ctx.share_cpu, progress=ctx.progress)
@@ -179,7 +179,7 @@ class GpuStaged(_Gpu):
         req, rep = self.buffers(plan)
         timings = np.zeros((plan.total, 2), dtype=np.int64)
         staged = StagedServerChannel(chan, req, rep, timings, ctx.clock)
-        done = echo_cycles(staged, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total,
+        done = echo_cycles(staged, req.host, rep.host, P.ReplyIds(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, req.host, seq, plan),
                            after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), progress=ctx.progress)
@@ -205,7 +205,7 @@ class GpuDirect(_Gpu):
         def bad_crc(seq: int) -> None:
             abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)", plan)
 
-        return echo_cycles(chan, req.host, rep.host, P.ReplyCodec(plan.k, plan.id_bytes), plan.total, crc=crc,
+        return echo_cycles(chan, req.host, rep.host, P.ReplyIds(plan.k, plan.id_bytes), plan.total, crc=crc,
                            on_bad_seq=bad_seq, on_bad_crc=bad_crc, recv_buf=req.device, send_buf=rep.device,
                            fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
                            after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True,
@@ -271,7 +271,7 @@ class SpecDrafter(ServingPath):
                 got: int = frames.recv(chan, np.frombuffer(buf, dtype=np.uint8))[0]
                 return got
         try:
-            done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyCodec(plan.k, plan.id_bytes), bad, ctx.clock,
+            done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyIds(plan.k, plan.id_bytes), bad, ctx.clock,
                                       states, chunk_in)
         except ProtocolError as exc:
             if states is None:
@@ -311,7 +311,7 @@ class CodecEcho(ServingPath):
         from hopbench.core import codec_wire
 
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
-        reply_codec = P.ReplyCodec(plan.k, plan.id_bytes)
+        reply_codec = P.ReplyIds(plan.k, plan.id_bytes)
         decode_ns = np.zeros(plan.total, dtype=np.int64)
         codec: Any = self.codec
         device_body = None
@@ -382,7 +382,7 @@ class StreamDrafter(ServingPath):
                     bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
                                                            f"{P.STREAM_END.unpack_from(end, 0)[0]}")
                     return seq
-                P.ReplyCodec(plan.k, plan.id_bytes).pack(reply, seq)
+                P.ReplyIds(plan.k, plan.id_bytes).pack(reply, seq)
                 chan.send(reply)
             seq = plan.total
         except codec_wire.ClientAborted as exc:

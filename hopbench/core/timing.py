@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import native
-from hopbench.core.protocol import SEQ, ReplyCodec
+from hopbench.core.protocol import SEQ, ReplyIds
 from hopbench.core.transport import Channel
 
 _HOOKED = "this plan needs the Python loop (device buffers, a per-cycle hook or an injected clock)"
@@ -45,7 +45,7 @@ def run_cycles(
     channel: Channel,
     request: Any,
     reply: Any,
-    codec: ReplyCodec,
+    codec: ReplyIds,
     samples: np.ndarray,
     *,
     clock: Callable[[], int] = time.perf_counter_ns,
@@ -99,7 +99,7 @@ def run_cycles(
                         stamp, settle, progress)
 
 
-def _python_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+def _python_loop(channel: Channel, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
                  clock: Callable[[], int], gap_s: float, sleep: Callable[[float], None], out: Any, into: Any,
                  stamp: Callable[[], None] | None, settle: Callable[[], None] | None, progress: Progress) -> int:
     """run_cycles' reference loop, in Python: the hooks run untimed around the timed send and
@@ -144,7 +144,7 @@ def wait_until(clock: Callable[[], int], when: int, sleep: Callable[[float], Non
         pass
 
 
-def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, samples: np.ndarray,
+def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
                clock: Callable[[], int], schedule: np.ndarray, lag: np.ndarray, info: dict[str, Any] | None,
                progress: Progress) -> int:
     """run_cycles' open loop (see there): pacing to a schedule is the load's definition, so the
@@ -190,7 +190,7 @@ def echo_cycles(
     channel: Channel,
     request: Any,
     reply: Any,
-    codec: ReplyCodec,
+    codec: ReplyIds,
     total: int,
     *,
     crc: int | None = None,
@@ -229,7 +229,7 @@ def echo_cycles(
     return progress.done
 
 
-def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyCodec, total: int, crc: int | None,
+def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyIds, total: int, crc: int | None,
           on_bad_seq: Callable[[int], None], on_bad_crc: Callable[[int], None] | None, send_buf: Any, recv_buf: Any,
           fetch: Callable[[], None] | None, after_pack: Callable[[], None] | None, check_late: bool,
           progress: Progress) -> int:

@@ -309,9 +309,9 @@ def _thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 def _codec() -> Any:
-    from hopbench.core.protocol import ReplyCodec
+    from hopbench.core.protocol import ReplyIds
 
-    return ReplyCodec(K, ID_BYTES)
+    return ReplyIds(K, ID_BYTES)
 
 
 def loop_round_trips(maker: Maker | str, poll: str, loop: str, request_bytes: int, n: int, reply_bytes: int = K * ID_BYTES,
