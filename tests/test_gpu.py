@@ -312,3 +312,122 @@ def test_real_codecs_command_profiles_the_gpu_too():
     assert res.exit_code == 0, res.output
     lines = [ln.split() for ln in res.output.splitlines() if ln.startswith(("fp8 ", "int8 "))]
     assert {(ln[0], ln[1]) for ln in lines} == {("fp8", "cpu"), ("fp8", "gpu"), ("int8", "cpu"), ("int8", "gpu")}
+
+
+# ---- a streamed plan in GPU memory (docs/STREAM.md "In GPU memory") -------------------
+
+def _streamed_gpu(transport="tcp", client="cuda", server="cuda", path="staged", chunks=5, size=36864, cycles=6):
+    from hopbench.core import protocol as P
+
+    return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, client_memory=client, server_memory=server,
+                  gpu_path=path, stream={"chunks": chunks, "chunk_bytes": size})
+
+
+@pytest.fixture
+def chunk_buffers(fake_gpu, monkeypatch):
+    """Every ChunkStaging made (the client's first, then the server's): their rows compared."""
+    made = []
+
+    class Recorded(gpu.ChunkStaging):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(gpu, "ChunkStaging", Recorded)
+    return made
+
+
+def _run_streamed(server, plan):
+    from hopbench.core import stream as ST
+
+    with Session(server.host, server.port) as s:
+        m = s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 4.0, 78))
+        s.bye()
+    return m
+
+
+@pytest.mark.parametrize("transport,path", [("tcp", "staged"), pytest.param("ucx", "staged", marks=pytest.mark.ucx),
+                                            pytest.param("ucx", "direct", marks=pytest.mark.ucx)])
+def test_a_streamed_plan_in_gpu_memory_moves_each_layers_rows_device_to_device(chunk_buffers, server, transport, path):
+    """Both ends' rows on the 'GPU' (tests/fakecupy.py): each chunk leaves the target's
+    device as its layer ends and lands in the drafter's; after the run the drafter's device
+    holds the target's rows, chunk by chunk. Staged: the copies are timed stages."""
+    from tests.test_conformance import transport_or_skip
+
+    transport_or_skip(transport)
+    if path == "direct":
+        pytest.importorskip("ucxx")
+    m = _run_streamed(server, _streamed_gpu(transport, path=path))
+    total = m.plan.total
+    assert m.completed == total and m.error is None and (m.samples_ns[:total] > 0).all()
+    client, drafter = chunk_buffers
+    for j in range(5):  # every chunk's rows arrived where the drafter keeps them
+        assert (np.asarray(client.device(j))[8:] == np.asarray(drafter.device(j))[8:]).all(), j
+        assert int(np.asarray(drafter.device(j))[:8].view(np.uint64)[0]) == (total - 1) * 5 + j  # the last counter
+    kinds = [(k, n) for k, n in fakecupy.copies]
+    if path == "staged":
+        assert {"d2h_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "send_lag_ns", "server_hold_ns"} <= set(m.stages)
+        assert kinds.count((2, 36864 - 8)) == 5 * total and kinds.count((1, 36864)) == 5 * total  # down, then up
+        assert (m.stages["d2h_ns"][:total] > 0).all() and (m.stages["server_h2d_ns"][:total] > 0).all()
+    else:  # direct: the counters are stamped on the device and read back; no rows copied
+        assert not {"d2h_ns", "server_h2d_ns"} & set(m.stages)
+        assert kinds.count((1, 8)) >= 5 * total and kinds.count((2, 8)) >= 5 * total
+        assert (2, 36864 - 8) not in kinds and (1, 36864) not in kinds
+
+
+@pytest.mark.parametrize("client,server_memory,stages", [
+    ("cuda", "host", {"d2h_ns", "h2d_ns"}), ("host", "cuda", {"server_h2d_ns", "server_d2h_ns"})])
+def test_a_streamed_plan_with_gpu_memory_at_one_end(chunk_buffers, server, client, server_memory, stages):
+    m = _run_streamed(server, _streamed_gpu(client=client, server=server_memory))
+    assert m.completed == m.plan.total and m.error is None
+    assert stages <= set(m.stages) and not ({"d2h_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns"} - stages) & set(m.stages)
+    assert len(chunk_buffers) == 1
+
+
+def test_a_streamed_gpu_plan_under_a_codec_is_refused(fake_gpu, server):
+    import dataclasses
+
+
+    plan = dataclasses.replace(_streamed_gpu(), codec="fp8", codec_group=6144)
+    assert "not with a codec" in str(plan.range_error())  # a peer's plan of this kind: an ERROR
+    with pytest.raises(ConfigError, match="not with --codec"):
+        _run_streamed(server, plan)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct"),
+                                            ("nixl", "staged"), ("nixl", "direct")])
+def test_real_gpu_streamed_plan_moves_the_chunks(server, transport, path):
+    if transport == "ucx":
+        pytest.importorskip("ucxx")
+    if transport == "nixl":
+        pytest.importorskip("nixl_cu12")
+    m = _run_streamed(server, _streamed_gpu(transport, path=path, cycles=10))
+    assert m.completed == m.plan.total and m.error is None and m.gpu_info["name"]
+    if path == "staged":
+        assert np.median(m.stages["d2h_ns"]) > 0 and np.median(m.stages["server_h2d_ns"]) > 0
+
+
+def test_run_stream_layers_in_gpu_memory_writes_its_stages(fake_gpu, server, tmp_path):
+    """`run --stream layers --memory cuda` as the CLI plans it: every payload (the small round
+    trip, the synchronous taps and projected, the streamed taps) in GPU memory at both ends,
+    the streamed one's copy stages in samples.csv and summary.csv beside its stream stages."""
+    from hopbench.orchestration.runjob import RunRequest, plan
+
+    loads, cfg = plan(RunRequest(host=server.host, port=server.port, transport="tcp", stream="layers", forward_ms=4.0, cycles=4,
+                                 warmup=1, memory=("cuda", "cuda")))
+    out = tmp_path / "r"
+    out.mkdir()
+    run_session(server.host, server.port, loads, cfg, folder=out)
+    summary = {r["payload"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert list(summary) == ["B64", "T3", "T3#projected", "T3~layers"]
+    assert {r["gpu_path"] for r in summary.values()} == {"staged"}
+    streamed = summary["T3~layers"]
+    for st in ("d2h", "h2d", "server_h2d", "server_d2h", "send_lag", "server_hold"):
+        assert float(streamed[f"{st}_p50_ns"]) > 0, st
+    rows = [r for r in csv.DictReader(open(out / "samples.csv")) if r["payload"] == "T3~layers"]
+    assert len(rows) == 6 and all(int(r["d2h_ns"]) > 0 and int(r["server_hold_ns"]) > 0 for r in rows)
+    with pytest.raises(ConfigError, match="with --memory cuda streams raw chunks .* not with --codec"):
+        plan(RunRequest(host=server.host, port=server.port, transport="tcp", stream="layers", codec="fp8",
+                        memory=("cuda", "cuda")))

@@ -434,3 +434,34 @@ def test_streamed_targets_at_once_count_their_cycles_by_the_forward(server_facto
     rates = [t["cycles_per_s"] for t in streamed["targets"]]
     assert len(rates) == 2 and all(0 < x <= 1e3 / 6 for x in rates), rates
     assert streamed["aggregate"]["cycles_per_s"] == pytest.approx(sum(rates))
+
+
+def test_spec_targets_stream_into_one_drafter_each_paired_with_its_own_local(server_factory, tmp_path):
+    """spec --targets 1,2 --stream layers: mode stream beside sync at M = 1 and M = 2; every
+    target's streamed cycles carry their chunks into the one drafter (the forward as lived is
+    the verify, its hop the exposed one) and are paired with that target's co-located runs."""
+    from hopbench.analysis import spec as A
+
+    srv = server_factory(max_sessions=4)
+    out = tmp_path / "st"
+    r = _hb("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,2", "--modes", "local,sync", "--stream",
+            "layers", "--cycles", "8", "--warmup", "1", "--repeats", "2", "--time-scale", "0.2", "--out", str(out),
+            "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "complete"
+    assert [(row["targets"], row["mode"]) for row in doc["rows"]] == [(1, "sync"), (1, "stream"), (2, "sync"),
+                                                                      (2, "stream")]
+    assert "M = 2 stream" in r.stderr and set(doc["capacity"]) == {"sync", "stream"}
+    for t in ("t1", "t2"):
+        _, cycles, _ = A.load(out / "m2" / t)
+        timed = cycles[cycles["phase"] == 2]
+        by_mode = timed.groupby("mode")
+        assert by_mode.size().to_dict() == {"local": 16, "stream": 16, "sync": 16}, t
+        streamed = timed[timed["mode"] == "stream"]
+        assert (streamed["hop_ns"] > 0).all() and (streamed["verify_ns"] > 0).all()
+        # the streamed verify is the forward's schedule, lived: never shorter than the local one's by much
+        assert streamed["verify_ns"].median() >= 0.95 * timed[timed["mode"] == "local"]["verify_ns"].median()
+        runs = json.loads((out / "m2" / t / "report.json").read_text())["runs"]
+        by = {(x["mode"], x["repeat"]): x["tokens_per_cycle"] for x in runs}
+        assert all(by[("stream", k)] == by[("local", k)] for _, k in by), by  # the same acceptance outcomes

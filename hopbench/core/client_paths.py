@@ -254,12 +254,88 @@ class CodecRoundTrip(ClientPath):
         run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - decode
 
 
+class _RawChunks:
+    """A streamed plan's chunks from host memory: one buffer, its running counter first."""
+
+    def __init__(self, chan: Any, size: int) -> None:
+        self.chan, self.buf = chan, chan.alloc(size)
+
+    def ready(self, i: int, j: int, counter: int) -> None:
+        P.SEQ.pack_into(self.buf, 0, counter)
+
+    def go(self, i: int, j: int) -> None:
+        self.chan.send(self.buf)
+
+
+class _CodecChunks(_RawChunks):
+    """Each chunk encoded on its own as its layer ends (the encode timed: it delays the chunk;
+    its ns and wire bytes recorded per cycle), crossing as a codec frame whose seq is the
+    running counter."""
+
+    def __init__(self, chan: Any, codec: Any, bodies: list[list[np.ndarray]], m: Any, total: int,
+                 clock: Callable[[], int]) -> None:
+        from hopbench.core import codecs
+
+        self.chan, self.codec, self.bodies, self.clock = chan, codec, bodies, clock
+        self.encode = m.stages["encode_ns"] = np.zeros(total, dtype=np.int64)
+        self.wire = m.stages["wire_bytes"] = np.zeros(total, dtype=np.int64)
+        self.header = bytearray(codecs.FRAME_BYTES)
+        self.counter = 0
+
+    def ready(self, i: int, j: int, counter: int) -> None:
+        self.counter = counter
+
+    def go(self, i: int, j: int) -> None:
+        from hopbench.core import codec_wire
+
+        ns, n = codec_wire.send_frame(self.chan, self.codec, self.bodies[i % len(self.bodies)][j], self.counter, 0,
+                                      self.header, self.clock)
+        self.encode[i] += ns
+        self.wire[i] += n
+
+
+class _StagedChunks(_RawChunks):
+    """The rows on the GPU, staged: as its layer ends a chunk's rows are copied down into
+    pinned memory (timed: the copy delays the chunk; each cycle's copies summed in d2h_ns)
+    and the pinned chunk is sent."""
+
+    def __init__(self, chan: Any, bufs: Any, m: Any, total: int, clock: Callable[[], int]) -> None:
+        self.chan, self.bufs, self.clock = chan, bufs, clock
+        self.d2h = m.stages["d2h_ns"] = np.zeros(total, dtype=np.int64)
+
+    def ready(self, i: int, j: int, counter: int) -> None:
+        P.SEQ.pack_into(self.bufs.host(j), 0, counter)
+
+    def go(self, i: int, j: int) -> None:
+        t = self.clock()
+        self.bufs.down(j)
+        self.d2h[i] += self.clock() - t
+        self.chan.send(self.bufs.host(j))
+
+
+class _DirectChunks(_StagedChunks):
+    """The rows on the GPU, direct: the counter is stamped onto the device before the layer
+    ends (untimed) and the transport is handed the device slice."""
+
+    def __init__(self, chan: Any, bufs: Any) -> None:
+        self.chan, self.bufs = chan, bufs
+
+    def ready(self, i: int, j: int, counter: int) -> None:
+        super().ready(i, j, counter)
+        self.bufs.stamp(j)
+
+    def go(self, i: int, j: int) -> None:
+        self.chan.send(self.bufs.device(j))
+
+
 class StreamedRoundTrip(ClientPath):
     """The streamed hop (docs/STREAM.md): each cycle the forward's clock starts at t0, chunk j
     goes at t0 + its ready time, the accept count (the end message) at t0 + the forward's end
     (+ the extraction cost), and the sample is the **exposed hop**: ids back - that time.
     Recorded per cycle: the chunks' worst send lag, the end message's, and the server's hold
-    (its receipt of the end message - of the last chunk, its own clock)."""
+    (its receipt of the end message - of the last chunk, its own clock). The chunks come from
+    host memory, raw or each encoded by a codec, or from GPU memory (`--memory cuda`: staged,
+    the rows copied down as each layer ends and the reply's ids up inside the hop; or direct)."""
 
     name = "streamed round trip"
 
@@ -268,22 +344,33 @@ class StreamedRoundTrip(ClientPath):
         self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
         self.codec: Any = None  # a codec plan: each chunk a codec frame of its aux layer's rows
         self.bodies: list[list[np.ndarray]] = []  # per body of the source, its chunks
+        self.gpu: Any = None  # --memory cuda at this end: hopbench.core.gpu.ChunkStaging
 
     def abort_bytes(self, plan: P.Plan) -> int:
         return self.pending or plan.request_frame_bytes
 
     def prepare(self, run: PlanRun) -> P.Plan:
         """A codec plan's chunks: windows of the run's hidden states, K + 1 tokens each, split
-        by aux layer (chunk j holds layer j's K + 1 rows), encoded each on its own in the hop."""
+        by aux layer (chunk j holds layer j's K + 1 rows), encoded each on its own in the hop.
+        GPU memory at this end: the rows' device and pinned buffers (the CUDA context before UCX's)."""
         plan, source = run.plan, run.source
+        assert plan.stream is not None
+        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        if plan.uses_gpu:
+            from hopbench.core import gpu
+
+            if plan.codec is not None:
+                raise ConfigError("a streamed plan in CUDA memory sends raw chunks: not with --codec")
+            gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, run.transport, run.settings)
+            if plan.client_memory == "cuda":
+                run.m.gpu_info = gpu.device_info()
+                self.gpu = gpu.ChunkStaging(chunks, size, plan.reply_bytes)
         if plan.codec is None:
             return plan
         from hopbench.core import codecs
 
-        assert plan.stream is not None
         if source is None:
             raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
-        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
         tokens, width = size // (source.width * 2), source.width
         if source.layers != chunks or tokens * width * 2 != size:
             raise ConfigError(f"streamed chunks of {size:,} B do not split {source.label}'s tokens of {source.layers} "
@@ -298,38 +385,68 @@ class StreamedRoundTrip(ClientPath):
             run.m.codec_info["error"] = codecs.reconstruction_error(self.codec, [c for b in self.bodies for c in b])
         return plan
 
+    def _chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
+        """How this plan's chunks go (chosen once)."""
+        if self.codec is not None:
+            return _CodecChunks(chan, self.codec, self.bodies, run.m, run.plan.total, run.clock)
+        if self.gpu is None:
+            return _RawChunks(chan, size)
+        if run.plan.gpu_path == "direct":
+            return _DirectChunks(chan, self.gpu)
+        return _StagedChunks(chan, self.gpu, run.m, run.plan.total, run.clock)
+
+    def _reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
+        """The reply's receive (inside the hop: staged, the ids' copy up to the GPU, timed as
+        h2d_ns) and what follows the sample untimed (direct: the ids back to the host, checked)."""
+        gpu, clock = self.gpu, run.clock
+        if gpu is None:
+            self.reply_host = chan.alloc(run.plan.reply_bytes)
+            return (lambda i: chan.recv_into(self.reply_host)), (lambda: None)
+        self.reply_host = gpu.reply.host
+        if run.plan.gpu_path == "direct":
+            return (lambda i: chan.recv_into(gpu.reply.device)), gpu.reply.d2h
+        h2d = run.m.stages["h2d_ns"] = np.zeros(run.plan.total, dtype=np.int64)
+
+        def staged(i: int) -> None:
+            chan.recv_into(gpu.reply.host)
+            t = clock()
+            gpu.reply.h2d()
+            h2d[i] = clock() - t
+        return staged, (lambda: None)
+
     def cycles(self, data: DataPath, run: PlanRun) -> int:
         plan, chan, m = run.plan, data.channel, run.m
         assert plan.stream is not None
         chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
         if len(self.sched.ready_ns) != chunks:
             raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
-        chunk, end = chan.alloc(size), chan.alloc(P.STREAM_END_BYTES)
-        self.reply_host = chan.alloc(plan.reply_bytes)
-        send = self._sender(chan, plan, m, run.clock)
+        end = chan.alloc(P.STREAM_END_BYTES)
+        out = self._chunks(chan, run, size)
+        receive, settle = self._reply(chan, run)
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
-        check, clock, pack, samples = run.ids.checker(self.reply_host), run.clock, P.SEQ.pack_into, m.samples_ns
+        check, clock, samples = run.ids.checker(self.reply_host), run.clock, m.samples_ns
         ready, finish = self.sched.ready_ns, self.sched.end_ns
         i = 0
         try:
             while i < plan.total:
                 t0 = clock()
                 for j in range(chunks):
-                    pack(chunk, 0, i * chunks + j)
                     self.pending = size
+                    out.ready(i, j, i * chunks + j)
                     wait_until(clock, t0 + ready[j])
                     lag[i] = max(lag[i], clock() - t0 - ready[j])
-                    send(chunk, i, j, chunks)
+                    out.go(i, j)
                 P.STREAM_END.pack_into(end, 0, i, 0, 0)
                 self.pending = P.STREAM_END_BYTES
                 wait_until(clock, t0 + finish)
                 end_lag[i] = clock() - t0 - finish
                 chan.send(end)
                 self.pending = 0
-                chan.recv_into(self.reply_host)
+                receive(i)
                 samples[i] = clock() - t0 - finish
+                settle()
                 check(i)
                 i += 1
                 if run.gap_s:
@@ -338,33 +455,22 @@ class StreamedRoundTrip(ClientPath):
             run.progress.done = i
         return i
 
-    def _sender(self, chan: Any, plan: P.Plan, m: Any, clock: Callable[[], int]) -> Callable[[Any, int, int, int], None]:
-        """How a chunk goes: raw (its counter first), or encoded as a codec frame whose seq is
-        the counter (the encode timed: it delays the chunk; its ns and wire bytes recorded)."""
-        if self.codec is None:
-            return lambda chunk, i, j, chunks: chan.send(chunk)
-        from hopbench.core import codec_wire, codecs
-
-        encode = m.stages["encode_ns"] = np.zeros(plan.total, dtype=np.int64)
-        wire = m.stages["wire_bytes"] = np.zeros(plan.total, dtype=np.int64)
-        header = bytearray(codecs.FRAME_BYTES)
-
-        def send(chunk: Any, i: int, j: int, chunks: int) -> None:
-            ns, n = codec_wire.send_frame(chan, self.codec, self.bodies[i % len(self.bodies)][j], i * chunks + j, 0,
-                                          header, clock)
-            encode[i] += ns
-            wire[i] += n
-        return send
-
     def after(self, data: DataPath, run: PlanRun) -> None:
+        """After the last reply: the server's hold times, then with a codec its decode times,
+        then with a staged GPU drafter its copy times (each an int64 per cycle)."""
         super().after(data, run)
-        hold = np.zeros(run.plan.total, dtype=np.int64)  # the server's hold times follow the last reply
+        plan, stages = run.plan, run.m.stages
+        hold = np.zeros(plan.total, dtype=np.int64)
         data.channel.recv_into(hold.view(np.uint8).reshape(-1))
-        run.m.stages["server_hold_ns"] = hold
-        if self.codec is not None:  # then the decode times, each cycle's chunks together
-            decode = np.zeros(run.plan.total, dtype=np.int64)
+        stages["server_hold_ns"] = hold
+        if self.codec is not None:
+            decode = np.zeros(plan.total, dtype=np.int64)
             data.channel.recv_into(decode.view(np.uint8).reshape(-1))
-            run.m.stages["decode_ns"] = decode
+            stages["decode_ns"] = decode
+        if plan.server_stages:
+            server = np.zeros((plan.total, 2), dtype=np.int64)
+            data.channel.recv_into(server.view(np.uint8).reshape(-1))
+            stages["server_h2d_ns"], stages["server_d2h_ns"] = server[:, 0], server[:, 1]
 
 
 def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None, stream: Any = None) -> ClientPath:

@@ -200,3 +200,42 @@ class StagedServerChannel:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class ChunkStaging:
+    """A streamed plan's aux layer rows in GPU memory at one end (docs/STREAM.md "In GPU
+    memory"): the cycle's `chunks` chunks of `size` bytes in one device array with its pinned
+    host twin, and the reply's buffers. Chunk j's first 8 bytes are its running counter
+    (framing, written on the host); the rest are layer j's K + 1 rows. The target copies a
+    chunk's rows down as its layer ends (staged) or stamps the counter onto the device and
+    hands the transport the device slice (direct); the drafter copies each chunk up as it
+    lands (staged) or receives it into the device (direct)."""
+
+    def __init__(self, chunks: int, size: int, reply_bytes: int, seed: int = 0):
+        self.size = size
+        self.rows = Staging(chunks * size)
+        self.reply = Staging(reply_bytes, self.rows.stream)
+        self.rows.fill_random(seed)
+
+    def host(self, j: int) -> Any:
+        return self.rows.host[j * self.size:(j + 1) * self.size]
+
+    def device(self, j: int) -> Any:
+        return self.rows.device[j * self.size:(j + 1) * self.size]
+
+    def down(self, j: int) -> None:
+        """Chunk j's rows device -> host (its counter is framing, already on the host)."""
+        self.rows.d2h(j * self.size + SEQ_BYTES, (j + 1) * self.size)
+
+    def up(self, j: int) -> None:
+        """Chunk j, as it landed in the pinned host buffer, host -> device."""
+        self.rows.h2d(j * self.size, (j + 1) * self.size)
+
+    def stamp(self, j: int) -> None:
+        """Chunk j's counter, written on the host, onto the device (direct: untimed)."""
+        self.rows.h2d(j * self.size, j * self.size + SEQ_BYTES)
+
+    def fetch_counter(self, j: int) -> None:
+        """Chunk j's counter, as it landed on the device, back to the host to be checked."""
+        self.rows.d2h(j * self.size, j * self.size + SEQ_BYTES)
+

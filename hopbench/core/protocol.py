@@ -380,8 +380,10 @@ class Plan:
             return f"a streamed plan's chunk_bytes must be at least {STREAM_END_BYTES}"
         if self.request_bytes != chunks * size:
             return f"a streamed plan's request_bytes must be chunks x chunk_bytes = {chunks * size}"
-        if self.spec is not None or self.uses_gpu or self.verify:
-            return "a streamed plan is host memory without verify: not with spec, cuda memory or verify"
+        if self.spec is not None or self.verify:
+            return "a streamed plan runs without spec and without verify"
+        if self.uses_gpu and self.codec is not None:
+            return "a streamed plan in cuda memory sends raw chunks: not with a codec"
         return None
 
     @classmethod

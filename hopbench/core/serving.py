@@ -337,27 +337,122 @@ class CodecEcho(ServingPath):
         return done
 
 
-class StreamDrafter(ServingPath):
+class _ChunksIn:
+    """A streamed plan's chunks as the drafter receives them: into host memory, raw (each's
+    first 8 bytes its running counter). `take(chan, seq, j)` returns the counter it carried;
+    `bad` is the message to read a client's abort from."""
+
+    def __init__(self, chan: Channel, size: int) -> None:
+        self.buf = self.bad = chan.alloc(size)
+
+    def take(self, chan: Channel, seq: int, j: int) -> int:
+        chan.recv_into(self.buf)
+        return int(P.SEQ.unpack_from(self.buf, 0)[0])
+
+
+class _FramesIn(_ChunksIn):
+    """Each chunk a codec frame whose seq is the running counter, decoded as it lands (each
+    cycle's decode ns summed)."""
+
+    def __init__(self, codec: Any, size: int, total: int, clock: Callable[[], int]) -> None:
+        import numpy as np
+
+        from hopbench.core import codec_wire
+
+        self.frames = codec_wire.FrameReceiver(codec, size, clock)
+        self.buf = self.bad = np.zeros(size, dtype=np.uint8)
+        self.decode = np.zeros(total, dtype=np.int64)
+
+    def take(self, chan: Channel, seq: int, j: int) -> int:
+        got, _, ns = self.frames.recv(chan, self.buf, seq)
+        self.decode[seq] += ns
+        return got
+
+
+class _StagedIn(_ChunksIn):
+    """GPU memory, staged: each chunk lands in pinned memory and is copied up to the device
+    at once (each cycle's copies summed: the server's h2d)."""
+
+    def __init__(self, bufs: Any, timings: Any, clock: Callable[[], int]) -> None:
+        self.bufs, self.timings, self.clock = bufs, timings, clock
+
+    def take(self, chan: Channel, seq: int, j: int) -> int:
+        self.bad = host = self.bufs.host(j)
+        chan.recv_into(host)
+        t = self.clock()
+        self.bufs.up(j)
+        self.timings[seq, 0] += self.clock() - t
+        return int(P.SEQ.unpack_from(host, 0)[0])
+
+
+class _DirectIn(_StagedIn):
+    """GPU memory, direct: the transport receives each chunk into the device; its counter is
+    copied back to be checked (the whole chunk when it is wrong: it may be the client's abort)."""
+
+    def take(self, chan: Channel, seq: int, j: int) -> int:
+        self.bad = host = self.bufs.host(j)
+        chan.recv_into(self.bufs.device(j))
+        self.bufs.fetch_counter(j)
+        got = int(P.SEQ.unpack_from(host, 0)[0])
+        if P.is_abort(host):
+            self.bufs.rows.d2h(j * self.bufs.size, (j + 1) * self.bufs.size)
+        return got
+
+
+class StreamDrafter(_Gpu):
     """A streamed plan (docs/PROTOCOL.md "Streamed plans"): per cycle the chunks (raw: each's
     first 8 bytes the running chunk counter, seq x chunks + j; with a codec: each a codec frame
     whose seq is that counter, decoded here), then the 16-byte end message with the seq; the
     reply's ids go once both are in. The server's clock stamps the last chunk's and the end
     message's arrivals; after the last reply, per cycle the ns between them (how long the
-    drafter held every chunk before the accept count came) follow as int64s, and with a codec
-    then each cycle's decode ns (its chunks' together)."""
+    drafter held every chunk before the accept count came) follow as int64s, with a codec then
+    each cycle's decode ns (its chunks' together), and with a staged GPU drafter its copy ns
+    (chunks up, the reply's ids down: int64 total x 2)."""
 
     name = "stream drafter"
     python_only = "a streamed plan's chunks and accept count are read in Python"
 
     def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        if plan.server_memory == "cuda":
+            return super().check(plan, ctx, transport)
         if plan.codec is None:
             return None
-
         try:
             self.parse_codec(plan)
         except HopbenchError as exc:
             return f"server cannot decode this plan: {exc}"
         return None
+
+    def _incoming(self, chan: Channel, plan: P.Plan, ctx: PlanContext, timings: Any) -> tuple[_ChunksIn, Any, Any]:
+        """How the chunks land (chosen once), the reply's host buffer, and its send: GPU
+        memory writes the drafter's ids on the device, then sends them (staged: copied down,
+        timed as the server's d2h; direct: from the device)."""
+        assert plan.stream is not None
+        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+
+        def send(host: Any, seq: int) -> None:
+            chan.send(host)
+        if self.codec is not None:
+            return _FramesIn(self.codec, size, plan.total, ctx.clock), chan.alloc(plan.reply_bytes), send
+        if plan.server_memory != "cuda":
+            return _ChunksIn(chan, size), chan.alloc(plan.reply_bytes), send
+        from hopbench.core.gpu import ChunkStaging
+
+        bufs, ids = ChunkStaging(chunks, size, plan.reply_bytes, seed=1), plan.k * plan.id_bytes
+        rep = bufs.reply
+        if plan.gpu_path == "direct":
+            def direct(host: Any, seq: int) -> None:
+                rep.h2d(0, ids)
+                chan.send(rep.device)
+            return _DirectIn(bufs, timings, ctx.clock), rep.host, direct
+
+        def staged(host: Any, seq: int) -> None:
+            rep.h2d(0, ids)  # the drafter's ids, as it would produce them on its GPU (untimed)
+            t = ctx.clock()
+            rep.d2h()
+            timings[seq, 1] = ctx.clock() - t
+            chan.send(rep.host)
+        return _StagedIn(bufs, timings, ctx.clock), rep.host, staged
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         import numpy as np
@@ -365,16 +460,20 @@ class StreamDrafter(ServingPath):
         from hopbench.core import codec_wire
 
         assert plan.stream is not None
-        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
-        frames = codec_wire.FrameReceiver(self.codec, size, ctx.clock) if self.codec is not None else None
-        chunk = np.zeros(size, dtype=np.uint8) if frames is not None else chan.alloc(size)
-        end, reply = chan.alloc(P.STREAM_END_BYTES), chan.alloc(plan.reply_bytes)
-        hold, decode = np.zeros(plan.total, dtype=np.int64), np.zeros(plan.total, dtype=np.int64)
+        chunks = int(plan.stream["chunks"])
+        timings = np.zeros((plan.total, 2), dtype=np.int64)
+        incoming, reply, send_reply = self._incoming(chan, plan, ctx, timings)
+        end, hold = chan.alloc(P.STREAM_END_BYTES), np.zeros(plan.total, dtype=np.int64)
+        ids = P.ReplyIds(plan.k, plan.id_bytes)
         seq = 0
         try:
             for seq in range(plan.total):
-                if not self._chunks(chan, frames, chunk, chunks, seq, decode, plan, ctx):
-                    return seq
+                for j in range(chunks):
+                    got = incoming.take(chan, seq, j)
+                    if got != seq * chunks + j:
+                        bad_request(ctx, chan, incoming.bad, seq, plan, f"chunk {j} of cycle {seq} carries counter "
+                                                                        f"{got}, expected {seq * chunks + j}")
+                        return seq
                 last = ctx.clock()
                 chan.recv_into(end)
                 hold[seq] = ctx.clock() - last
@@ -382,39 +481,24 @@ class StreamDrafter(ServingPath):
                     bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
                                                            f"{P.STREAM_END.unpack_from(end, 0)[0]}")
                     return seq
-                P.ReplyIds(plan.k, plan.id_bytes).pack(reply, seq)
-                chan.send(reply)
+                ids.pack(reply, seq)
+                send_reply(reply, seq)
             seq = plan.total
         except codec_wire.ClientAborted as exc:
             ctx.log(f"client aborted plan at seq {exc.seq}: {str(exc)[:200]}")
             return exc.seq
         except ProtocolError as exc:
-            if frames is None:
+            if self.codec is None:
                 raise
             abort(chan, str(exc), plan)
         finally:
             ctx.progress.done = seq
         chan.send(hold.view(np.uint8).reshape(-1))
-        if frames is not None:
-            chan.send(decode.view(np.uint8).reshape(-1))
+        if isinstance(incoming, _FramesIn):
+            chan.send(incoming.decode.view(np.uint8).reshape(-1))
+        if plan.server_stages:
+            chan.send(timings.view(np.uint8).reshape(-1))
         return plan.total
-
-    @staticmethod
-    def _chunks(chan: Channel, frames: Any, chunk: Any, chunks: int, seq: int, decode: Any, plan: P.Plan,
-                ctx: PlanContext) -> bool:
-        """A cycle's chunks, each's running counter checked (False: a bad one, answered)."""
-        for j in range(chunks):
-            if frames is not None:
-                got, _, ns = frames.recv(chan, chunk, seq)
-                decode[seq] += ns
-            else:
-                chan.recv_into(chunk)
-                got = P.SEQ.unpack_from(chunk, 0)[0]
-            if got != seq * chunks + j:
-                bad_request(ctx, chan, chunk, seq, plan, f"chunk {j} of cycle {seq} carries counter {got}, expected "
-                                                         f"{seq * chunks + j}")
-                return False
-        return True
 
 
 def path_for(plan: P.Plan) -> ServingPath:

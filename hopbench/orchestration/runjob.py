@@ -147,11 +147,14 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
-    if req.tokens or req.bytes or req.mps or req.time_s or req.verify or "cuda" in req.memory or req.payload != "taps":
+    if req.tokens or req.bytes or req.mps or req.time_s or req.verify or req.payload != "taps":
         raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
                           "round trip and the synchronous taps and projected payloads (each --codec adds both hops "
                           "under it; --clients M runs M targets at once): not with --tokens, --bytes, --mps, --time, "
-                          "--verify, --memory cuda or --payload")
+                          "--verify or --payload")
+    if "cuda" in req.memory and req.codec.strip() not in ("", "none"):
+        raise ConfigError("--stream layers with --memory cuda streams raw chunks from and into GPU memory: not with "
+                          "--codec")
     from hopbench.core import stream as ST
 
     sh = scfg.shape
