@@ -279,3 +279,29 @@ def test_an_exception_map_picks_the_most_specific_class():
     assert most_specific(table, Child(), "none") == "child"
     assert most_specific(table, Grandchild(), "none") == "child" and most_specific(table, Base(), "none") == "base"
     assert most_specific(table, ValueError(), "none") == "none"
+
+
+def test_an_emulated_link_is_used_only_once_it_is_running(monkeypatch):
+    """netem waits for each veth's running flag (the kernel's link watch sets it up to a second
+    after the carrier; UCX made its device list before it and could not use the link): it polls
+    the flag and returns once it is up, and a link that never runs is one line, bounded."""
+    from types import SimpleNamespace
+
+    from hopbench.orchestration import netem
+
+    states = iter(["<BROADCAST,MULTICAST,UP> mtu 1500 qdisc noop state LOWERLAYERDOWN",
+                   "<BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc tbf state DORMANT",
+                   "<BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc tbf state UP mode DEFAULT"])
+    calls = []
+
+    def fake(cmd, check=True):
+        calls.append(cmd)
+        return SimpleNamespace(stdout=f"3: hb1x0a@if2: {next(states)} group default\n")
+
+    monkeypatch.setattr(netem, "_run", fake)
+    netem._wait_running("hb1x0s", "hb1x0a")
+    assert len(calls) == 3 and calls[0][:3] == ["ip", "-n", "hb1x0s"]
+    monkeypatch.setattr(netem, "_run", lambda cmd, check=True: SimpleNamespace(stdout="3: x: <UP> state DOWN\n"))
+    monkeypatch.setattr(netem, "RUNNING_WAIT_S", 0.05)
+    with pytest.raises(netem.NetnsUnavailable, match="not running after 0.05 s"):
+        netem._wait_running("hb1x0s", "hb1x0a")

@@ -15,6 +15,7 @@ import itertools
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,29 @@ def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise NetnsUnavailable(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
     return proc
+
+
+#: how long a new veth may take to be running (the kernel's link watch defers a carrier
+#: change by up to a second; more is a broken link)
+RUNNING_WAIT_S = 10.0
+
+
+def _wait_running(ns: str, dev: str) -> None:
+    """Return once `dev` in `ns` is operationally up (IFF_RUNNING). A veth's carrier comes up
+    with both ends, but the kernel's link watch sets the running flag up to a second later,
+    and UCX enumerates only running interfaces when its context is made: a process started
+    in that second could not use the link ("device ... is not enabled", its hello then
+    unreachable: 5 of 6 ucx runs started at once failed). Polls the flag, bounded."""
+    deadline = time.monotonic() + RUNNING_WAIT_S
+    while True:
+        out = _run(["ip", "-n", ns, "-o", "link", "show", "dev", dev]).stdout
+        flags = out.split("<", 1)[1].split(">", 1)[0].split(",") if "<" in out else []
+        if "LOWER_UP" in flags and " state UP " in out:
+            return
+        if time.monotonic() > deadline:
+            raise NetnsUnavailable(f"the emulated link's {dev} in {ns} is not running after {RUNNING_WAIT_S:g} s: "
+                                   f"{out.strip()}")
+        time.sleep(0.01)  # polling the kernel's flag, bounded by the deadline above
 
 
 def tbf_args(rate_mbit: float) -> list[str]:
@@ -106,8 +130,8 @@ class Link:
         for ns, dev, addr in ((s, f"{self.name}a", self.server_addr), (c, f"{self.name}b", self.client_addr)):
             # IPv4 only: a veth's IPv6 link-local address is still tentative (duplicate address
             # detection) for a second or two after the link comes up, and UCX's TCP lanes may
-            # pick it: 1 in 8 ucx runs just after a link was made failed their hello with
-            # "Destination is unreachable" (none in 24 with IPv6 off)
+            # pick it. (The ucx hellos that failed "Destination is unreachable" just after a
+            # link was made had another cause too: the link not yet running, _wait_running.)
             _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], check=False)
             _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"], check=False)
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
@@ -127,6 +151,9 @@ class Link:
             dev: _run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", dev]).stdout.strip()
             for ns, dev in ((s, f"{self.name}a"), (c, f"{self.name}b"))
         }
+        for ns, dev in ((s, f"{self.name}a"), (c, f"{self.name}b")):
+            _wait_running(ns, dev)
+
 
     def exec_prefix(self, side: str) -> list[str]:
         return ["ip", "netns", "exec", self.server_ns if side == "server" else self.client_ns]
