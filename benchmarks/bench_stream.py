@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--floor-probe", metavar="HOST:PORT", help=argparse.SUPPRESS)  # run inside the client namespace
     ap.add_argument("--forward-ms", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--cpu", help=argparse.SUPPRESS)  # the floor probe's CPU
-    ap.add_argument("--placement", default="free", choices=sorted(PLACEMENTS),
+    ap.add_argument("--placement", default="split", choices=sorted(PLACEMENTS),
                     help="free: where the scheduler puts them; same: server and client (and their threads) on CPU 1; "
                          "split: server on CPU 1, client on CPU 0 (on this VM a wake-up across CPUs costs ~100 us)")
     a = ap.parse_args()

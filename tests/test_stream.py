@@ -145,6 +145,11 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3#projected", "T3~layers"]
     assert rep["payloads"][2]["plan"]["request_bytes"] == 3 * 6144 * 2 and rep["payloads"][2]["design"] == "projected"
     assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
+    # by hand: 24.05 tok/s x 89.34 ms = 2.149 tokens accepted a cycle; 5 x 36,864 B / 2.149 = 85,781 B each
+    per = rep["config"]["stream"]["bytes_per_accepted_token"]
+    assert per["accepted_per_cycle"] == pytest.approx(2.1486, abs=1e-3) and per["accepted_only"] == 61440
+    assert per["streamed"] == pytest.approx(85_785, rel=1e-3)
+    assert "bytes per accepted token: streamed 85,7" in r.stdout and "(1.40x)" in r.stdout, r.stdout
     assert "stream" in rep["payloads"][3]["plan"] and "stream" not in rep["payloads"][1]["plan"]
     import csv
 

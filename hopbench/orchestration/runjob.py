@@ -159,8 +159,14 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
 
     sh = scfg.shape
     forward = req.forward_ms if req.forward_ms is not None else scfg.cycle_ms - scfg.t_draft_ms
-    return ST.record(sh.aux_layers, sh.hidden * DTYPE_BYTES[sh.dtype], k, forward, req.layers, req.layer_times,
-                     req.stream_cost_ms)
+    rec = ST.record(sh.aux_layers, sh.hidden * DTYPE_BYTES[sh.dtype], k, forward, req.layers, req.layer_times,
+                    req.stream_cost_ms)
+    # what streaming costs in bytes: K + 1 rows of every aux layer each cycle, where the hop after
+    # the forward sends only the accepted tokens' (T-bar a cycle: the shape's tok/s x cycle)
+    accepted = scfg.tok_s * scfg.cycle_ms / 1000.0
+    rec["bytes_per_accepted_token"] = {"accepted_per_cycle": accepted, "accepted_only": sh.bytes_per_token,
+                                       "streamed": rec["chunks"] * rec["chunk_bytes"] / accepted}
+    return rec
 
 
 def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host")) -> list[str]:
@@ -321,6 +327,12 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
                 f"forward ({st['layers']} layers{', profile ' + str(st['layer_times']) if st['layer_times'] else ''}"
                 f"{cost}); "
                 f"the accept count at its end")
+    per = st.get("bytes_per_accepted_token")
+    if per:
+        console.say(f"bytes per accepted token: streamed {per['streamed']:,.0f} B (K + 1 rows of every aux layer a "
+                    f"cycle, {per['accepted_per_cycle']:.2f} tokens accepted a cycle), against "
+                    f"{per['accepted_only']:,} B when only the accepted tokens cross after the forward "
+                    f"({per['streamed'] / per['accepted_only']:.2f}x)")
     if streamed is None:
         return
     exposed = streamed["p50_ns"] / 1e6
