@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
+.PHONY: bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c
 	$(PYTHON) -m venv $(VENV)
@@ -129,6 +129,15 @@ bench-native: install
 	$(PY) benchmarks/bench_native.py --placement same $(BENCH_ARGS)
 	$(PY) benchmarks/bench_native.py --placement split $(BENCH_ARGS)
 	$(PY) benchmarks/nixl_paired.py --place loopback
+
+# The native floor on a many-core host (issue 43): bench_native (split) and nixl_paired, one
+# table against the targets; FLOOR_ARGS e.g. --out docs/sessions/native-floor-HOST.md
+# (benchmarks/native_floor.py --wheels DIR installs from a wheelhouse where no index is reachable)
+bench-native-floor: install
+	@command -v sockperf >/dev/null && command -v qperf >/dev/null && command -v NPtcp >/dev/null && command -v ucx_perftest >/dev/null \
+	  || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf qperf netpipe-tcp ucx-utils)
+	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
+	$(PY) benchmarks/native_floor.py $(FLOOR_ARGS)
 	$(PY) benchmarks/nixl_paired.py --place veth
 
 # GPU payloads (needs a CUDA GPU; installs CuPy): host vs staged vs direct, docs/GPU.md.

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import random
 import re
 import shutil
@@ -209,7 +210,10 @@ def main() -> None:
     ap.add_argument("--before", metavar="PYTHON", help="also run before-tcp/before-ucx with this interpreter")
     ap.add_argument("--placement", choices=sorted(PLACEMENTS), default="split",
                     help="split: servers on CPU 1, clients on CPU 0; same: both on CPU 0 (no cross-CPU wake-up)")
+    ap.add_argument("--json", metavar="FILE", help="also write every measurement and ratio here (a new file)")
     a = ap.parse_args()
+    if a.json and Path(a.json).exists():
+        raise SystemExit(f"--json {a.json} exists: choose a new file")
     sizes = [int(x) for x in a.sizes.split(",") if x]
     tools = [t for t in a.tools.split(",") if t]
     global BEFORE
@@ -244,6 +248,8 @@ def main() -> None:
               + " ".join(f"{k}={v}" for k, v in sorted(PERFTEST[1].items()) if k != "LD_LIBRARY_PATH"))
     print("hopbench's compiled loop here: " + ("native" if native.UNAVAILABLE is None else f"python ({native.UNAVAILABLE})"))
     rates = {"loopback": None, "emu-unshaped": None, "emu-1g": 1000, "emu-100m": 100}
+    record: dict = {"placement": a.placement, "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,
+                    "repeats": a.repeats, "statistic": "p50 full round trip, us", "places": {}}
     for name in a.places.split(","):
         link = netem.Link.create(rate_mbit=rates[name]) if name != "loopback" else None
         place = {"server_prefix": link.exec_prefix("server") if link else [],
@@ -263,26 +269,51 @@ def main() -> None:
             if link:
                 link.destroy()
         print(f"\n{name}")
-        print(f"{'bytes':>8} " + " ".join(f"{t:>15}" for t in tools) + "  ratios")
+        print(f"{'bytes':>8} " + " ".join(f"{t:>15}" for t in tools) + "  ratios of medians [per-repeat min-max]")
+        record["places"][name] = {str(n): _size_record(res, tools, n) for n in sizes}
         for n in sizes:
-            med = {}
-            for t in tools:
-                vals = res[(t, n)]
-                med[t] = float(np.median(vals)) if all(x is not None for x in vals) else None
-            natives = [v for t, v in med.items() if t in ("sockperf", "qperf", "NPtcp") and v is not None]
-            best = min(natives) if natives else None
+            rec = record["places"][name][str(n)]
+            med = rec["median"]
             cells = " ".join(f"{med[t]:15.1f}" if med[t] is not None else f"{'n/a':>15}" for t in tools)
-            ratios = []
-            for t, ref, name in (("hopbench-tcp", best, "tcp/best"), ("hopbench-tcp-py", best, "tcp-py/best"),
-                                 ("hopbench-ucx", med.get("ucx_perftest"), "ucx/perftest"),
-                                 ("hopbench-ucx-py", med.get("ucx_perftest"), "ucx-py/perftest"),
-                                 ("hopbench-nixl", med.get("nixl_pingpong"), "nixl/pingpong"),
-                                 ("hopbench-nixl", med.get("hopbench-ucx"), "nixl/hopbench-ucx"),
-                                 ("hopbench-tcp", med.get("before-tcp"), "tcp now/before"),
-                                 ("hopbench-ucx", med.get("before-ucx"), "ucx now/before")):
-                if med.get(t) is not None and ref:
-                    ratios.append(f"{name} {med[t] / ref:.2f}")
+            ratios = [f"{k} {r['median']:.2f}" + (f" [{min(r['per_repeat']):.2f}-{max(r['per_repeat']):.2f}]"
+                                                  if len(r["per_repeat"]) > 1 else "")
+                      for k, r in rec["ratios"].items()]
             print(f"{n:>8} {cells}  {'  '.join(ratios)}", flush=True)
+    if a.json:
+        with open(a.json, "x") as f:
+            json.dump(record, f, indent=1)
+
+
+#: the ratios printed: hopbench's figure over its reference (None: the best of the TCP tools)
+RATIOS = (("hopbench-tcp", None, "tcp/best"), ("hopbench-tcp-py", None, "tcp-py/best"),
+          ("hopbench-ucx", "ucx_perftest", "ucx/perftest"), ("hopbench-ucx-py", "ucx_perftest", "ucx-py/perftest"),
+          ("hopbench-nixl", "nixl_pingpong", "nixl/pingpong"), ("hopbench-nixl", "hopbench-ucx", "nixl/hopbench-ucx"),
+          ("hopbench-tcp", "before-tcp", "tcp now/before"), ("hopbench-ucx", "before-ucx", "ucx now/before"))
+NATIVE_TCP = ("sockperf", "qperf", "NPtcp")
+
+
+def _size_record(res: dict, tools: list[str], n: int) -> dict:
+    """One size: each tool's values per repeat and median; each ratio of medians (the best TCP
+    tool: the lowest median) and per repeat (the same repeat's values: the best that repeat)."""
+    vals = {t: res[(t, n)] for t in tools}
+    med = {t: float(np.median(v)) if all(x is not None for x in v) else None for t, v in vals.items()}
+    natives = [t for t in NATIVE_TCP if med.get(t) is not None]
+
+    def ref_at(ref: str | None, i: int | None) -> float | None:
+        if ref is not None:
+            return (med.get(ref) if i is None else vals[ref][i]) if ref in vals else None
+        if not natives:
+            return None
+        return min(med[t] for t in natives) if i is None else min(vals[t][i] for t in natives)
+
+    ratios = {}
+    for t, ref, key in RATIOS:
+        base = ref_at(ref, None)
+        if med.get(t) is None or not base:
+            continue
+        per = [vals[t][i] / r for i in range(len(vals[t])) if (r := ref_at(ref, i)) and vals[t][i] is not None]
+        ratios[key] = {"median": med[t] / base, "per_repeat": per}
+    return {"values": vals, "median": med, "ratios": ratios}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ root), UCX_TLS=tcp for both (NIXL_UCX_TLS=tcp for hopbench's), as make bench-nat
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -164,7 +165,10 @@ def main() -> None:
     ap.add_argument("--server-cpu", default="1")
     ap.add_argument("--client-cpu", default="0")
     ap.add_argument("--opt", action="append", default=[], help="a hopbench nixl setting KEY=VALUE for its channel")
+    ap.add_argument("--json", metavar="FILE", help="also write each size's result here (a new file)")
     a = ap.parse_args()
+    if a.json and not a.role and Path(a.json).exists():
+        raise SystemExit(f"--json {a.json} exists: choose a new file")
     if a.role == "server":
         host, port, n = a.args[0], int(a.args[1]), int(a.args[2])
         server(host, port, n, a.blocks, a.block)
@@ -197,6 +201,8 @@ def main() -> None:
           f"{a.block} cycles per size (the first tenth of each block untimed), both busy-polling, UCX_TLS=tcp"
           + (f"; hopbench settings {' '.join(a.opt)}" if a.opt else ""))
     print(f"{'bytes':>8} {'hopbench p50':>13} {'minimal p50':>12}  hopbench/minimal (median of paired blocks, IQR)")
+    record: dict = {"place": a.place, "server_cpu": a.server_cpu, "client_cpu": a.client_cpu, "blocks": a.blocks,
+                    "block": a.block, "sizes": {}}
     try:
         for n in [int(x) for x in a.sizes.split(",")]:
             for attempt in range(3):  # NIXL's metadata load fails now and then in a fresh namespace (NIXL_ERR_BACKEND)
@@ -210,9 +216,14 @@ def main() -> None:
                 continue
             _, _, hb, ref, ratio, lo, hi = line.split()
             print(f"{n:>8} {float(hb):>10.1f} us {float(ref):>9.1f} us  {ratio} ({lo}-{hi})", flush=True)
+            record["sizes"][str(n)] = {"hopbench_p50_us": float(hb), "minimal_p50_us": float(ref),
+                                       "ratio": float(ratio), "iqr": [float(lo), float(hi)]}
     finally:
         if link:
             link.destroy()
+        if a.json:
+            with open(a.json, "x") as f:
+                json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":
