@@ -5,9 +5,10 @@ Two network namespaces joined by a veth pair shaped with tbf (hopbench.orchestra
 the server in one, `hopbench run --stream layers --rate R` in the other, for each rate and
 transport. Printed per row: the synchronous T3 hop, the projected payload's (fc on the
 target: 3 x 12,288 B) and its ratio to it, the streamed exposed hop and its ratio,
-the model's expected exposed hop and the measured/model ratio, the streamed hop's floor (the
-same schedule with 16-byte chunks, same namespaces and server: floor_probe) and the streamed
-hop over it; then each transport's streamed hop, and its floor, over tcp's on the same rung. Needs root with iproute2 (ip, tc).
+the model's expected exposed hop and the measured/model ratio, the empty-chunk hop (the same
+schedule with 16-byte chunks, measured in the same session: `B80~layers`) and the streamed
+hop over it; then each transport's streamed hop, and its empty-chunk hop, over tcp's on the
+same rung. Needs root with iproute2 (ip, tc).
 
     python3 benchmarks/bench_stream.py [--rates 100,10] [--transports tcp,zmq,ucx] [--cycles 30] [--poll busy]
                                        [--placement free|same|split]
@@ -23,39 +24,12 @@ import tempfile
 
 import numpy as np
 
-
-def floor_probe(host: str, port: int, transport: str, forward_ms: float, cycles: int, poll: str) -> dict:
-    """The streamed hop's floor for this transport: the run's schedule exactly (each aux layer's
-    chunk when its layer ends, the accept count at the forward's end) with chunks of 16 bytes,
-    so nothing of the chunks' bytes can be left to expose. What remains is the transport's own
-    cost for the accept count and the ids after a forward's quiet: on this VM the wake-up of
-    processes that slept through it (longer quiet, deeper sleep: a 64 B round trip after 3 ms
-    of idle took 9 us, after 70 ms 111 us, both ends on one CPU)."""
-    from hopbench.core import protocol as P
-    from hopbench.core import stream as ST
-    from hopbench.core.client import Session
-    from hopbench.shape import load_shape
-
-    sh = load_shape().shape
-    sched = ST.schedule(tuple(sh.aux_layers), forward_ms, ST.DEFAULT_LAYERS)
-    chunks = len(sh.aux_layers)
-    plan = P.Plan(transport, chunks * 16, sh.k * sh.id_bytes, sh.k, sh.id_bytes, cycles, 3,
-                  transport_settings=SETTINGS, stream={"chunks": chunks, "chunk_bytes": 16})
-    with Session(host, port, poll=poll, transport_settings=SETTINGS) as s:
-        m = s.measure(plan, stream=sched)
-        s.bye()
-    return {"p50_ms": float(np.median(m.samples_ns[1 + 3:m.completed])) / 1e6}
-
-
-SETTINGS = {"ucx": {"UCX_TLS": "tcp"}, "nixl": {"NIXL_UCX_TLS": "tcp"}}
-
-
 PLACEMENTS = {"free": (None, None), "same": ("1", "1"), "split": ("1", "0")}  # (server CPU, client CPU)
 
 
 def one(rate: float, transport: str, cycles: int, poll: str = "auto", placement: str = "free") -> dict:
-    """One rung and transport: the streamed run, then in the same namespaces and server its
-    floor (floor_probe: the same schedule, 16-byte chunks)."""
+    """One rung and transport: the streamed run (its session also measures the empty-chunk hop,
+    `B80~layers`: the same schedule with 16-byte chunks)."""
     from hopbench.orchestration import netem
     from hopbench.orchestration.serverproc import ready_port
 
@@ -67,7 +41,6 @@ def one(rate: float, transport: str, cycles: int, poll: str = "auto", placement:
         srv = subprocess.Popen(link.exec_prefix("server") + [sys.executable, "-m", "hopbench", "serve", "--bind",
                                                              f"{link.server_addr}:0", *opts, *pin_server],
                                stdout=subprocess.PIPE, text=True)
-        floor = None
         try:
             port = ready_port(srv)
             with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
@@ -76,13 +49,7 @@ def one(rate: float, transport: str, cycles: int, poll: str = "auto", placement:
                     "layers", "--rate", f"{rate:g}", "--rung", f"emu-{rate:g}m", "--transport", transport, "--cycles",
                     str(cycles), "--warmup", "3", "--no-floor", "--json", "--out", f"{tmp}/run", *opts, *pin],
                     capture_output=True, text=True, timeout=1800)
-            if r.returncode == 0:
-                rep = json.loads(r.stdout)["report"]
-                f = subprocess.run(link.exec_prefix("client") + [
-                    sys.executable, __file__, "--floor-probe", f"{link.server_addr}:{port}", "--transports", transport,
-                    "--forward-ms", str(rep["config"]["stream"]["forward_ms"]), "--cycles", str(cycles),
-                    "--poll", poll, *pin], capture_output=True, text=True, timeout=1800)
-                floor = json.loads(f.stdout) if f.returncode == 0 else {"error": f.stderr.strip()[-300:]}
+            rep = json.loads(r.stdout)["report"] if r.returncode == 0 else {}
         finally:
             srv.terminate()
             try:
@@ -96,8 +63,8 @@ def one(rate: float, transport: str, cycles: int, poll: str = "auto", placement:
     s = next(p["summary"] for p in rep["payloads"] if p["payload"] == "T3~layers")
     model = rep.get("stream_model") or {}
     return {"sync": p50["T3"], "streamed": p50["T3~layers"], "small": p50["B64"], "projected": p50["T3#projected"],
-            "expected": (model.get("tail_ms") or 0.0) + p50["B64"], "hiding": model.get("hiding_rate_mbit"),
-            "floor": (floor or {}).get("p50_ms"), "floor_error": (floor or {}).get("error"), "n": s["n"],
+            "expected": (model.get("tail_ms") or 0.0) + p50.get("B80~layers", p50["B64"]),
+            "hiding": model.get("hiding_rate_mbit"), "empty": p50.get("B80~layers"), "n": s["n"],
             "ci": (s["p50_ci_lo_ns"] / 1e6, s["p50_ci_hi_ns"] / 1e6, s["p50_ci_level"])}
 
 
@@ -109,21 +76,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per row, interleaved over the transports")
     ap.add_argument("--poll", default="auto", choices=["auto", "block", "busy"],
                     help="both ends' poll mode (busy: the drafter spins in its receive, no wake-up to pay)")
-    ap.add_argument("--floor-probe", metavar="HOST:PORT", help=argparse.SUPPRESS)  # run inside the client namespace
-    ap.add_argument("--forward-ms", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--cpu", help=argparse.SUPPRESS)  # the floor probe's CPU
     ap.add_argument("--placement", default="split", choices=sorted(PLACEMENTS),
                     help="free: where the scheduler puts them; same: server and client (and their threads) on CPU 1; "
                          "split: server on CPU 1, client on CPU 0 (on this VM a wake-up across CPUs costs ~100 us)")
     a = ap.parse_args()
-    if a.floor_probe:
-        host, port = a.floor_probe.rsplit(":", 1)
-        if a.cpu:
-            import os
-
-            os.sched_setaffinity(0, {int(a.cpu)})
-        print(json.dumps(floor_probe(host, int(port), a.transports, a.forward_ms, a.cycles, a.poll)))
-        return
     from hopbench.orchestration import netem
 
     ok, why = netem.available()
@@ -132,7 +88,7 @@ def main() -> None:
     print(f"placement {a.placement}, poll {a.poll}; {a.repeats} run(s) per row, interleaved over the transports, "
           f"{a.cycles} timed cycles each: the median of the runs' p50s [their min-max with several runs]")
     print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'projected ms':>12} {'proj/sync':>9} {'streamed ms':>22} "
-          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10} {'floor ms':>22} {'str/floor':>9}  least hiding rate")
+          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10} {'empty-chunk ms':>22} {'str/empty':>9}  least hiding rate")
     for rate in (float(x) for x in a.rates.split(",")):
         runs: dict[str, list[dict]] = {tr: [] for tr in a.transports.split(",")}
         for _ in range(a.repeats):
@@ -140,8 +96,6 @@ def main() -> None:
                 x = one(rate, tr, a.cycles, a.poll, a.placement)
                 if "error" in x:
                     print(f"{f'emu-{rate:g}m':>9} {tr:>9}  a run failed: {x['error']}")
-                elif x.get("floor_error"):
-                    print(f"{f'emu-{rate:g}m':>9} {tr:>9}  its floor probe failed: {x['floor_error']}")
                 runs[tr].append(x)
         rows = {tr: _median_row([x for x in xs if "error" not in x]) for tr, xs in runs.items()}
         for tr, x in rows.items():
@@ -149,10 +103,10 @@ def main() -> None:
                 continue
             print(f"{f'emu-{rate:g}m':>9} {tr:>9} {x['sync']:9.3f} {x['projected']:12.3f} "
                   f"{x['projected'] / x['sync']:9.3f} {_spread(x, 'streamed'):>22} {x['streamed'] / x['sync']:11.3f} "
-                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f} {_spread(x, 'floor'):>22} "
-                  f"{_opt(x['floor'] and x['streamed'] / x['floor'], 9)}  {x['hiding']:.1f} Mbit/s")
+                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f} {_spread(x, 'empty'):>22} "
+                  f"{_opt(x['empty'] and x['streamed'] / x['empty'], 9)}  {x['hiding']:.1f} Mbit/s")
         base = runs.get("tcp")
-        for key, what in (("streamed", "streamed hop"), ("floor", "streamed floor (the accept count and ids after a "
+        for key, what in (("streamed", "streamed hop"), ("empty", "empty-chunk hop (the accept count and ids after a "
                                                                    "forward's quiet)")):
             paired = {tr: _paired(xs, base or [], key) for tr, xs in runs.items() if tr != "tcp"}
             if any(paired.values()):
@@ -161,14 +115,14 @@ def main() -> None:
 
 
 def _median_row(xs: list[dict]) -> dict | None:
-    """The runs' medians per column, with the streamed hop's and the floor's min and max."""
+    """The runs' medians per column, with the streamed hop's and the empty-chunk hop's min and max."""
     if not xs:
         return None
     out = {k: float(np.median([x[k] for x in xs])) for k in ("sync", "projected", "streamed", "expected", "hiding")}
-    floors = [x["floor"] for x in xs if x.get("floor")]
-    out["floor"] = float(np.median(floors)) if floors else None
+    empties = [x["empty"] for x in xs if x.get("empty")]
+    out["empty"] = float(np.median(empties)) if empties else None
     out["streamed_range"] = (min(x["streamed"] for x in xs), max(x["streamed"] for x in xs), len(xs))
-    out["floor_range"] = (min(floors), max(floors), len(floors)) if floors else None
+    out["empty_range"] = (min(empties), max(empties), len(empties)) if empties else None
     return out
 
 

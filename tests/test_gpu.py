@@ -421,7 +421,7 @@ def test_run_stream_layers_in_gpu_memory_writes_its_stages(fake_gpu, server, tmp
     out.mkdir()
     run_session(server.host, server.port, loads, cfg, folder=out)
     summary = {r["payload"]: r for r in csv.DictReader(open(out / "summary.csv"))}
-    assert list(summary) == ["B64", "T3", "T3#projected", "T3~layers"]
+    assert list(summary) == ["B64", "T3", "T3#projected", "T3~layers", "B80~layers"]
     assert {r["gpu_path"] for r in summary.values()} == {"staged"}
     streamed = summary["T3~layers"]
     for st in ("d2h", "h2d", "server_h2d", "server_d2h", "send_lag", "server_hold"):

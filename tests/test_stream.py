@@ -142,7 +142,9 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "exposed hop (ids back - the forward's end)" in r.stdout and "give the link's rate" in r.stdout, r.stdout
     rep = json.loads((out / "report.json").read_text())
-    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3#projected", "T3~layers"]
+    assert [p["payload"] for p in rep["payloads"]] == ["B64", "T3", "T3#projected", "T3~layers", "B80~layers"]
+    empty = rep["payloads"][4]["plan"]  # the empty-chunk hop: the same schedule, five 16-byte chunks
+    assert empty["stream"] == {"chunks": 5, "chunk_bytes": 16} and empty["request_bytes"] == 80
     assert rep["payloads"][2]["plan"]["request_bytes"] == 3 * 6144 * 2 and rep["payloads"][2]["design"] == "projected"
     assert rep["config"]["stream"]["chunk_bytes"] == CHUNK and rep["config"]["stream"]["taps"] == list(TAPS)
     # by hand: 24.05 tok/s x 89.34 ms = 2.149 tokens accepted a cycle; 5 x 36,864 B / 2.149 = 85,781 B each
@@ -232,6 +234,8 @@ def test_streaming_hides_the_hop_on_a_100_mbit_link():
     p50 = {p["payload"]: p["summary"]["p50_ns"] / 1e6 for p in rep["payloads"]}
     assert p50["T3"] > 14.0 and p50["T3~layers"] < 0.5 * p50["T3"], p50  # the wire's 15.7 ms, mostly hidden
     assert rep["stream_model"]["tail_ms"] == 0.0 and "model at 100 Mbit/s" in r.stderr, r.stderr
+    # the model's fixed part is the empty-chunk hop of the same session: the schedule with 16-byte chunks
+    assert "the empty-chunk hop (16-byte chunks on the same schedule)" in r.stderr and p50["B80~layers"] < 1.0, r.stderr
     assert np.isfinite(rep["stream_model"]["hiding_rate_mbit"])
 
 
@@ -399,7 +403,7 @@ def test_a_streamed_run_under_a_codec_encodes_each_chunk_on_its_own(server, tmp_
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     by = {p["payload"]: p for p in rep["payloads"]}
-    assert set(by) == {"B64", "T3", "T3#projected", "T3~layers", "T3+fp8", "T3+fp8~layers"}, set(by)
+    assert set(by) == {"B64", "T3", "T3#projected", "T3~layers", "B80~layers", "T3+fp8", "T3+fp8~layers"}, set(by)
     coded = by["T3+fp8~layers"]
     assert coded["plan"]["codec"] == "fp8" and "stream" in coded["plan"] and coded["codec"]["codec"] == "fp8"
     rows = [x for x in csv.DictReader(open(out / "samples.csv")) if x["payload"] == "T3+fp8~layers"]

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from hopbench import results as R
 from hopbench.config import parse_int_list
+from hopbench.core import protocol as P
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import pct
@@ -124,7 +125,10 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                  Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
                  Payload(design_label(f"T{k + 1}", "projected"), k + 1, (k + 1) * row, k * sh.id_bytes,
                          design="projected"),  # the other lever: fc on the target, one row per position
-                 Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True)]
+                 Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True),
+                 # the same schedule with chunks that carry nothing: the model's fixed part (docs/STREAM.md)
+                 Payload(stream_label(f"B{stream['chunks'] * EMPTY_CHUNK}", "layers"), None,
+                         stream["chunks"] * EMPTY_CHUNK, k * sh.id_bytes, stream=True)]
         for c in [c for c in codecs if c != "none"]:  # under a codec: both hops, each chunk encoded on its own
             loads += [Payload(codec_label(f"T{k + 1}", c), k + 1, sent, k * sh.id_bytes, codec=c),
                       Payload(stream_label(codec_label(f"T{k + 1}", c), "layers"), k + 1, sent, k * sh.id_bytes,
@@ -138,6 +142,10 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
                     mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload)
     return loads, cfg
+
+
+#: the empty-chunk hop's chunk: the least a streamed plan's chunk may be (the end message's size)
+EMPTY_CHUNK = P.STREAM_END_BYTES
 
 
 def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None:
@@ -317,9 +325,10 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
     def row(kind: Callable[[Payload], bool]) -> dict[str, Any] | None:
         return next((by[p.label] for p in loads if kind(p) and p.label in by), None)
 
-    small = row(lambda p: p.tokens is None)
+    small = row(lambda p: p.tokens is None and not p.stream)
+    empty = row(lambda p: p.tokens is None and p.stream)
     sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps" and p.codec == "none")
-    streamed = row(lambda p: p.stream and p.codec == "none")
+    streamed = row(lambda p: p.tokens is not None and p.stream and p.codec == "none")
     st = cfg.stream
     cost = f", extraction cost {st['cost_ms']:g} ms" if st["cost_ms"] else ""
     console.say(f"streamed: {st['chunks']} chunks of {st['chunk_bytes']:,} B (K + 1 = {cfg.k + 1} rows of each aux "
@@ -342,11 +351,14 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
           f"{pct(streamed['p50_ci_level'])}]") if streamed.get("p50_ci_level") else ""
     console.say(f"exposed hop (ids back - the forward's end): p50 {exposed:.3f} ms{ci} over {streamed['n']} cycles"
                 f"{versus}")
-    if model is None or small is None:
+    base = empty or small
+    if model is None or base is None:
         return
-    want = model.expected_exposed_ms(small["p50_ns"] / 1e6)
-    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + one small round trip "
-                f"{small['p50_ns'] / 1e6:.3f} ms = {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the "
+    want = model.expected_exposed_ms(base["p50_ns"] / 1e6)
+    what = ("the empty-chunk hop (16-byte chunks on the same schedule)" if empty is not None
+            else "one small round trip")
+    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + {what} "
+                f"{base['p50_ns'] / 1e6:.3f} ms = {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the "
                 f"forward; the least rate that hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")
     if ST.disagrees(exposed, want):
         console.warn(f"the exposed hop {exposed:.3f} ms and the model's {want:.3f} ms disagree by more than 5% and "

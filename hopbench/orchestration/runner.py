@@ -264,8 +264,8 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
                   server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
                   codec_group=cfg.hidden if coded else 0,
                   group={"id": group, "size": cfg.clients} if group else None,
-                  stream={"chunks": cfg.stream["chunks"], "chunk_bytes": cfg.stream["chunk_bytes"]}
-                  if p.stream and cfg.stream else None)
+                  stream={"chunks": cfg.stream["chunks"], "chunk_bytes": p.request_bytes // cfg.stream["chunks"]}
+                  if p.stream and cfg.stream else None)  # the chunks of the run's schedule; its floor's are smaller
 
 
 def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
