@@ -431,3 +431,14 @@ def test_run_stream_layers_in_gpu_memory_writes_its_stages(fake_gpu, server, tmp
     with pytest.raises(ConfigError, match="with --memory cuda streams raw chunks .* not with --codec"):
         plan(RunRequest(host=server.host, port=server.port, transport="tcp", stream="layers", codec="fp8",
                         memory=("cuda", "cuda")))
+
+
+def test_a_server_without_gpu_refuses_a_streamed_gpu_plan_and_serves_the_next(server, monkeypatch):
+    def missing():
+        raise gpu.GpuUnavailable(f"--memory cuda needs CuPy (No module named 'cupy'); install it with: {gpu.INSTALL}")
+
+    monkeypatch.setattr(gpu, "load", missing)
+    with pytest.raises(HopbenchError, match=r"server cannot hold the payload in CUDA memory.*pip install 'hopbench\[gpu\]'"):
+        _run_streamed(server, _streamed_gpu(client="host", server="cuda"))
+    m = _run_streamed(server, _streamed_gpu(client="host", server="host", cycles=3))
+    assert m.completed == m.plan.total and m.error is None
