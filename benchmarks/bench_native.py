@@ -52,8 +52,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from hopbench.estimate import median_text
+
+ROOT = Path(__file__).resolve().parent.parent  # hopbench itself comes from the installation, never from here
 SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
 PLACEMENTS = {"split": ("1", "0"), "same": ("0", "0")}  # (server CPU, client CPU), every tool alike
 SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
@@ -74,7 +75,7 @@ def ucx_perftest() -> tuple[list[str], dict[str, str], str]:
     import json
 
     env, root = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                          cwd=ROOT).stdout)
+                                          cwd=tempfile.gettempdir()).stdout)  # not the checkout (below)
     exe = Path(root) / "bin" / "ucx_perftest"
     if exe.exists():
         env["LD_LIBRARY_PATH"] = str(Path(root) / "lib")
@@ -175,11 +176,12 @@ def _rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float
             return None  # busy-polls both ends, as its reference
         # as the tools they sit beside: ucx_perftest and nixl_pingpong spin, the TCP tools block
         poll = "busy" if tr in ("ucx", "nixl") else "block"
-        python, where = (BEFORE, tmp) if tool.startswith("before-") else (sys.executable, ROOT)  # outside the checkout
+        # run outside the checkout: its hopbench/ would shadow a hopbench installed from a wheel
+        python = BEFORE if tool.startswith("before-") else sys.executable
         tls = ["--opt", "NIXL_UCX_TLS=tcp" if tr == "nixl" else "UCX_TLS=tcp"]
         srv = subprocess.Popen(ps + [python, "-m", "hopbench", "serve", "--bind", f"{host}:{port}", "--poll",
                                      poll, *tls, "--loop", loop], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, cwd=where)
+                               stderr=subprocess.DEVNULL, cwd=tmp)
         cycles = max(20, min(5000, int(duration / max(20e-6, n * 8 / place["rate_bps"] * 2))))
         out = tmp / f"hb-{tool}-{n}-{random.random()}"
         cmd = pc + [python, "-m", "hopbench", "run", "--peer", f"{host}:{port}", "--bytes", str(n),
@@ -269,14 +271,14 @@ def main() -> None:
             if link:
                 link.destroy()
         print(f"\n{name}")
-        print(f"{'bytes':>8} " + " ".join(f"{t:>15}" for t in tools) + "  ratios of medians [per-repeat min-max]")
+        print(f"{'bytes':>8} " + " ".join(f"{t:>15}" for t in tools)
+              + "  ratios of medians (per repeat: the median of the ratios [interval, level, n])")
         record["places"][name] = {str(n): _size_record(res, tools, n) for n in sizes}
         for n in sizes:
             rec = record["places"][name][str(n)]
             med = rec["median"]
             cells = " ".join(f"{med[t]:15.1f}" if med[t] is not None else f"{'n/a':>15}" for t in tools)
-            ratios = [f"{k} {r['median']:.2f}" + (f" [{min(r['per_repeat']):.2f}-{max(r['per_repeat']):.2f}]"
-                                                  if len(r["per_repeat"]) > 1 else "")
+            ratios = [f"{k} {r['median']:.2f} (per repeat {median_text(r['per_repeat'], '.2f')})"
                       for k, r in rec["ratios"].items()]
             print(f"{n:>8} {cells}  {'  '.join(ratios)}", flush=True)
     if a.json:

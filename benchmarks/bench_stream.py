@@ -24,6 +24,8 @@ import tempfile
 
 import numpy as np
 
+from hopbench.estimate import median_text
+
 PLACEMENTS = {"free": (None, None), "same": ("1", "1"), "split": ("1", "0")}  # (server CPU, client CPU)
 
 
@@ -86,9 +88,11 @@ def main() -> None:
     if not ok:
         sys.exit(f"bench-stream needs network namespaces: {why}")
     print(f"placement {a.placement}, poll {a.poll}; {a.repeats} run(s) per row, interleaved over the transports, "
-          f"{a.cycles} timed cycles each: the median of the runs' p50s [their min-max with several runs]")
-    print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'projected ms':>12} {'proj/sync':>9} {'streamed ms':>22} "
-          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10} {'empty-chunk ms':>22} {'str/empty':>9}  least hiding rate")
+          f"{a.cycles} timed cycles each: the median of the runs' p50s; the streamed and empty-chunk hops, and the "
+          "ratios to tcp paired by run, with their distribution-free interval over the runs, its level and n "
+          "(3 runs: [min-max], 75%)")
+    print(f"{'rung':>9} {'transport':>9} {'sync ms':>9} {'projected ms':>12} {'proj/sync':>9} {'streamed ms':>34} "
+          f"{'stream/sync':>11} {'model ms':>9} {'meas/model':>10} {'empty-chunk ms':>34} {'str/empty':>9}  least hiding rate")
     for rate in (float(x) for x in a.rates.split(",")):
         runs: dict[str, list[dict]] = {tr: [] for tr in a.transports.split(",")}
         for _ in range(a.repeats):
@@ -102,8 +106,8 @@ def main() -> None:
             if x is None:
                 continue
             print(f"{f'emu-{rate:g}m':>9} {tr:>9} {x['sync']:9.3f} {x['projected']:12.3f} "
-                  f"{x['projected'] / x['sync']:9.3f} {_spread(x, 'streamed'):>22} {x['streamed'] / x['sync']:11.3f} "
-                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f} {_spread(x, 'empty'):>22} "
+                  f"{x['projected'] / x['sync']:9.3f} {median_text(x['streamed_runs']):>34} {x['streamed'] / x['sync']:11.3f} "
+                  f"{x['expected']:9.3f} {x['streamed'] / x['expected']:10.3f} {median_text(x['empty_runs']):>34} "
                   f"{_opt(x['empty'] and x['streamed'] / x['empty'], 9)}  {x['hiding']:.1f} Mbit/s")
         base = runs.get("tcp")
         for key, what in (("streamed", "streamed hop"), ("empty", "empty-chunk hop (the accept count and ids after a "
@@ -111,36 +115,26 @@ def main() -> None:
             paired = {tr: _paired(xs, base or [], key) for tr, xs in runs.items() if tr != "tcp"}
             if any(paired.values()):
                 print(f"   {what} over tcp's, paired by run: " + ", ".join(
-                    f"{tr} {_fmt(r)}" for tr, r in paired.items() if r))
+                    f"{tr} {median_text(r, '.2f')}" for tr, r in paired.items() if r))
 
 
 def _median_row(xs: list[dict]) -> dict | None:
-    """The runs' medians per column, with the streamed hop's and the empty-chunk hop's min and max."""
+    """The runs' medians per column; the streamed hop's and the empty-chunk hop's runs kept for
+    their interval."""
     if not xs:
         return None
-    out = {k: float(np.median([x[k] for x in xs])) for k in ("sync", "projected", "streamed", "expected", "hiding")}
+    out: dict = {k: float(np.median([x[k] for x in xs])) for k in ("sync", "projected", "streamed", "expected",
+                                                                   "hiding")}
     empties = [x["empty"] for x in xs if x.get("empty")]
     out["empty"] = float(np.median(empties)) if empties else None
-    out["streamed_range"] = (min(x["streamed"] for x in xs), max(x["streamed"] for x in xs), len(xs))
-    out["empty_range"] = (min(empties), max(empties), len(empties)) if empties else None
+    out["streamed_runs"], out["empty_runs"] = [x["streamed"] for x in xs], empties
     return out
-
-
-def _spread(x: dict, key: str) -> str:
-    if not x[key]:
-        return "-"
-    lo, hi, n = x[f"{key}_range"]
-    return f"{x[key]:.3f}" + (f" [{lo:.3f}-{hi:.3f}]" if n > 1 else "")
 
 
 def _paired(xs: list[dict], base: list[dict], key: str) -> list[float]:
     """Per run, this transport's value over tcp's of the same round (both measured, no error)."""
     return [x[key] / b[key] for x, b in zip(xs, base) if "error" not in x and "error" not in b and x.get(key)
             and b.get(key)]
-
-
-def _fmt(r: list[float]) -> str:
-    return f"{np.median(r):.2f}" + (f" [{min(r):.2f}-{max(r):.2f}]" if len(r) > 1 else "")
 
 
 def _opt(v: float | None, width: int) -> str:

@@ -9,10 +9,10 @@ What it runs, each with its spread:
   CPU 0; the tools and hopbench interleaved in a random order, `--repeats` times): per repeat,
   hopbench-tcp over the best of sockperf, qperf and NPtcp in that repeat, hopbench-ucx over
   ucx_perftest (the libucx wheel's, with hopbench's UCX environment); the median of those
-  ratios and their min-max;
+  ratios with its distribution-free interval, its level and n;
 - `benchmarks/nixl_paired.py` `--nixl-runs` times (hopbench-nixl and the minimal NIXL ping-pong in
   the same two processes, ABBA blocks; server and client CPUs from `--nixl-cpus`): the median
-  of paired blocks per run, and the runs' min-max.
+  of paired blocks per run, and the median over the runs with its interval.
 
 Then one table, each ratio against issue 43's target (hopbench <= 1.05x the native tool at
 61,440 and 184,320 B, <= 1.10x at 64 B and 4 KiB), printed and, with --out, written to a new
@@ -64,11 +64,12 @@ def host() -> dict[str, object]:
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def run(cmd: list[str], log: list[str]) -> None:
-    """Run a bench, its output shown as it comes and kept for the file."""
+def run(cmd: list[str], log: list[str], cwd: str) -> None:
+    """Run a bench, its output shown as it comes and kept for the file; `cwd` outside the
+    checkout, whose hopbench/ would shadow a hopbench installed from a wheel."""
     print("$ " + " ".join(cmd), flush=True)
     log.append("$ " + " ".join(cmd))
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE.parent) as p:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd) as p:
         assert p.stdout is not None
         for line in p.stdout:
             print(line, end="", flush=True)
@@ -77,16 +78,14 @@ def run(cmd: list[str], log: list[str]) -> None:
         raise SystemExit(f"{cmd[1]} failed (exit {p.returncode})")
 
 
-def spread(values: list[float]) -> str:
-    return f" [{min(values):.3f}-{max(values):.3f}]" if len(values) > 1 else ""
-
-
 def cell(values: list[float], target: float) -> str:
-    """The median of the per-repeat (or per-run) ratios, their min-max, and the target's call."""
+    """The median of the per-repeat (or per-run) ratios with its interval over them, its level
+    and n, and the target's call."""
+    from hopbench.estimate import median_text  # after --wheels, this runs in the venv that has hopbench
+
     if not values:
         return "n/a"
-    med = statistics.median(values)
-    return f"{med:.3f}{spread(values)} {'meets' if med <= target else 'ABOVE'}"
+    return f"{median_text(values)} {'meets' if statistics.median(values) <= target else 'ABOVE'}"
 
 
 def table(native: dict, nixl: list[dict], sizes: list[int]) -> list[str]:
@@ -116,7 +115,13 @@ def main() -> None:
     a = ap.parse_args()
     if a.out and a.out.exists():
         raise SystemExit(f"--out {a.out} exists: choose a new file")
-    py = install(a.wheels) if a.wheels else sys.executable
+    if a.wheels:  # install, then go on in the new venv's interpreter (this one may lack hopbench)
+        py = install(a.wheels)
+        args = sys.argv[1:]
+        argv = [x for i, x in enumerate(args) if x != "--wheels" and not x.startswith("--wheels=")
+                and (i == 0 or args[i - 1] != "--wheels")]
+        os.execv(py, [py, str(Path(__file__).resolve()), *argv])
+    py = sys.executable
     server_cpu, client_cpu = a.nixl_cpus.split(",")
     if max(int(server_cpu), int(client_cpu), 1) >= (os.cpu_count() or 1):
         raise SystemExit(f"--nixl-cpus {a.nixl_cpus}: this host has {os.cpu_count()} CPUs (give two below it)")
@@ -124,23 +129,24 @@ def main() -> None:
     where, log = host(), []
     with tempfile.TemporaryDirectory(prefix="native-floor-") as tmp:
         run([py, str(HERE / "bench_native.py"), "--placement", "split", "--places", "loopback", "--repeats",
-             str(a.repeats), "--sizes", a.sizes, "--tools", NATIVE_TOOLS, "--json", f"{tmp}/native.json"], log)
+             str(a.repeats), "--sizes", a.sizes, "--tools", NATIVE_TOOLS, "--json", f"{tmp}/native.json"], log, tmp)
         native = json.loads(Path(f"{tmp}/native.json").read_text())
         nixl = []
         if subprocess.run([py, "-c", "import nixl_cu12"], capture_output=True).returncode == 0:
             for k in range(a.nixl_runs):
                 run([py, str(HERE / "nixl_paired.py"), "--sizes", a.sizes, "--blocks", str(a.blocks), "--block",
                      str(a.block), "--server-cpu", server_cpu, "--client-cpu", client_cpu, "--json",
-                     f"{tmp}/nixl{k}.json"], log)
+                     f"{tmp}/nixl{k}.json"], log, tmp)
                 nixl.append(json.loads(Path(f"{tmp}/nixl{k}.json").read_text()))
         else:
             log.append("nixl-cu12 is not installed: the nixl column is n/a")
     head = (f"{where['cpus']} CPUs ({where['cpu']}), kernel {where['kernel']}, "
             f"{'a GPU' if where['gpu'] else 'no GPU'}, {where['when']}; loopback; bench_native: servers on CPU 1, "
             f"clients on CPU 0, {a.repeats} interleaved repeats (median of the per-repeat ratios, each over the best "
-            f"TCP tool of that repeat [min-max]); "
+            f"TCP tool of that repeat [distribution-free interval, its level, n]); "
             f"nixl_paired: server CPU {server_cpu}, client CPU {client_cpu}, {a.nixl_runs} runs of {a.blocks} ABBA "
-            f"block pairs x {a.block} cycles (median of paired blocks [runs' min-max])")
+            f"block pairs x {a.block} cycles (per run the median of paired blocks; their median over the runs "
+            "[interval, level, n])")
     rows = table(native, nixl, sizes)
     print("\n" + head + "\n\n" + "\n".join(rows))
     if a.out:

@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parent.parent  # hopbench itself comes from the installation, never from here
+sys.path.insert(0, str(ROOT / "benchmarks"))  # nixl_pingpong, beside this file
 
 
 def _schedule(blocks: int) -> list[str]:

@@ -21,6 +21,7 @@ from hopbench.orchestration.runner import run_session
 from hopbench.records import Payload, RunConfig
 from tests import fakecupy
 from tests.conftest import small_plan
+from tests.test_conformance import transport_or_skip
 
 
 @pytest.fixture
@@ -40,13 +41,14 @@ def _real_gpu():
 
 
 needs_gpu = pytest.mark.skipif(not _real_gpu(), reason="no CUDA device with CuPy here (GPU tests run on the device machine)")
+#: every transport and GPU path the real-device tests take
+REAL_GPU_PATHS = pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct"),
+                                                            ("nixl", "staged"), ("nixl", "direct")])
 
 
 @pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
                                        pytest.param("ucx", marks=pytest.mark.ucx)])
 def test_staged_both_ends_records_every_stage(fake_gpu, server, transport):
-    from tests.test_conformance import transport_or_skip
-
     transport_or_skip(transport)  # staged works over any transport: it hands over pinned host buffers
     s = Session(server.host, server.port)
     try:
@@ -157,16 +159,12 @@ def test_cli_without_cupy_gives_the_install_line(tmp_path):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct"),
-                                            ("nixl", "staged"), ("nixl", "direct")])
+@REAL_GPU_PATHS
 def test_real_gpu_paths_move_the_bytes(server, transport, path):
     """direct over nixl: both ends' CuPy buffers registered as VRAM, the WRITEs GPU to GPU."""
     import cupy as cp
 
-    if transport == "ucx":
-        pytest.importorskip("ucxx")
-    if transport == "nixl":
-        pytest.importorskip("nixl_cu12")
+    transport_or_skip(transport)  # ucxx, nixl_cu12: skipped with the reason where missing
     # UCX's defaults (every transport, cuda_copy included): one UCX context per process,
     # shared with the other ucx tests of this process
     s = Session(server.host, server.port)
@@ -352,11 +350,7 @@ def test_a_streamed_plan_in_gpu_memory_moves_each_layers_rows_device_to_device(c
     """Both ends' rows on the 'GPU' (tests/fakecupy.py): each chunk leaves the target's
     device as its layer ends and lands in the drafter's; after the run the drafter's device
     holds the target's rows, chunk by chunk. Staged: the copies are timed stages."""
-    from tests.test_conformance import transport_or_skip
-
     transport_or_skip(transport)
-    if path == "direct":
-        pytest.importorskip("ucxx")
     m = _run_streamed(server, _streamed_gpu(transport, path=path))
     total = m.plan.total
     assert m.completed == total and m.error is None and (m.samples_ns[:total] > 0).all()
@@ -396,13 +390,9 @@ def test_a_streamed_gpu_plan_under_a_codec_is_refused(fake_gpu, server):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("transport,path", [("tcp", "staged"), ("ucx", "staged"), ("ucx", "direct"),
-                                            ("nixl", "staged"), ("nixl", "direct")])
+@REAL_GPU_PATHS
 def test_real_gpu_streamed_plan_moves_the_chunks(server, transport, path):
-    if transport == "ucx":
-        pytest.importorskip("ucxx")
-    if transport == "nixl":
-        pytest.importorskip("nixl_cu12")
+    transport_or_skip(transport)  # ucxx, nixl_cu12: skipped with the reason where missing
     m = _run_streamed(server, _streamed_gpu(transport, path=path, cycles=10))
     assert m.completed == m.plan.total and m.error is None and m.gpu_info["name"]
     if path == "staged":

@@ -313,7 +313,7 @@ class _StagedChunks(_RawChunks):
         self.chan.send(self.bufs.host(j))
 
 
-class _DirectChunks(_StagedChunks):
+class _DirectChunks(_RawChunks):
     """The rows on the GPU, direct: the counter is stamped onto the device before the layer
     ends (untimed) and the transport is handed the device slice."""
 
@@ -321,7 +321,7 @@ class _DirectChunks(_StagedChunks):
         self.chan, self.bufs = chan, bufs
 
     def ready(self, i: int, j: int, counter: int) -> None:
-        super().ready(i, j, counter)
+        P.SEQ.pack_into(self.bufs.host(j), 0, counter)
         self.bufs.stamp(j)
 
     def go(self, i: int, j: int) -> None:

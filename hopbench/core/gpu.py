@@ -216,12 +216,15 @@ class ChunkStaging:
         self.rows = Staging(chunks * size)
         self.reply = Staging(reply_bytes, self.rows.stream)
         self.rows.fill_random(seed)
+        # each chunk's views, made once: the hop only looks them up
+        self._host = [self.rows.host[j * size:(j + 1) * size] for j in range(chunks)]
+        self._device = [self.rows.device[j * size:(j + 1) * size] for j in range(chunks)]
 
     def host(self, j: int) -> Any:
-        return self.rows.host[j * self.size:(j + 1) * self.size]
+        return self._host[j]
 
     def device(self, j: int) -> Any:
-        return self.rows.device[j * self.size:(j + 1) * self.size]
+        return self._device[j]
 
     def down(self, j: int) -> None:
         """Chunk j's rows device -> host (its counter is framing, already on the host)."""

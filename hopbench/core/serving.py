@@ -385,9 +385,12 @@ class _StagedIn(_ChunksIn):
         return int(P.SEQ.unpack_from(host, 0)[0])
 
 
-class _DirectIn(_StagedIn):
+class _DirectIn(_ChunksIn):
     """GPU memory, direct: the transport receives each chunk into the device; its counter is
     copied back to be checked (the whole chunk when it is wrong: it may be the client's abort)."""
+
+    def __init__(self, bufs: Any) -> None:
+        self.bufs = bufs
 
     def take(self, chan: Channel, seq: int, j: int) -> int:
         self.bad = host = self.bufs.host(j)
@@ -444,7 +447,7 @@ class StreamDrafter(_Gpu):
             def direct(host: Any, seq: int) -> None:
                 rep.h2d(0, ids)
                 chan.send(rep.device)
-            return _DirectIn(bufs, timings, ctx.clock), rep.host, direct
+            return _DirectIn(bufs), rep.host, direct
 
         def staged(host: Any, seq: int) -> None:
             rep.h2d(0, ids)  # the drafter's ids, as it would produce them on its GPU (untimed)

@@ -345,24 +345,29 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
     if streamed is None:
         return
     exposed = streamed["p50_ns"] / 1e6
-    versus = (f" against the synchronous hop of the same bytes after the forward, {sync['p50_ns'] / 1e6:.3f} ms "
+    versus = (f" against the synchronous hop of the same bytes after the forward, {_p50_ms(sync)} "
               f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
-    ci = (f" [{streamed['p50_ci_lo_ns'] / 1e6:.3f}-{streamed['p50_ci_hi_ns'] / 1e6:.3f}, within-run "
-          f"{pct(streamed['p50_ci_level'])}]") if streamed.get("p50_ci_level") else ""
-    console.say(f"exposed hop (ids back - the forward's end): p50 {exposed:.3f} ms{ci} over {streamed['n']} cycles"
-                f"{versus}")
+    console.say(f"exposed hop (ids back - the forward's end): p50 {_p50_ms(streamed)}{versus}")
     base = empty or small
     if model is None or base is None:
         return
     want = model.expected_exposed_ms(base["p50_ns"] / 1e6)
     what = ("the empty-chunk hop (16-byte chunks on the same schedule)" if empty is not None
             else "one small round trip")
-    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + {what} "
-                f"{base['p50_ns'] / 1e6:.3f} ms = {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the "
-                f"forward; the least rate that hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")
+    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + {what} {_p50_ms(base)} "
+                f"= {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the forward; the least rate that "
+                f"hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")
     if ST.disagrees(exposed, want):
         console.warn(f"the exposed hop {exposed:.3f} ms and the model's {want:.3f} ms disagree by more than 5% and "
                      "0.2 ms: the link is not the rate given, or the sends ran late (send_lag_ns in samples.csv)")
+
+
+def _p50_ms(row: dict[str, Any]) -> str:
+    """A payload's p50 in ms as printed: its within-run interval with the level it achieves,
+    and its n."""
+    ci = (f" [{row['p50_ci_lo_ns'] / 1e6:.3f}-{row['p50_ci_hi_ns'] / 1e6:.3f}, within-run "
+          f"{pct(row['p50_ci_level'])}]") if row.get("p50_ci_level") else ""
+    return f"{row['p50_ns'] / 1e6:.3f} ms{ci} over {row['n']} cycles"
 
 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,
