@@ -5,17 +5,19 @@ wheel-check` installs the wheel outside the checkout and imports every module.
 
 The compiled loops are optional: where they cannot be built (no C compiler or Python
 headers) the install still succeeds and hopbench uses its Python loop, saying so
-(`hopbench transports`, report.json `loop`). Four extensions: three share one ABI
+(`hopbench transports`, report.json `loop`). Five extensions: four share one ABI
 (hopbench/core/hb_endpoint.h): the core's loops (hopbench/core/_native.c) and each
-transport's bytes (transports/_tcp.c, transports/_ucx.c); the fourth is the lossy codecs'
-per-value loops (hopbench/core/_codec.c). None needs UCX headers or
-libraries to build: the ucp functions are resolved at run time from the libucp ucxx loads."""
+transport's bytes (transports/_tcp.c, transports/_ucx.c, transports/_nixl.c); the fifth is the lossy codecs'
+per-value loops (hopbench/core/_codec.c). None needs UCX or NIXL headers or libraries to
+build: the ucp functions are resolved at run time from the libucp ucxx loads, NIXL's C API
+from the libnixl_capi.so of the nixl-cu12 wheel."""
 
 from setuptools import Extension, find_namespace_packages, find_packages, setup
 
 ABI_HEADER = "hopbench/core/hb_endpoint.h"
 NATIVE = {"hopbench._native": "hopbench/core/_native.c", "hopbench.transports._tcp": "transports/_tcp.c",
-          "hopbench.transports._ucx": "transports/_ucx.c", "hopbench._codec": "hopbench/core/_codec.c"}
+          "hopbench.transports._ucx": "transports/_ucx.c",
+          "hopbench.transports._nixl": "transports/_nixl.c", "hopbench._codec": "hopbench/core/_codec.c"}
 MAPPED = {"hopbench.transports": "transports", "hopbench.configs": "configs"}
 packages = find_packages(include=["hopbench", "hopbench.*"])
 for name, folder in MAPPED.items():  # configs/rungs holds TOML only: a namespace package of data

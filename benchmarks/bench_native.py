@@ -25,11 +25,12 @@ random order per repeat. Every figure is converted to a full round trip in µs:
   of full round trips. It and hopbench-nixl both run with UCX_TLS=tcp (for hopbench:
   `--opt NIXL_UCX_TLS=tcp`): across namespaces of one host UCX would otherwise move large
   messages through cross-memory attach, past the veth.
-- hopbench: p50 of all timed full round trips. `hopbench-tcp`/`hopbench-ucx` run the
-  compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop python`);
-  `hopbench-nixl` the Python loop (nixl has no compiled loop), busy-polling both ends.
+- hopbench: p50 of all timed full round trips. `hopbench-tcp`/`hopbench-ucx`/`hopbench-nixl`
+  run the compiled loop on both ends (`--loop native`), `-py` the Python loop (`--loop
+  python`); ucx and nixl busy-polling both ends.
 
-hopbench's TCP ratio is to the best (lowest) of sockperf, qperf and NPtcp at that size.
+hopbench's TCP ratio is to the best of sockperf, qperf and NPtcp at that size: the one with the
+lowest median over the repeats, the same tool in every repeat.
 
 `--before PYTHON` adds `before-tcp` and `before-ucx`: the same compiled-loop runs with
 another installation's interpreter (e.g. a venv holding the wheel of an earlier commit,
@@ -59,8 +60,7 @@ SIZES = (64, 4096, 61_440, 184_320, 1 << 20)
 PLACEMENTS = {"split": ("1", "0"), "same": ("0", "0")}  # (server CPU, client CPU), every tool alike
 SERVER_CPU, CLIENT_CPU = PLACEMENTS["split"]
 TOOLS = ("sockperf", "qperf", "NPtcp", "ucx_perftest", "hopbench-tcp", "hopbench-tcp-py", "hopbench-ucx",
-         "hopbench-ucx-py", "nixl_pingpong", "hopbench-nixl")
-PYTHON_LOOP_ONLY = {"nixl"}  # transports without a compiled loop
+         "hopbench-ucx-py", "nixl_pingpong", "hopbench-nixl", "hopbench-nixl-py")
 SOCKPERF_MAX = 65_507
 BEFORE: str | None = None  # --before: another installation's python
 
@@ -88,13 +88,23 @@ PERFTEST: tuple[list[str], dict[str, str], str] | None = None
 
 
 def wait_listening(prefix: list[str], port: int, limit: int = 2000) -> None:
-    """Until a TCP listener on `port` shows in `ss` (no probe connection: NPtcp would take
-    a probe for its client). Each `ss` call takes a few ms, which paces the loop."""
+    """Until a TCP listener on `port` shows in the kernel's socket table, read in the server's
+    namespace (no probe connection: NPtcp would take a probe for its client; no `ss`, which a
+    bare host may lack). Each read is a process start, which paces the loop."""
     for _ in range(limit):
-        out = subprocess.run(prefix + ["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True, text=True).stdout
-        if out.strip():
+        out = subprocess.run(prefix + ["cat", "/proc/net/tcp", "/proc/net/tcp6"], capture_output=True, text=True).stdout
+        if listening(out, port):
             return
     raise ServerNotUp(f"nothing listens on {port}")
+
+
+def listening(table: str, port: int) -> bool:
+    """Whether /proc/net/tcp{,6} text holds a socket in LISTEN (state 0A) on local `port`."""
+    for line in table.splitlines():
+        f = line.split()
+        if len(f) > 3 and ":" in f[1] and f[3] == "0A" and f[1].rsplit(":", 1)[1] == f"{port:04X}":
+            return True
+    return False
 
 
 def rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float | None:
@@ -171,7 +181,7 @@ def _rtt_us(tool: str, n: int, place: dict, duration: float, tmp: Path) -> float
             return float(re.search(r"p50_us ([\d.]+)", out).group(1))
     else:
         tr = tool.split("-")[1]
-        loop = "python" if tool.endswith("-py") or tr in PYTHON_LOOP_ONLY else "native"
+        loop = "python" if tool.endswith("-py") else "native"
         if tr == "nixl" and SERVER_CPU == CLIENT_CPU:
             return None  # busy-polls both ends, as its reference
         # as the tools they sit beside: ucx_perftest and nixl_pingpong spin, the TCP tools block
@@ -233,14 +243,15 @@ def main() -> None:
         tools = [t for t in tools if "nixl" not in t]
         print("nixl_pingpong and hopbench-nixl left out: nixl-cu12 is not installed "
               "(pip install --no-deps 'nixl-cu12>=1.5'; make bench-native does)")
-    need = [t for t in ("sockperf", "qperf", "NPtcp", "ucx_perftest") if t in tools] + ["taskset", "ss"]
+    PERFTEST = ucx_perftest() if any("ucx" in t for t in tools) else None
+    need = [t for t in ("sockperf", "qperf", "NPtcp") if t in tools] + ["taskset"]
+    if "ucx_perftest" in tools:  # the libucx wheel's when it ships one, else the system's
+        need.append(PERFTEST[0][0] if PERFTEST else "ucx_perftest")
     missing = [t for t in need if not shutil.which(t)]
     if missing:
         raise SystemExit(f"missing: {missing}; apt-get install sockperf qperf netpipe-tcp ucx-utils (make bench-native does)")
     from hopbench.core import native
     from hopbench.orchestration import netem
-
-    PERFTEST = ucx_perftest() if any("ucx" in t for t in tools) else None
 
     print(__doc__.split("\n\n")[2].strip().replace("\n", " "))
     print(f"p50 full round trip in µs, median of {a.repeats} interleaved repeats; servers on CPU {SERVER_CPU}, "
@@ -263,10 +274,14 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmpd:
                 combos = [(t, n) for t in tools for n in sizes]
                 rng = random.Random(17)
-                for _ in range(a.repeats):
+                for i in range(a.repeats):
                     rng.shuffle(combos)
                     for t, n in combos:
                         res.setdefault((t, n), []).append(rtt_us(t, n, place, a.duration, Path(tmpd)))
+                    # each repeat's values as they come: a run cut short keeps what it measured
+                    print(f"{name} repeat {i + 1}/{a.repeats}: " + "  ".join(
+                        f"{t}@{n} " + (f"{res[(t, n)][-1]:.1f}" if res[(t, n)][-1] is not None else "n/a")
+                        for t in tools for n in sizes), flush=True)
         finally:
             if link:
                 link.destroy()
@@ -287,26 +302,30 @@ def main() -> None:
 
 
 #: the ratios printed: hopbench's figure over its reference (None: the best of the TCP tools)
-RATIOS = (("hopbench-tcp", None, "tcp/best"), ("hopbench-tcp-py", None, "tcp-py/best"),
+RATIOS = (("hopbench-tcp", None, "tcp/best"), ("hopbench-tcp", "sockperf", "tcp/sockperf"),
+          ("hopbench-tcp-py", None, "tcp-py/best"),
           ("hopbench-ucx", "ucx_perftest", "ucx/perftest"), ("hopbench-ucx-py", "ucx_perftest", "ucx-py/perftest"),
-          ("hopbench-nixl", "nixl_pingpong", "nixl/pingpong"), ("hopbench-nixl", "hopbench-ucx", "nixl/hopbench-ucx"),
+          ("hopbench-nixl", "nixl_pingpong", "nixl/pingpong"), ("hopbench-nixl-py", "nixl_pingpong", "nixl-py/pingpong"),
+          ("hopbench-nixl", "hopbench-ucx", "nixl/hopbench-ucx"),
           ("hopbench-tcp", "before-tcp", "tcp now/before"), ("hopbench-ucx", "before-ucx", "ucx now/before"))
 NATIVE_TCP = ("sockperf", "qperf", "NPtcp")
 
 
 def _size_record(res: dict, tools: list[str], n: int) -> dict:
-    """One size: each tool's values per repeat and median; each ratio of medians (the best TCP
-    tool: the lowest median) and per repeat (the same repeat's values: the best that repeat)."""
+    """One size: each tool's values per repeat and median; each ratio of medians and per
+    repeat. The best TCP tool is the one with the lowest median over the repeats, the same
+    tool in every repeat: the lowest of three noisy values of one repeat would sit below
+    each tool's typical value and bias every per-repeat ratio upward."""
     vals = {t: res[(t, n)] for t in tools}
     med = {t: float(np.median(v)) if all(x is not None for x in v) else None for t, v in vals.items()}
     natives = [t for t in NATIVE_TCP if med.get(t) is not None]
+    best = min(natives, key=lambda t: med[t]) if natives else None  # type: ignore[arg-type,return-value]
 
     def ref_at(ref: str | None, i: int | None) -> float | None:
-        if ref is not None:
-            return (med.get(ref) if i is None else vals[ref][i]) if ref in vals else None
-        if not natives:
+        ref = ref if ref is not None else best
+        if ref is None or ref not in vals:
             return None
-        return min(med[t] for t in natives) if i is None else min(vals[t][i] for t in natives)
+        return med.get(ref) if i is None else vals[ref][i]
 
     ratios = {}
     for t, ref, key in RATIOS:
@@ -315,7 +334,7 @@ def _size_record(res: dict, tools: list[str], n: int) -> dict:
             continue
         per = [vals[t][i] / r for i in range(len(vals[t])) if (r := ref_at(ref, i)) and vals[t][i] is not None]
         ratios[key] = {"median": med[t] / base, "per_repeat": per}
-    return {"values": vals, "median": med, "ratios": ratios}
+    return {"values": vals, "median": med, "ratios": ratios, "best_tcp": best}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ the mission's payloads, in one table, repeatable on any Linux host with a GPU or
 What it runs, each with its spread:
 - `benchmarks/bench_native.py --placement split --places loopback` (servers on CPU 1, clients on
   CPU 0; the tools and hopbench interleaved in a random order, `--repeats` times): per repeat,
-  hopbench-tcp over the best of sockperf, qperf and NPtcp in that repeat, hopbench-ucx over
+  hopbench-tcp over the best of sockperf, qperf and NPtcp (the lowest median over the repeats,
+  the same tool in every repeat), hopbench-ucx over
   ucx_perftest (the libucx wheel's, with hopbench's UCX environment); the median of those
   ratios with its distribution-free interval, its level and n;
 - `benchmarks/nixl_paired.py` `--nixl-runs` times (hopbench-nixl and the minimal NIXL ping-pong in
@@ -90,14 +91,20 @@ def cell(values: list[float], target: float) -> str:
 
 def table(native: dict, nixl: list[dict], sizes: list[int]) -> list[str]:
     """One row per size: each transport's ratio, its spread, and whether it meets the target."""
-    rows = ["| bytes | hopbench-tcp / best TCP tool | hopbench-ucx / ucx_perftest | hopbench-nixl / minimal NIXL | target |",
-            "|---|---|---|---|---|"]
+    rows = ["| bytes | hopbench-tcp / best TCP tool | hopbench-tcp / sockperf (both p50s) | hopbench-ucx / ucx_perftest "
+            "| hopbench-nixl / minimal NIXL | target |", "|---|---|---|---|---|---|"]
     loop = native["places"].get("loopback", {})
     for n in sizes:
         target = TARGET.get(n, 1.05)
-        ratios = loop.get(str(n), {}).get("ratios", {})
-        cells = [cell(ratios.get(key, {}).get("per_repeat", []), target) for key in ("tcp/best", "ucx/perftest")]
-        cells.append(cell([x["sizes"][str(n)]["ratio"] for x in nixl if str(n) in x["sizes"]], target))
+        size = loop.get(str(n), {})
+        ratios = size.get("ratios", {})
+        cells = [cell(ratios.get(key, {}).get("per_repeat", []), target)
+                 for key in ("tcp/best", "tcp/sockperf", "ucx/perftest")]
+        if size.get("best_tcp"):
+            cells[0] += f" (vs {size['best_tcp']})"
+        runs = [x["sizes"][str(n)] for x in nixl if str(n) in x["sizes"]]
+        loops = sorted({r.get("loop", "?") for r in runs})
+        cells.append(cell([r["ratio"] for r in runs], target) + (f" ({', '.join(loops)} loop)" if runs else ""))
         rows.append(f"| {n:,} | " + " | ".join(cells) + f" | ≤ {target:.2f} |")
     return rows
 
@@ -143,7 +150,7 @@ def main() -> None:
     head = (f"{where['cpus']} CPUs ({where['cpu']}), kernel {where['kernel']}, "
             f"{'a GPU' if where['gpu'] else 'no GPU'}, {where['when']}; loopback; bench_native: servers on CPU 1, "
             f"clients on CPU 0, {a.repeats} interleaved repeats (median of the per-repeat ratios, each over the best "
-            f"TCP tool of that repeat [distribution-free interval, its level, n]); "
+            f"TCP tool at that size, the same in every repeat [distribution-free interval, its level, n]); "
             f"nixl_paired: server CPU {server_cpu}, client CPU {client_cpu}, {a.nixl_runs} runs of {a.blocks} ABBA "
             f"block pairs x {a.block} cycles (per run the median of paired blocks; their median over the runs "
             "[interval, level, n])")

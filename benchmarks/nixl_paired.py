@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _hopbench(role: str, host: str, port: int, n: int):
     return nixl.connect(host, port, opts)
 
 
-def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
+def server(host: str, port: int, n: int, blocks: int, block: int, loop: str) -> None:
     import nixl_pingpong as pp
 
     from hopbench.core.protocol import ReplyIds
@@ -91,7 +92,7 @@ def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
 
     for which in _schedule(blocks):
         if which == "hb":
-            echo_cycles(chan, request, reply, codec, block, on_bad_seq=bad, loop="python")
+            echo_cycles(chan, request, reply, codec, block, on_bad_seq=bad, loop=loop)
         else:
             for seq in range(block):
                 pp._notif(agent)
@@ -100,7 +101,7 @@ def server(host: str, port: int, n: int, blocks: int, block: int) -> None:
     chan.close()
 
 
-def client(host: str, port: int, n: int, blocks: int, block: int, warm: int) -> dict[str, list[np.ndarray]]:
+def client(host: str, port: int, n: int, blocks: int, block: int, warm: int, loop: str) -> dict[str, Any]:
     import nixl_pingpong as pp
 
     from hopbench.core.protocol import SEQ, ReplyIds
@@ -114,11 +115,13 @@ def client(host: str, port: int, n: int, blocks: int, block: int, warm: int) -> 
     codec = ReplyIds(2, 4)
     request, reply = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
     clock = time.perf_counter_ns
-    out: dict[str, list[np.ndarray]] = {"hb": [], "ref": []}
+    out: dict[str, Any] = {"hb": [], "ref": []}
     for which in _schedule(blocks):
         samples = np.zeros(block, dtype=np.int64)
         if which == "hb":
-            run_cycles(chan, request, reply, codec, samples, loop="python")
+            info: dict = {}
+            run_cycles(chan, request, reply, codec, samples, loop=loop, info=info)
+            out["loop"] = info.get("loop")
         else:
             for i in range(block):
                 SEQ.pack_into(request, 0, i)
@@ -165,20 +168,22 @@ def main() -> None:
     ap.add_argument("--client-cpu", default="0")
     ap.add_argument("--opt", action="append", default=[], help="a hopbench nixl setting KEY=VALUE for its channel")
     ap.add_argument("--json", metavar="FILE", help="also write each size's result here (a new file)")
+    ap.add_argument("--loop", choices=("auto", "native", "python"), default="auto",
+                    help="hopbench's loop: auto (as hopbench run picks: the compiled one where built), or one of them")
     a = ap.parse_args()
     if a.json and not a.role and Path(a.json).exists():
         raise SystemExit(f"--json {a.json} exists: choose a new file")
     if a.role == "server":
         host, port, n = a.args[0], int(a.args[1]), int(a.args[2])
-        server(host, port, n, a.blocks, a.block)
+        server(host, port, n, a.blocks, a.block, a.loop)
         return
     if a.role == "client":
         host, port, n = a.args[0], int(a.args[1]), int(a.args[2])
-        res = client(host, port, n, a.blocks, a.block, a.block // 10)
+        res = client(host, port, n, a.blocks, a.block, a.block // 10, a.loop)
         pairs = [float(np.median(h)) / float(np.median(r)) for h, r in zip(res["hb"], res["ref"])]
         hb, ref = np.concatenate(res["hb"]), np.concatenate(res["ref"])
         print(f"RESULT {n} {np.median(hb) / 1e3:.1f} {np.median(ref) / 1e3:.1f} {np.median(pairs):.3f} "
-              f"{np.percentile(pairs, 25):.3f} {np.percentile(pairs, 75):.3f}", flush=True)
+              f"{np.percentile(pairs, 25):.3f} {np.percentile(pairs, 75):.3f} {res['loop'].split()[0]}", flush=True)
         return
     link = None
     if a.place == "veth":
@@ -195,13 +200,14 @@ def main() -> None:
     env = dict(os.environ, UCX_TLS="tcp,cuda_copy" if gpu else "tcp", PAIRED_OPTS=" ".join(a.opt),
                PAIRED_SHARE=os.environ.get("PAIRED_SHARE") or str(int(bool(shared))))
     me = [sys.executable, str(Path(__file__).resolve())]
-    common = ["--blocks", str(a.blocks), "--block", str(a.block)]
+    common = ["--blocks", str(a.blocks), "--block", str(a.block), "--loop", a.loop]
     print(f"{a.place}: server CPU {a.server_cpu}, client CPU {a.client_cpu}; {a.blocks} ABBA block pairs of "
           f"{a.block} cycles per size (the first tenth of each block untimed), both busy-polling, UCX_TLS=tcp"
           + (f"; hopbench settings {' '.join(a.opt)}" if a.opt else ""))
-    print(f"{'bytes':>8} {'hopbench p50':>13} {'minimal p50':>12}  hopbench/minimal (median of paired blocks, IQR)")
+    print(f"{'bytes':>8} {'hopbench p50':>13} {'minimal p50':>12}  hopbench/minimal (median of paired blocks, IQR)"
+          "  hopbench's loop")
     record: dict = {"place": a.place, "server_cpu": a.server_cpu, "client_cpu": a.client_cpu, "blocks": a.blocks,
-                    "block": a.block, "sizes": {}}
+                    "block": a.block, "loop": a.loop, "sizes": {}}
     try:
         for n in [int(x) for x in a.sizes.split(",")]:
             for attempt in range(3):  # NIXL's metadata load fails now and then in a fresh namespace (NIXL_ERR_BACKEND)
@@ -213,10 +219,10 @@ def main() -> None:
             if line is None:
                 print(f"{n:>8} failed: {why}")
                 continue
-            _, _, hb, ref, ratio, lo, hi = line.split()
-            print(f"{n:>8} {float(hb):>10.1f} us {float(ref):>9.1f} us  {ratio} ({lo}-{hi})", flush=True)
+            _, _, hb, ref, ratio, lo, hi, ran = line.split()
+            print(f"{n:>8} {float(hb):>10.1f} us {float(ref):>9.1f} us  {ratio} ({lo}-{hi})  {ran}", flush=True)
             record["sizes"][str(n)] = {"hopbench_p50_us": float(hb), "minimal_p50_us": float(ref),
-                                       "ratio": float(ratio), "iqr": [float(lo), float(hi)]}
+                                       "ratio": float(ratio), "iqr": [float(lo), float(hi)], "loop": ran}
     finally:
         if link:
             link.destroy()

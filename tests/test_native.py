@@ -23,7 +23,7 @@ CASES = [
     pytest.param("nixl", "busy", id="nixl-busy"),
     pytest.param("nixl", "block", id="nixl-block"),
 ]
-PYTHON_ONLY = {"nixl"}  # no compiled loop: its calls are NIXL's Python bindings
+PYTHON_ONLY = {("nixl", "block")}  # blocking progress keeps the Python loop (as ucx block would)
 
 
 def transport_or_skip(name):
@@ -38,8 +38,8 @@ def transport_or_skip(name):
 @pytest.mark.parametrize("name,poll", CASES)
 def test_loop_conformance(name, poll, check, loop):
     transport_or_skip(name)
-    if loop == "native" and name in PYTHON_ONLY:
-        pytest.skip(f"{name} has no compiled loop")
+    if loop == "native" and (name, poll) in PYTHON_ONLY:
+        pytest.skip(f"{name} with poll {poll} keeps the Python loop")
     check(C.maker_for(name), poll, loop)
 
 
@@ -145,3 +145,62 @@ def test_the_server_records_the_loop_it_ran(server_factory, monkeypatch):
     m = measured(srv)
     assert m.server_info["loop"] == "python (forced: cannot bind)"
     assert m.data_info["loop"] == "python (forced: cannot bind)"  # the client, in this process, likewise
+
+
+# ---- nixl's compiled endpoint (transports/_nixl.c, transports/nixl/native.py) ----------
+
+def _nixl_native_or_skip():
+    transport_or_skip("nixl")
+    from hopbench.transports.nixl import native as NX
+
+    why = NX.bind()
+    if why is not None or native.UNAVAILABLE is not None:
+        pytest.skip(why or native.UNAVAILABLE)
+    return NX
+
+
+def test_nixl_compiled_loop_leaves_only_the_first_cycles_to_python(monkeypatch):
+    """The steady loop runs in C: the Python channel is called only for what C leaves it (a
+    buffer's first credit, with its registration), not once per cycle."""
+    NX = _nixl_native_or_skip()
+    calls = []
+    for name in ("send", "recv"):
+        real = getattr(NX.Bridge, name)
+        monkeypatch.setattr(NX.Bridge, name, lambda self, a, n, x, _r=real, _n=name: (calls.append(_n), _r(self, a, n, x)))
+    samples, which, _, rep = C.loop_round_trips("nixl", "busy", "native", 4096, 200)
+    assert which == {"client": "native", "server": "native"} and (samples > 0).all()
+    assert rep == b"".join(((199 * C.K + j).to_bytes(C.ID_BYTES, "little")) for j in range(C.K))
+    assert 0 < len(calls) <= 8, calls  # both ends' first send and receive: their buffers' first credits
+
+
+def test_nixl_compiled_loop_needs_the_agent_pointer_to_check_out(monkeypatch):
+    """An agent pointer whose C API view differs from the binding's (another pybind11 layout)
+    is never used: the Python loop runs and says why."""
+    NX = _nixl_native_or_skip()
+    monkeypatch.setattr(NX, "_checked", {})
+    monkeypatch.setattr(NX._C, "local_md", lambda ptr: b"not the binding's metadata")
+    _, which, _, _ = C.loop_round_trips("nixl", "busy", "auto", 64, 5)
+    assert which["client"] == "python (the agent pointer read from the NIXL binding does not check out)", which
+
+
+def test_nixl_compiled_loops_share_one_agent():
+    """Two channels of one process share its agent: each compiled loop files the other's
+    notifications where they belong (through the agent's routing) and both finish."""
+    _nixl_native_or_skip()
+    import threading
+
+    results, errors = [], []
+
+    def one():
+        try:
+            results.append(C.loop_round_trips("nixl", "busy", "native", 61440, 60))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(results) == 2 and all((r[0] > 0).all() for r in results)

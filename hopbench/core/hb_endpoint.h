@@ -1,7 +1,7 @@
 /* hopbench's native endpoint ABI: what a transport hands the core's compiled loops.
  *
  * iperf3's `struct protocol`, in C: a transport's extension module (transports/_tcp.c,
- * transports/_ucx.c) owns its bytes: it implements send and recv for one connected
+ * transports/_ucx.c, transports/_nixl.c) owns its bytes: it implements send and recv for one connected
  * endpoint and hands the core an hb_endpoint inside a PyCapsule named HB_CAPSULE. The
  * core (hopbench/core/_native.c) keeps only the two loops, the clock, the ids, the CRC
  * and the progress counter; it never calls a socket or UCX function itself.

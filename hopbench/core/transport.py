@@ -74,7 +74,7 @@ class NativeEndpoint:
 @runtime_checkable
 class NativeCapable(Protocol):
     """The contract's optional compiled path: a channel whose transport has its send and
-    recv in C (transports/_tcp.c, _ucx.c) offers them to the core's compiled loops
+    recv in C (transports/_tcp.c, _ucx.c, _nixl.c) offers them to the core's compiled loops
     (hopbench.core.native.choose); None from native_endpoint() says why through
     native_unavailable()."""
 

@@ -11,10 +11,11 @@ from typing import Any
 import nixl_cu12._bindings as nb
 import numpy as np
 
-from hopbench.core.transport import Spinner, TransportOptions
+from hopbench.core.transport import NativeEndpoint, Spinner, TransportOptions
 from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
 from hopbench.lanes import bypass, bypass_note
 
+from . import native
 from .agent import _BUSY_VALUE, _DONE_VALUE, BACKEND, _Agent, _loaded_libucp, _status_error, _translate, _version
 from .memory import Memory, _copy
 from .wire import _CREDIT, _DATA, _EAGER, _GOODBYE, _MISMATCH, _NEXT, EAGER_MAX, EAGER_WAIT_S, Credit, _Inbox
@@ -156,6 +157,33 @@ class NixlChannel:
 
     def alloc(self, nbytes: int) -> np.ndarray:
         return np.zeros(nbytes, dtype=np.uint8)
+
+    # -- the compiled loop's endpoint (transports/_nixl.c, nixl/native.py) ------------------
+    def native_unavailable(self) -> str | None:
+        if self._closed:
+            return "the channel is closed"
+        if not self._a.busy:
+            return native.BLOCKING_KEEPS_PYTHON
+        return native.agent_pointer(self._a)[1]
+
+    def native_endpoint(self) -> NativeEndpoint | None:
+        """This channel's send and receive in C for the core's compiled loops: the steady loop's
+        WRITEs and notifications run there, the rest through this channel's own calls."""
+        if self.native_unavailable() is not None:
+            return None
+        return native.endpoint(self, self._waits._timeout, self._alive)
+
+    def _alive(self) -> bool:
+        """False once the liveness connection says the peer is gone."""
+        try:
+            ready = select.select([self._sock], [], [], 0)[0]
+            if ready and not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return False
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            return False
+        return True
 
     # -- the two calls ---------------------------------------------------------------------
     def send(self, buf: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 
+from . import native
 from .agent import BACKEND, _Agent, _plugins, _split, _version
 from .channel import NixlChannel
 from .wire import HELLO, _recv_block, _send_block
@@ -87,7 +88,7 @@ class NixlTransport(TransportBase):
         return [f"NIXL backend plugins: {', '.join(sorted(_plugins()))}"]
 
     def native_note(self, poll: str) -> str | None:
-        return "the nixl transport's calls are NIXL's Python bindings (no compiled loop)"
+        return native.BLOCKING_KEEPS_PYTHON if poll == "block" else native.bind()
 
     def listen(self, host: str, port: int, options: TransportOptions) -> NixlListener:
         _split(options.settings)
