@@ -362,18 +362,23 @@ static int nixl_send(hb_ctx *c, void *self, const uint8_t *p, size_t n, int64_t 
         e->src = p, e->src_n = n;
     }
     uint32_t k = (uint32_t)e->sent;
-    /* wait for the credit of k (the Python channel's _credit, for the loop's case) */
+    /* wait for the credit of k (the Python channel's _credit, for the loop's case); read under
+     * the lock: a hard credit for k may replace a predicted one while we look */
     hb_wait w = {0, 0, 0};
     int64_t eager_at = n <= EAGER_MAX ? now_ns() + EAGER_WAIT_NS : 0;
-    credit_t *cr;
+    int have = 0, hard = 0;
+    uint32_t rid = 0;
+    int64_t length = 0;
     for (;;) {
-        pthread_mutex_lock(&e->lock);
-        cr = credit_slot(e, k, 0);
         int stale = 0;
+        pthread_mutex_lock(&e->lock);
+        credit_t *cr = credit_slot(e, k, 0);
+        if (cr)
+            have = 1, hard = cr->hard, rid = cr->rid, length = cr->length;
         for (int i = 0; i < SLOTS; i++)
             stale |= e->credits[i].used && e->credits[i].k < k;
         pthread_mutex_unlock(&e->lock);
-        if (cr || stale)
+        if (have || stale)
             break;
         int got;
         if ((st = poll_notifs(e, &got, detail)))
@@ -387,13 +392,17 @@ static int nixl_send(hb_ctx *c, void *self, const uint8_t *p, size_t n, int64_t 
         if ((st = c->tick(c, &w)))
             return st;
     }
-    xfer_t *x = cr ? xfer_for(e, cr->rid) : NULL;
-    if (!cr || !x || (cr->hard ? cr->length != (int64_t)n : x->remote_len != (int64_t)n))
+    xfer_t *x = have ? xfer_for(e, rid) : NULL;
+    if (!x || (hard ? length != (int64_t)n : x->remote_len != (int64_t)n))
         return python_call(e, "send", p, n, 0); /* the first credit of a buffer, eager, a mismatch */
-    uint32_t rid = cr->rid;
+    int taken = 0;
     pthread_mutex_lock(&e->lock);
-    credit_clear(cr);
+    credit_t *cr = credit_slot(e, k, 0);
+    if (cr && cr->rid == rid && cr->hard == hard)
+        credit_clear(cr), taken = 1;
     pthread_mutex_unlock(&e->lock);
+    if (!taken) /* replaced meanwhile: the Python channel reads the one there now */
+        return python_call(e, "send", p, n, 0);
     e->sent = k + 1;
     uint8_t msg[DATA_SIZE + NEXT_SIZE];
     size_t len = DATA_SIZE;

@@ -153,7 +153,11 @@ class Bridge:
 
     # -- called from C ----------------------------------------------------------------------
     def region(self, address: int, nbytes: int) -> int:
-        return int(self._ch._mem.region(_view(address, nbytes)).id)
+        """The loop's buffer's region id; a registration may release old regions and their
+        transfers, so C gets the prepared transfers afresh (its state round-trips)."""
+        out: list[int] = []
+        self._python(lambda: out.append(int(self._ch._mem.region(_view(address, nbytes)).id)))
+        return out[0]
 
     def send(self, address: int, nbytes: int, _: int) -> None:
         self._python(lambda: self._ch.send(_view(address, nbytes)))
