@@ -47,6 +47,7 @@ class Payload:
     #: hidden states, 5 x hidden per position) or "projected" (the drafter's fc run on the
     #: target: one hidden-wide row per position)
     design: str = "taps"
+    drafter: bool = False  # the rows run the server's drafter model (docs/DRAFTER.md)
 
 
 def codec_label(name: str, codec: str) -> str:
@@ -68,6 +69,15 @@ def stream_label(name: str, stream: str | None) -> str:
     """A series streamed during the verify forward: "tcp" -> "tcp~layers" (its own series:
     the exposed hop, its own verdict; no fit over one payload); unchanged when not streamed."""
     return f"{name}~{stream}" if stream else name
+
+
+def draft_label(name: str, drafter: str | None) -> str:
+    """A series or payload served by the server's drafter model: "tcp" -> "tcp!draft", streamed
+    with an early start "tcp~layers!draft:fc" (its own series: the hop with the drafter's
+    forward in it); unchanged without one."""
+    if not drafter or drafter == "off":
+        return name
+    return f"{name}!draft" if drafter == "model" else f"{name}!draft:{drafter}"
 
 
 def clients_label(name: str, clients: int) -> str:
@@ -117,10 +127,13 @@ class RunConfig:
     mps: float | None = None
     arrivals: str = "fixed"
     seed: int = 0
-    #: the streamed hop (docs/STREAM.md): {"mode": "layers", "chunks", "chunk_bytes", "taps",
-    #: "layers", "forward_ms", "cost_ms", "layer_times", "ready_ms"}; None when not streamed
-    stream: dict[str, Any] | None = None
+    #: the streamed hop (docs/STREAM.md); None when not streamed
+    stream: StreamSpec | None = None
     payload: str = "taps"  # the payload design: taps, or projected (fc on the target)
+    #: the rows run the server's drafter model (docs/DRAFTER.md; the server's --drafter) and,
+    #: streamed, what of its forward starts on the taps that have landed (off, fc, all)
+    drafter: bool = False
+    early: str = "off"
 
     @property
     def memory(self) -> tuple[str, str]:
@@ -132,6 +145,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tokens"], d["bytes"], d["codecs"] = list(self.tokens), list(self.bytes), list(self.codecs)
+        d["stream"] = self.stream.to_dict() if self.stream is not None else None
         return d
 
     def to_argv(self, peer: str) -> list[str]:
@@ -172,10 +186,13 @@ class RunConfig:
         opt("--arrivals", self.arrivals if self.mps else None, "fixed")
         opt("--payload", self.payload, "taps")
         if self.stream:
-            a.extend(["--stream", "layers", "--layers", str(self.stream["layers"]), "--forward-ms",
-                      f"{self.stream['forward_ms']:g}"])
-            opt("--stream-cost-ms", float(self.stream.get("cost_ms") or 0.0), 0.0)
-            opt("--layer-times", self.stream.get("layer_times"))
+            a.extend(["--stream", "layers", "--layers", str(self.stream.layers), "--forward-ms",
+                      f"{self.stream.forward_ms:g}"])
+            opt("--stream-cost-ms", float(self.stream.cost_ms), 0.0)
+            opt("--layer-times", self.stream.layer_times)
+        if self.drafter:
+            a.append("--remote-drafter")
+            opt("--early", self.early, "off")
         return a
 
     @classmethod
@@ -192,7 +209,40 @@ class RunConfig:
         for key in ("tokens", "bytes"):
             kw[key] = tuple(kw.get(key) or ())
         kw["codecs"] = tuple(kw.get("codecs") or ("none",))
+        if isinstance(kw.get("stream"), dict):
+            kw["stream"] = StreamSpec.from_dict(kw["stream"])
         return cls(**kw)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A streamed run's configuration as recorded (docs/STREAM.md): each aux layer's K + 1
+    rows as one of `chunks` chunks of `chunk_bytes`, sent at its layer's end (`ready_ms`)
+    within a `forward_ms` forward of `layers` layers (+ `cost_ms` of extraction)."""
+
+    chunks: int
+    chunk_bytes: int
+    taps: tuple[int, ...]
+    layers: int
+    forward_ms: float
+    cost_ms: float = 0.0
+    layer_times: str | None = None
+    ready_ms: tuple[float, ...] = ()
+    mode: str = "layers"
+    #: what streaming costs in bytes (accepted_per_cycle, accepted_only, streamed)
+    bytes_per_accepted_token: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["taps"], d["ready_ms"] = list(self.taps), list(self.ready_ms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StreamSpec":
+        return cls(int(d["chunks"]), int(d["chunk_bytes"]), tuple(d.get("taps") or ()), int(d.get("layers") or 0),
+                   float(d["forward_ms"]), float(d.get("cost_ms") or 0.0), d.get("layer_times"),
+                   tuple(float(r) for r in d.get("ready_ms") or ()), str(d.get("mode") or "layers"),
+                   d.get("bytes_per_accepted_token"))
 
 
 @dataclass(frozen=True, order=True)
@@ -207,12 +257,16 @@ class Series:
     design: str = "taps"  # DESIGNS
     stream: str = "off"  # "layers": streamed during the verify forward (docs/STREAM.md)
     clients: int = 1
+    #: "off", or the server's drafter model ran in the hop: "model", or streamed with its
+    #: early start ("fc", "all"; docs/DRAFTER.md)
+    drafter: str = "off"
 
     def spell(self, name: str) -> str:
         """`name` (a transport or a payload label) with this series' marks: "+codec",
-        "#projected", "~layers", "@M"."""
-        return clients_label(stream_label(design_label(codec_label(name, self.codec), self.design),
-                                          None if self.stream == "off" else self.stream), self.clients)
+        "#projected", "~layers", "!draft" (or "!draft:fc"), "@M"."""
+        marked = stream_label(design_label(codec_label(name, self.codec), self.design),
+                              None if self.stream == "off" else self.stream)
+        return clients_label(draft_label(marked, self.drafter), self.clients)
 
     @property
     def label(self) -> str:
@@ -240,7 +294,7 @@ class Series:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Series":
         return cls(str(d["transport"]), str(d.get("codec") or "none"), str(d.get("design") or "taps"),
-                   str(d.get("stream") or "off"), int(d.get("clients") or 1))
+                   str(d.get("stream") or "off"), int(d.get("clients") or 1), str(d.get("drafter") or "off"))
 
 
 @dataclass(frozen=True, order=True)

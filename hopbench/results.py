@@ -16,6 +16,48 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from hopbench.columns import (  # re-exported
+    CODEC_COLUMNS as CODEC_COLUMNS,
+)
+from hopbench.columns import (
+    CODEC_STAGE_COLUMNS as CODEC_STAGE_COLUMNS,
+)
+from hopbench.columns import (
+    CODEC_SUMMARY as CODEC_SUMMARY,
+)
+from hopbench.columns import (
+    DRAFT_STAGE_COLUMNS as DRAFT_STAGE_COLUMNS,
+)
+from hopbench.columns import (
+    GPU_COLUMNS as GPU_COLUMNS,
+)
+from hopbench.columns import (
+    LOAD_SAMPLE as LOAD_SAMPLE,
+)
+from hopbench.columns import (
+    LOAD_SUMMARY as LOAD_SUMMARY,
+)
+from hopbench.columns import (
+    SAMPLE_COLUMNS as SAMPLE_COLUMNS,
+)
+from hopbench.columns import (
+    STAGE_COLUMNS as STAGE_COLUMNS,
+)
+from hopbench.columns import (
+    STREAM_STAGE_COLUMNS as STREAM_STAGE_COLUMNS,
+)
+from hopbench.columns import (
+    SUMMARY_COLUMNS as SUMMARY_COLUMNS,
+)
+from hopbench.columns import (
+    sample_columns as sample_columns,
+)
+from hopbench.columns import (
+    stage_summary_keys as stage_summary_keys,
+)
+from hopbench.columns import (
+    summary_columns as summary_columns,
+)
 from hopbench.errors import HopbenchError
 from hopbench.version import __version__
 
@@ -30,61 +72,6 @@ SCHEMA = "hopbench.run"
 # Readers accept every version up to SCHEMA_VERSION (tests/golden holds one folder of each
 # older version, which must keep loading) and refuse newer ones with a clear line.
 SCHEMA_VERSION = 2
-
-SAMPLE_COLUMNS = ["payload", "transport", "tokens", "request_bytes", "reply_bytes", "seq", "phase", "warmup", "rtt_ns"]
-SUMMARY_COLUMNS = [
-    "payload", "transport", "tokens", "request_bytes", "reply_bytes", "k", "n",
-    "min_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns", "mean_ns", "std_ns",
-    "p50_ci_lo_ns", "p50_ci_hi_ns", "drift_rel", "drift", "complete",
-]
-
-#: GPU plans (--memory cuda) add these: where each end's payload lives, then per-cycle
-#: stage times (docs/RESULTS.md "GPU stages"); host-only runs keep the columns above
-GPU_COLUMNS = ["client_memory", "server_memory", "gpu_path"]
-STAGE_COLUMNS = ["d2h_ns", "transfer_ns", "h2d_ns", "server_h2d_ns", "server_d2h_ns", "wire_ns"]
-
-
-#: codec plans (--codec, docs/CODECS.md) add the codec, the per-cycle encode (client) and
-#: decode (server) times, the rest of the round trip, and the bytes that crossed
-CODEC_COLUMNS = ["codec", "payload_source"]
-CODEC_STAGE_COLUMNS = ["encode_ns", "decode_ns", "codec_wire_ns"]
-CODEC_SUMMARY = ["wire_bytes_mean", "ratio", "rel_rms", "cosine_min"]
-
-
-#: several targets at once and open-loop load (docs/RESULTS.md "Several targets"): the
-#: target of each row, an open-loop send's intended time (ns from the plan's start) and its
-#: lag behind it; per target its rate, goodput, late sends, and the tails read from its
-#: HdrHistogram (merged over the targets in the aggregate row)
-LOAD_SAMPLE = ["target", "intended_ns", "send_lag_ns"]
-LOAD_SUMMARY = ["target", "clients", "offered_per_s", "cycles_per_s", "goodput_mbit", "late_sends", "send_lag_p50_ns",
-                "send_lag_p99_ns", "hdr_p99_ns", "hdr_p999_ns"]
-
-
-#: streamed plans (docs/STREAM.md): per cycle the worst chunk's send lag, the accept count's,
-#: and the drafter's hold (its clock: the last chunk's arrival to the accept count's)
-STREAM_STAGE_COLUMNS = ["send_lag_ns", "end_lag_ns", "server_hold_ns"]
-
-
-def sample_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False) -> list[str]:
-    cols = SAMPLE_COLUMNS + GPU_COLUMNS + STAGE_COLUMNS if gpu else list(SAMPLE_COLUMNS)
-    cols = cols + CODEC_COLUMNS + CODEC_STAGE_COLUMNS + ["wire_bytes"] if codec else cols
-    cols = cols + LOAD_SAMPLE if load else cols
-    return cols + [c for c in STREAM_STAGE_COLUMNS if c not in cols] if stream else cols
-
-
-def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
-    """summary.csv's p50 and CI columns for one stage column ("d2h_ns" -> "d2h_p50_ns", ...)."""
-    base = stage_column.removesuffix("_ns")
-    return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
-
-
-def summary_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False) -> list[str]:
-    cols = SUMMARY_COLUMNS + (GPU_COLUMNS + [k for s in STAGE_COLUMNS for k in stage_summary_keys(s)] if gpu else [])
-    if codec:
-        cols = cols + CODEC_COLUMNS + CODEC_SUMMARY + [k for s in CODEC_STAGE_COLUMNS for k in stage_summary_keys(s)]
-    cols = cols + LOAD_SUMMARY if load else cols
-    return cols + [k for s in STREAM_STAGE_COLUMNS for k in stage_summary_keys(s)] if stream else cols
-
 
 def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -165,9 +152,25 @@ def csv_text(columns: list[str], rows: Iterable[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+#: the longest name a result folder's suffix keeps (a filesystem's name is at most 255 bytes)
+MAX_NAME = 80
+
+
+def safe_name(name: str) -> str:
+    """A result folder's suffix from a --name as given (docs/RESULTS.md): letters, digits, '.',
+    '_' and '-' kept, every other character (a '/', a space) made '-', leading dots dropped
+    (never '..'), at most MAX_NAME characters; "run" when nothing is left. The name as given
+    stays in report.json."""
+    import re
+
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip(".")[:MAX_NAME].rstrip(".")
+    return cleaned or "run"
+
+
 def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
-    """Create the result folder exclusively; an existing folder is never reused."""
-    path = Path(out) if out else Path(root) / f"{utc_stamp()}-{name}"
+    """Create the result folder exclusively; an existing folder is never reused. A name makes
+    one folder directly inside `root` (safe_name), never one outside it."""
+    path = Path(out) if out else Path(root) / f"{utc_stamp()}-{safe_name(name)}"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         path.mkdir()

@@ -46,9 +46,10 @@ def server_factory():
         st.stop()
 
 
-def small_plan(transport="tcp", request_bytes=61440, reply_bytes=8, cycles=50, warmup=5, **kw):
+def small_plan(transport="tcp", request_bytes=61440, reply_bytes=8, cycles=50, warmup=5, group=None, **kw):
     return P.Plan(transport=transport, request_bytes=request_bytes, reply_bytes=reply_bytes, k=2, id_bytes=4,
-                  cycles=cycles, warmup=warmup, **kw)
+                  cycles=cycles, warmup=warmup, group=P.GroupPlan.from_dict(group) if isinstance(group, dict) else group,
+                  **kw)
 
 
 def dead_port() -> int:

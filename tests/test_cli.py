@@ -165,4 +165,4 @@ def test_run_help_groups_its_flags():
 
     run = typer.main.get_command(app).commands["run"]
     panels = {getattr(p, "rich_help_panel", None) for p in run.params if getattr(p, "param_type_name", "") == "option"}
-    assert panels == {"Connection", "Payload", "Timing", "Load", "GPU", "Output", "Stream"}, panels
+    assert panels == {"Connection", "Payload", "Timing", "Load", "GPU", "Output", "Stream", "Drafter"}, panels

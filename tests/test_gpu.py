@@ -318,7 +318,7 @@ def _streamed_gpu(transport="tcp", client="cuda", server="cuda", path="staged", 
     from hopbench.core import protocol as P
 
     return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, client_memory=client, server_memory=server,
-                  gpu_path=path, stream={"chunks": chunks, "chunk_bytes": size})
+                  gpu_path=path, stream=P.StreamPlan(chunks, size))
 
 
 @pytest.fixture

@@ -57,8 +57,8 @@ def test_work_models_parse_and_scale(tmp_path):
 def _spec_plan(mode="sync", request_bytes=None, draft="sleep:0.1"):
     info = S.SpecPlanInfo(mode, 2, 4, 1024, 5, 1, 1, 2)
     return P.Plan("tcp", request_bytes or info.request_bytes, info.reply_bytes, 2, 4, 5, 1,
-                  spec={"mode": mode, "bytes_per_token": 1024, "fanout": 2, "seed": 1, "draft": draft,
-                        "ranked": [2, 1, 0]}), info
+                  spec=P.SpecPlan.from_dict({"mode": mode, "bytes_per_token": 1024, "fanout": 2, "seed": 1,
+                                             "draft": draft, "ranked": [2, 1, 0]})), info
 
 
 def test_a_spec_plan_the_drafter_cannot_run_is_refused(server):

@@ -59,7 +59,7 @@ def test_the_model_queues_the_chunks_on_the_link():
 
 
 def _streamed(transport, chunks=5, size=4096, cycles=12):
-    return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, stream={"chunks": chunks, "chunk_bytes": size})
+    return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, stream=P.StreamPlan(chunks, size))
 
 
 @pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),

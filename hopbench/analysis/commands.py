@@ -11,7 +11,7 @@ from hopbench.analysis import compare as CMP
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Reading, load_groups, recorded_shape
-from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts
+from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts, verdicts_with_drafter
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN
@@ -92,7 +92,7 @@ def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_token
     else:
         if folder is None:
             raise ConfigError("give a result folder or --hop-ms")
-        vs = verdicts(folder, operating_tokens, inputs)
+        vs, inputs = verdicts_with_drafter(folder, operating_tokens, inputs, show=show)
     floors = instrument_floors(folder) if folder is not None else {}
     show(f"verdict at the operating payload T = {operating_tokens}"
          + ("; floor = the instrument's own smallest round trip of that transport on loopback" if floors else ""))
@@ -111,8 +111,8 @@ def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_token
     targets = V.targets_calls(vs)  # several targets at once: the per-target hop against M, the capacity
     for t in targets:
         show(t["line"])
-    if calls is not None:
-        calls.update(codecs=codecs, targets=targets)
+    if calls is not None:  # the inputs as used: a measured remote drafter's time in them
+        calls.update(codecs=codecs, targets=targets, inputs=vars(inputs))
     if folder is not None:
         atomic_write(_out(folder) / "verdict.json", json.dumps({"inputs": vars(inputs), "operating_tokens": operating_tokens,
                                                                 "verdicts": [v.to_dict() for v in vs], "codecs": codecs,

@@ -322,9 +322,12 @@ def series_of(plan: dict[str, Any], design: Any = None) -> Series:
     size of its group of targets."""
     group = plan.get("group")
     size = group.get("size") if isinstance(group, dict) else None
+    drafter = plan.get("drafter")
+    early = drafter.get("early", "off") if isinstance(drafter, dict) else None
     return Series(str(plan["transport"]), str(plan.get("codec") or "none"),
                   design if isinstance(design, str) and design else "taps",
-                  "layers" if isinstance(plan.get("stream"), dict) else "off", size if isinstance(size, int) else 1)
+                  "layers" if isinstance(plan.get("stream"), dict) else "off", size if isinstance(size, int) else 1,
+                  "off" if early is None else ("model" if early == "off" else early))
 
 
 def place_of(run: dict[str, Any], plan: dict[str, Any]) -> Place:

@@ -5,6 +5,7 @@ operating payload, the instrument's floors, the placement note and the repeat-tr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hopbench.analysis.data import Reading, load_groups
 from hopbench.errors import ConfigError
@@ -54,6 +55,39 @@ def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None)
             found.setdefault(g.cell, set()).update(g.bypass)
     return [V.not_network(V.verdict(cell.place, cell.series, est, inputs), found.get(cell, set()))
             for cell, est in hop_rows(folder, operating_tokens, groups)]
+
+
+def verdicts_with_drafter(folder: Path | Reading, operating_tokens: int, inputs: Any, groups: Any = None,
+                          show: Any = None) -> tuple[list, Any]:
+    """The verdicts; where the run measured the server's drafter model (its "!draft" series)
+    and no --t-draft-remote was given, the other series are projected with its measured
+    draft_ns (its interval carried) instead of 0, and the drafter's own series with 0: its
+    forward is inside its hop."""
+    from dataclasses import replace
+
+    from hopbench.analysis.drafter import from_run_folder
+
+    show = show or (lambda line: None)
+
+    measured = from_run_folder(Path(folder), operating_tokens) if inputs.t_draft_remote_from == "assumed" else None
+    if measured is not None and measured.ms >= inputs.t_draft_ms:
+        show(f"note: the measured remote drafter ({measured.ms:.3f} ms) is no faster than the local t_draft "
+             f"({inputs.t_draft_ms:g} ms): moving it cannot pay; the plain series are projected with 0 ms")
+        measured = None
+    with_remote = inputs
+    if measured is not None:
+        show(f"the remote drafter's own time: {measured.ms:.3f} +- {measured.pm:.3f} ms ({measured.source}); the "
+             "plain series carry it, the !draft series hold it in their hop")
+        with_remote = replace(inputs, t_draft_remote_ms=measured.ms, t_draft_remote_pm=measured.pm,
+                              t_draft_remote_from=measured.source)
+    every = verdicts(folder, operating_tokens, with_remote, groups)
+    plain = [v for v in every if v.series.drafter == "off"]
+    if len(plain) == len(every):
+        return every, with_remote
+    inside = replace(inputs, t_draft_remote_ms=0.0, t_draft_remote_pm=0.0, t_draft_remote_from="inside the hop")
+    drafted = [v for v in verdicts(folder, operating_tokens, inside, groups) if v.series.drafter != "off"]
+    return plain + drafted, replace(with_remote, t_draft_remote_from=with_remote.t_draft_remote_from
+                                    + "; the !draft series: inside their hop")
 
 
 def instrument_floors(folder: Path | Reading, loaded=None) -> dict[str, float]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,10 @@ class Inputs:
     cycle_pm: float = 0.0
     tok_s_pm: float = 0.0
     min_gain: float = MIN_GAIN
+    t_draft_remote_pm: float = 0.0  # its 95% half-width (a measured drafter's interval)
+    #: where the remote drafter's time came from: "assumed" (0), "given" (--t-draft-remote MS), or
+    #: the measurement it was read from (docs/DRAFTER.md)
+    t_draft_remote_from: str = "assumed"
 
     def __post_init__(self) -> None:
         for name in ("t_draft_ms", "cycle_ms", "tok_s"):
@@ -84,8 +89,8 @@ class Inputs:
                 f"decode cycle = "
                 f"{q(self.cycle_ms, self.cycle_pm, ' ms')}, co-located = {q(self.tok_s, self.tok_s_pm, ' tok/s')}, "
                 f"dead heat = hop within {self.tolerance:.0%} of break-even, worth moving = projected gain >= "
-                f"{self.min_gain:.0%}; assumes the whole t_draft is freed and the remote drafter's own time is "
-                f"{self.t_draft_remote_ms:g} ms")
+                f"{self.min_gain:.0%}; assumes the whole t_draft is freed; the remote drafter's own time is "
+                f"{q(self.t_draft_remote_ms, self.t_draft_remote_pm, ' ms')} ({self.t_draft_remote_from})")
 
 
 _QTY = re.compile(r"^\s*([0-9.eE+-]+?)\s*(?:(?:\+-|±|\+/-)\s*([0-9.eE+]+))?\s*$")
@@ -103,7 +108,7 @@ def parse_hops(text: str) -> dict[str, float]:
     return hops
 
 
-def inputs_from(shape, t_draft: str | None, cycle: str | None, tok_s: str | None, **rest: float) -> Inputs:
+def inputs_from(shape, t_draft: str | None, cycle: str | None, tok_s: str | None, **rest: Any) -> Inputs:
     """The verdict's inputs: each VALUE[+-HALF] flag given, else the shape config's value (exact)."""
     td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (shape.t_draft_ms, 0.0)
     cy = parse_quantity(cycle, "--cycle") if cycle is not None else (shape.cycle_ms, 0.0)
@@ -243,14 +248,15 @@ def verdict(place: Place | str, series: Series | str, hop: Estimate | float, inp
     cycle, tok = project(hop.value, inp)
     gain = tok / inp.tok_s - 1
     tok_ci = gain_ci = None
-    if hop.has_interval or inp.t_draft_pm or inp.cycle_pm or inp.tok_s_pm:
+    if hop.has_interval or inp.t_draft_pm or inp.cycle_pm or inp.tok_s_pm or inp.t_draft_remote_pm:
         rng = np.random.default_rng(seed)
         h = _draw_hop(rng, hop)
         td = inp.t_draft_ms + rng.standard_normal(DRAWS) * inp.t_draft_pm / 1.959964
         cy = inp.cycle_ms + rng.standard_normal(DRAWS) * inp.cycle_pm / 1.959964
         ts = inp.tok_s + rng.standard_normal(DRAWS) * inp.tok_s_pm / 1.959964
-        tok_d = ts * cy / (cy - td + h + inp.t_draft_remote_ms)
-        gain_d = cy / (cy - td + h + inp.t_draft_remote_ms) - 1
+        rem = np.maximum(inp.t_draft_remote_ms + rng.standard_normal(DRAWS) * inp.t_draft_remote_pm / 1.959964, 0.0)
+        tok_d = ts * cy / (cy - td + h + rem)
+        gain_d = cy / (cy - td + h + rem) - 1
         tok_ci = (float(np.percentile(tok_d, 2.5)), float(np.percentile(tok_d, 97.5)))
         gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
     break_even = inp.t_draft_ms - inp.t_draft_remote_ms

@@ -34,6 +34,26 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
         print(R.ResultFolder(results).derived("fit.json").read_text(), end="")
 
 
+def remote_inputs(text: str | None, tokens: int) -> dict:
+    """--t-draft-remote: MS[+-HALF] given, or read from a folder that measured it, or unset."""
+    if text is None:
+        return {}
+    if Path(text).is_dir():
+        from hopbench.analysis.drafter import remote_time
+
+        got = remote_time(Path(text), tokens)
+        return {"t_draft_remote_ms": got.ms, "t_draft_remote_pm": got.pm, "t_draft_remote_from": got.source}
+    from hopbench.analysis.verdict import parse_quantity
+
+    try:
+        if float(text) <= 0:  # 0 as given; a negative one is refused by the verdict's inputs
+            return {"t_draft_remote_ms": float(text), "t_draft_remote_from": "given"}
+    except ValueError:
+        pass
+    ms, pm = parse_quantity(text, "--t-draft-remote")
+    return {"t_draft_remote_ms": ms, "t_draft_remote_pm": pm, "t_draft_remote_from": "given"}
+
+
 @app.command()
 def verdict(
     results: Annotated[Optional[list[Path]], typer.Argument(help="Sweep or run folders, one table each (or give --hop-ms).")] = None,
@@ -43,7 +63,7 @@ def verdict(
     tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
-    t_draft_remote: Annotated[float, typer.Option(help="The remote drafter's own time per cycle, ms (default 0: the study's projection; hopbench spec measures it).")] = 0.0,
+    t_draft_remote: Annotated[Optional[str], typer.Option(help="The remote drafter's own time per cycle: MS[+-HALF], or a folder that measured it (a `hopbench drafter` folder, or a run with --remote-drafter). Default: what the results folder measured with --remote-drafter, else 0 (the study's projection).")] = None,
     min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = MIN_GAIN,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
@@ -53,8 +73,8 @@ def verdict(
     from hopbench.analysis.verdict import inputs_from, parse_hops
 
     s = _shape(shape)
-    inputs = inputs_from(s, t_draft, cycle, tok_s, tolerance=tolerance, t_draft_remote_ms=t_draft_remote,
-                         min_gain=min_gain)
+    inputs = inputs_from(s, t_draft, cycle, tok_s, tolerance=tolerance, min_gain=min_gain,
+                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens))
     doc = analysis.verdict_documents(results or [], inputs, tokens, s, parse_hops(hop_ms) if hop_ms else None,
                                      show=_quiet if json_out else print)
     if json_out:

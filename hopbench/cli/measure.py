@@ -50,6 +50,11 @@ def serve(
     loop: LoopOpt = Loop.auto,
     max_sessions: Annotated[int, typer.Option(min=1, help="Sessions served at once (a drafter shared by several targets); one more client is refused at once. 1 = one after another, like iperf3 -s.")] = 16,
     max_memory: Annotated[Optional[int], typer.Option(help="Request + reply bytes of the plans served at once, across sessions (default: one largest plan's).")] = None,
+    drafter: Annotated[Optional[str], typer.Option(help="Run a drafter model of this shape on the plans that ask for it (run --remote-drafter): a preset (dspark-glm5, eagle3-llama70b, tiny) or the drafter's config.json; random weights unless --drafter-weights (docs/DRAFTER.md; hopbench\\[drafter]).", rich_help_panel="Drafter")] = None,
+    drafter_weights: Annotated[Optional[Path], typer.Option(help="The drafter's real weights (.safetensors), their shapes checked against the shape.", rich_help_panel="Drafter")] = None,
+    drafter_device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda where torch sees a GPU).", rich_help_panel="Drafter")] = None,
+    batch_window_us: Annotated[float, typer.Option(min=0, help="A session's rows wait this long for the other sessions' to share one forward.", rich_help_panel="Drafter")] = 0.0,
+    max_batch: Annotated[int, typer.Option(min=1, help="The most sessions' rows in one forward.", rich_help_panel="Drafter")] = 8,
 ):
     """Serve clients until Ctrl-C: up to --max-sessions at once (1: one after another, like iperf3 -s)."""
     from hopbench.core import protocol as P
@@ -68,16 +73,41 @@ def serve(
         gpu_info = gpumod.device_info()
     host, port = _address(bind, port, 0)
     settings = split_options(opt)
+    batcher = _drafter(drafter, drafter_weights, drafter_device, batch_window_us, max_batch) if drafter else None
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
                        handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
                                    max_cycles=max_cycles), transport_settings=settings, secret=secret or None,
-                       loop=loop.value, max_sessions=max_sessions, max_memory_bytes=max_memory, session_cpus=cpus)
+                       loop=loop.value, max_sessions=max_sessions, max_memory_bytes=max_memory, session_cpus=cpus,
+                       drafter=batcher)
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
+    if batcher is not None:
+        print(drafter_line(server.env["drafter"]), flush=True)
     if gpu:
         print(f"GPU memory on {gpu_info['name']} (device {gpu_info['device']}, {gpu_info['library']})", flush=True)
     server.serve_forever()
+
+
+def _drafter(shape: str, weights: Path | None, device: str | None, window_us: float, most: int) -> Any:
+    """The server's drafter model behind its batcher, or a one-line error."""
+    from hopbench.core import drafter as DM
+    from hopbench.core.drafting import Batcher
+
+    if device not in (None, "cuda", "cpu"):
+        raise ConfigError(f"--drafter-device {device}: cuda or cpu")
+    model = DM.Model(DM.parse_shape(shape), weights=weights, device=device)
+    return Batcher(model, window_us / 1e6, most)
+
+
+def drafter_line(info: dict[str, Any]) -> str:
+    """The drafter a server runs, in one line (its ids are random weights' unless real ones)."""
+    s = info["shape"]
+    where = info.get("gpu") or info["device"]
+    ids = "real weights" if info["ids_meaningful"] else "random weights: its ids are not meaningful tokens"
+    return (f"drafter {s['name']} on {where} ({info['dtype']}{', CUDA graphs' if info['cuda_graphs'] else ''}): "
+            f"{info['weight_bytes'] / 1e9:.3f} GB of weights read a forward, floor {info['weight_read_floor_ns'] / 1e6:.3f} ms "
+            f"at the measured {info['copy_bytes_per_s'] / 1e9:.0f} GB/s copy bandwidth; {ids}")
 
 
 def run_request(p: dict[str, Any]) -> Any:
@@ -96,7 +126,8 @@ def run_request(p: dict[str, Any]) -> Any:
         floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
         loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
         arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
-        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], payload=p["payload"])
+        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], payload=p["payload"],
+        remote_drafter=p["remote_drafter"], early=p["early"])
 
 
 @app.command()
@@ -143,6 +174,8 @@ def run(
     forward_ms: Annotated[Optional[float], typer.Option(help="The verify forward's length in ms (default the shape's cycle - t_draft: 73.46).", rich_help_panel="Stream")] = None,
     layer_times: Annotated[Optional[Path], typer.Option(help="A per-layer profile: each layer's end time in ms within the forward, one per line (CSV first column).", rich_help_panel="Stream")] = None,
     stream_cost_ms: Annotated[float, typer.Option(help="The extraction cost per streamed forward in ms (per-layer hooks, piecewise CUDA graphs: 0.5-1.6 ms measured, docs/STREAM.md); the accept count goes that much later.", rich_help_panel="Stream")] = 0.0,
+    remote_drafter: Annotated[bool, typer.Option(help="Each token payload also runs the server's drafter model (`serve --drafter SHAPE`): the hop with its forward in it, its draft_ns per cycle, beside the hop without it (docs/DRAFTER.md).", rich_help_panel="Drafter")] = False,
+    early: Annotated[str, typer.Option(help="Streamed to the drafter: what of its forward starts on the taps that have landed: off, fc (each tap's slice of fc as it lands), all (the whole forward for every candidate row once the last tap is in; drafters conditioned on the states alone).", rich_help_panel="Drafter")] = "off",
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -13,6 +14,7 @@ from hopbench.cli.options import (
     ShapeOpt,
     _address,
 )
+from hopbench.errors import ConfigError
 
 
 @app.command()
@@ -64,6 +66,28 @@ def codecs(
     from hopbench.orchestration.codecs import profile_command
 
     profile_command(file, tokens, codec, reps, shape, json_out, print)
+
+
+@app.command()
+def drafter(
+    shape: Annotated[str, typer.Option(help="A preset (dspark-glm5, eagle3-llama70b, tiny) or the drafter's config.json.")] = "dspark-glm5",
+    rows: Annotated[str, typer.Option(help="Row counts a forward runs on (a target's accepted tokens, or several targets' batched).")] = "1,3,6,12,24,48,96,192",
+    k: Annotated[int, typer.Option(min=1, max=64, help="Draft depth K (the ids a forward samples).")] = 2,
+    repeats: Annotated[int, typer.Option(min=5, help="Timed forwards per row count (after 3 warm-up).")] = 50,
+    weights: Annotated[Optional[Path], typer.Option(help="The drafter's real weights (.safetensors); default random (time does not depend on the values).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda where torch sees a GPU).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where the result folder goes.")] = Path("results"),
+    name: Annotated[str, typer.Option(help="Suffix of the result folder's name.")] = "drafter",
+    out: Annotated[Optional[Path], typer.Option(help="The result folder (must not exist).")] = None,
+):
+    """What a drafter of this shape costs on this GPU, no peer needed: its forward against the
+    rows, with and without CUDA graphs, against the weight-read floor (docs/DRAFTER.md)."""
+    from hopbench.config import parse_int_list
+    from hopbench.orchestration.drafterjob import drafter_command
+
+    if device not in (None, "cuda", "cpu"):
+        raise ConfigError(f"--device {device}: cuda or cpu")
+    drafter_command(shape, weights, parse_int_list(rows, "--rows"), k, repeats, device, results_dir, name, out, print)
 
 
 @app.command()

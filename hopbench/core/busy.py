@@ -143,9 +143,9 @@ class StartGroups:
         self._of: dict[int, str] = {}  # session -> its group's id
         self._cond = threading.Condition()
 
-    def refusal(self, session: object, group: dict[str, Any]) -> str | None:
+    def refusal(self, session: object, group: Any) -> str | None:
         """Why this plan's group cannot be joined at all (REFUSE before anything is held)."""
-        gid, size = group["id"], group["size"]
+        gid, size = group.id, group.size  # protocol.GroupPlan
         if size > self.limit:
             return (f"a start group of {size} targets exceeds this server's limit of {self.limit} sessions at once "
                     f"(--max-sessions {self.limit})")
@@ -160,13 +160,13 @@ class StartGroups:
                 return f"start group {gid!r} already has its {size} targets"
         return None
 
-    def together(self, session: object, group: dict[str, Any]) -> str | None:
+    def together(self, session: object, group: Any) -> str | None:
         """Wait for this round's other members; None when they are all here, else the reason
         for refusing this plan (the round did not complete within wait_s)."""
-        gid = group["id"]
+        gid = group.id
         deadline = time.monotonic() + self.wait_s
         with self._cond:
-            g = self._groups.setdefault(gid, _Group(group["size"]))
+            g = self._groups.setdefault(gid, _Group(group.size))
             g.members.add(id(session))
             self._of[id(session)] = gid
             g.waiting += 1

@@ -11,7 +11,8 @@ import numpy as np
 
 from hopbench.core import auth, control, native
 from hopbench.core import protocol as P
-from hopbench.core.client_paths import ClientPath, DataPath, PlanRun, client_path_for
+from hopbench.core.client_paths import ClientPath, DataPath, PlanRun
+from hopbench.core.kinds import client_path
 from hopbench.core.timing import Progress
 from hopbench.core.transport import Channel, Transport, TransportOptions, get_transport
 from hopbench.errors import (
@@ -170,7 +171,7 @@ class Session:
         of `source` (hopbench.core.hidden.Source); `schedule`: open loop (run_cycles); `stream`:
         a streamed plan's forward schedule (hopbench.core.stream)."""
         self.measured = None
-        path = client_path_for(plan, schedule, stream)
+        path = client_path(plan, schedule, stream)
         transport = self._transport(plan)
         m = self.measured = Measurement(plan, np.zeros(plan.total, dtype=np.int64), 0, {}, {}, time.time())
         run = PlanRun(plan, m, transport, self.transport_settings.get(plan.transport, {}), clock, gap_s, self.loop,

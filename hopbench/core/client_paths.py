@@ -1,5 +1,5 @@
 """The client's side of a plan, one path per plan kind, as the server has its serving paths
-(hopbench.core.serving): chosen once by `client_path_for(plan)`, run over the plan's data
+(hopbench.core.serving): chosen once by `kinds.client_path(plan)`, run over the plan's data
 route, resolved once (`DataPath`: the transport and its channel). iperf3's `sp->snd`.
 
 Each path has three steps, called by `Session.measure` in this order:
@@ -82,7 +82,29 @@ class ClientPath:
         raise NotImplementedError
 
     def after(self, data: DataPath, run: PlanRun) -> None:
+        """After the last reply: its zero tail checked, then the arrays the plan's kind declares
+        (Plan.tails) received into the stages."""
         check_tail(self.reply_host, run.plan)
+        stages = run.m.stages
+        stages.update(tail_stages(P.recv_tails(data.channel, run.plan)))
+        if "server_h2d_ns" in stages and "transfer_ns" in stages:
+            stages["wire_ns"] = stages["transfer_ns"] - stages["server_h2d_ns"] - stages["server_d2h_ns"]
+
+
+#: a tail of several columns -> its stages, one per column
+TAIL_COLUMNS = {P.SERVER_STAGES.name: ("server_h2d_ns", "server_d2h_ns"),
+                P.DRAFT_TAIL.name: ("draft_ns", "queue_ns", "batch_rows", "early_ns")}
+
+
+def tail_stages(tails: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The received tails as per-cycle stage columns."""
+    out: dict[str, np.ndarray] = {}
+    for name, a in tails.items():
+        if a.ndim == 1:
+            out[name] = a
+        else:
+            out.update({col: a[:, j].copy() for j, col in enumerate(TAIL_COLUMNS[name])})
+    return out
 
 
 def check_tail(reply: Any, plan: P.Plan) -> None:
@@ -158,16 +180,6 @@ class _Gpu(ClientPath):
 
     def _loop(self, data: DataPath, run: PlanRun, request: Any, reply: Any) -> int:
         raise NotImplementedError
-
-    def after(self, data: DataPath, run: PlanRun) -> None:
-        super().after(data, run)
-        m = run.m
-        if run.plan.server_stages:  # the server's own copy times follow the last reply
-            server = np.zeros((run.plan.total, 2), dtype=np.int64)
-            data.channel.recv_into(server.view(np.uint8).reshape(-1))
-            m.stages["server_h2d_ns"], m.stages["server_d2h_ns"] = server[:, 0], server[:, 1]
-            if "transfer_ns" in m.stages:
-                m.stages["wire_ns"] = m.stages["transfer_ns"] - server[:, 0] - server[:, 1]
 
 
 class GpuStaged(_Gpu):
@@ -247,11 +259,8 @@ class CodecRoundTrip(ClientPath):
         return run_cycles(wrapped, request, self.reply_host, run.ids, m.samples_ns, loop="python", **run.loop_args())
 
     def after(self, data: DataPath, run: PlanRun) -> None:
-        super().after(data, run)
-        decode = np.zeros(run.plan.total, dtype=np.int64)  # the server's decode times follow the last reply
-        data.channel.recv_into(decode.view(np.uint8).reshape(-1))
-        run.m.stages["decode_ns"] = decode
-        run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - decode
+        super().after(data, run)  # the server's decode times follow the last reply
+        run.m.stages["codec_wire_ns"] = run.m.samples_ns - self.stages.encode_ns - run.m.stages["decode_ns"]
 
 
 class _RawChunks:
@@ -349,13 +358,17 @@ class StreamedRoundTrip(ClientPath):
     def abort_bytes(self, plan: P.Plan) -> int:
         return self.pending or plan.request_frame_bytes
 
+    def ids(self, run: PlanRun) -> P.ReplyIds:
+        """How the replies' ids are checked (the protocol's ids)."""
+        return run.ids
+
     def prepare(self, run: PlanRun) -> P.Plan:
         """A codec plan's chunks: windows of the run's hidden states, K + 1 tokens each, split
         by aux layer (chunk j holds layer j's K + 1 rows), encoded each on its own in the hop.
         GPU memory at this end: the rows' device and pinned buffers (the CUDA context before UCX's)."""
         plan, source = run.plan, run.source
         assert plan.stream is not None
-        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
         if plan.uses_gpu:
             from hopbench.core import gpu
 
@@ -417,7 +430,7 @@ class StreamedRoundTrip(ClientPath):
     def cycles(self, data: DataPath, run: PlanRun) -> int:
         plan, chan, m = run.plan, data.channel, run.m
         assert plan.stream is not None
-        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
         if len(self.sched.ready_ns) != chunks:
             raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
         end = chan.alloc(P.STREAM_END_BYTES)
@@ -426,7 +439,7 @@ class StreamedRoundTrip(ClientPath):
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
-        check, clock, samples = run.ids.checker(self.reply_host), run.clock, m.samples_ns
+        check, clock, samples = self.ids(run).checker(self.reply_host), run.clock, m.samples_ns
         ready, finish = self.sched.ready_ns, self.sched.end_ns
         i = 0
         try:
@@ -455,41 +468,6 @@ class StreamedRoundTrip(ClientPath):
             run.progress.done = i
         return i
 
-    def after(self, data: DataPath, run: PlanRun) -> None:
-        """After the last reply: the server's hold times, then with a codec its decode times,
-        then with a staged GPU drafter its copy times (each an int64 per cycle)."""
-        super().after(data, run)
-        plan, stages = run.plan, run.m.stages
-        hold = np.zeros(plan.total, dtype=np.int64)
-        data.channel.recv_into(hold.view(np.uint8).reshape(-1))
-        stages["server_hold_ns"] = hold
-        if self.codec is not None:
-            decode = np.zeros(plan.total, dtype=np.int64)
-            data.channel.recv_into(decode.view(np.uint8).reshape(-1))
-            stages["decode_ns"] = decode
-        if plan.server_stages:
-            server = np.zeros((plan.total, 2), dtype=np.int64)
-            data.channel.recv_into(server.view(np.uint8).reshape(-1))
-            stages["server_h2d_ns"], stages["server_d2h_ns"] = server[:, 0], server[:, 1]
-
-
-def client_path_for(plan: P.Plan, schedule: np.ndarray | None = None, stream: Any = None) -> ClientPath:
-    """The one client path of this plan's kind (spec plans run through Session.run_spec);
-    `stream`: a streamed plan's forward schedule (hopbench.core.stream.Schedule)."""
-    if schedule is not None and (plan.codec or plan.uses_gpu or plan.stream):
-        raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec, "
-                          "--memory cuda or --stream")
-    if plan.stream is not None:
-        if stream is None:
-            raise ConfigError("a streamed plan needs the forward's schedule (hopbench.core.stream.schedule)")
-        return StreamedRoundTrip(stream)
-    if plan.codec:
-        return CodecRoundTrip()
-    if plan.uses_gpu:
-        return GpuDirect() if plan.gpu_path == "direct" and plan.client_memory == "cuda" else GpuStaged()
-    return HostRoundTrip()
-
-
 __all__ = ["ClientPath", "CodecRoundTrip", "DataPath", "GpuDirect", "GpuStaged", "HostRoundTrip", "PlanRun",
            "StreamedRoundTrip",
-           "check_tail", "client_path_for"]
+           "check_tail", "tail_stages"]

@@ -13,13 +13,32 @@ K draft ids id_i = (seq*k + i) mod 2**(8*id_bytes), unsigned LE.
 
 from __future__ import annotations
 
-import json
-import math
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from hopbench.core import auth
+from hopbench.core.bodies import (  # re-exported
+    MAX_DEPTH as MAX_DEPTH,
+)
+from hopbench.core.bodies import (
+    SCHEMAS as SCHEMAS,
+)
+from hopbench.core.bodies import (
+    U32 as U32,
+)
+from hopbench.core.bodies import (
+    decode_body as decode_body,
+)
+from hopbench.core.bodies import (
+    encode_body as encode_body,
+)
+from hopbench.core.bodies import (
+    is_protocol_number as is_protocol_number,
+)
+from hopbench.core.bodies import (
+    validate as validate,
+)
 from hopbench.errors import PeerError, ProtocolError, Refused, VerifyError
 from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES
 
@@ -45,7 +64,6 @@ HELLO, PLAN, ACCEPT, REFUSE, BYE, ERROR, AUTH, DONE, ENV = 1, 2, 3, 4, 5, 6, 7, 
 TYPE_NAMES = {HELLO: "HELLO", PLAN: "PLAN", ACCEPT: "ACCEPT", REFUSE: "REFUSE", BYE: "BYE", ERROR: "ERROR", AUTH: "AUTH",
               DONE: "DONE", ENV: "ENV"}
 TAG_BYTES = 32  # HMAC-SHA256 of a frame in a bound session (docs/PROTOCOL.md, "Session binding")
-MAX_DEPTH = 32  # JSON nesting a body may have (objects and arrays)
 #: plans started together (PLAN `group`, docs/PROTOCOL.md): the most targets in one group,
 #: the longest id, and how long the server holds a plan's ACCEPT for the group's others
 MAX_GROUP = 1024
@@ -75,162 +93,6 @@ def unpack_header(buf: bytes) -> tuple[int, int]:
     if length > MAX_BODY:
         raise ProtocolError(f"control message of {length} bytes exceeds the {MAX_BODY}-byte limit")
     return msg_type, length
-
-
-def encode_body(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key[:40]!r}")
-        obj[key] = value
-    return obj
-
-
-def _depth(v: Any) -> int:
-    """Nesting of objects and arrays (a scalar: 0), without recursion."""
-    deepest, stack = 0, [(v, 1)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, (dict, list)):
-            deepest = max(deepest, d)
-            stack.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
-    return deepest
-
-
-def decode_body(body: bytes) -> dict[str, Any]:
-    """One UTF-8 JSON object, or ProtocolError (never another exception): not UTF-8, not
-    JSON, NaN/Infinity, a duplicate key, numbers beyond Python's digit limit, nesting deeper
-    than MAX_DEPTH (or the parser's recursion limit), anything but an object."""
-    try:
-        obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique)
-    except UnicodeDecodeError:
-        raise ProtocolError("control body is not UTF-8") from None
-    except RecursionError:
-        raise ProtocolError("control body nests too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, a number of too many digits
-        raise ProtocolError(f"control body is not valid JSON ({str(exc)[:80]})") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"control body is a JSON {type(obj).__name__}, not an object")
-    if _depth(obj) > MAX_DEPTH:
-        raise ProtocolError(f"control body nests deeper than {MAX_DEPTH} levels")
-    return obj
-
-
-# ---- frame bodies: keys, types and ranges (docs/PROTOCOL.md, "Frame bodies") -------------
-
-_HEX = frozenset("0123456789abcdef")
-U32 = 2**32
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check(kind: Any, v: Any) -> bool:
-    if isinstance(kind, tuple):  # one of several kinds
-        return any(_check(k, v) for k in kind)
-    if kind is None:
-        return v is None
-    if kind == "int":
-        return _is_int(v) and 0 <= v < 2**63
-    if kind == "port":
-        return _is_int(v) and 1 <= v <= 65535
-    if kind == "num":
-        return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v >= 0
-    if kind == "str":
-        return isinstance(v, str) and len(v) <= 4096
-    if kind == "bool":
-        return isinstance(v, bool)
-    if kind == "obj":
-        return isinstance(v, dict)
-    if kind == "intlist":
-        return isinstance(v, list) and len(v) <= 64 and all(_is_int(x) and 0 <= x <= 64 for x in v)
-    if kind == "namelist":
-        return isinstance(v, list) and len(v) <= 64 and all(isinstance(x, str) and 0 < len(x) <= 64 for x in v)
-    if kind == "hex32":
-        return isinstance(v, str) and len(v) == 32 and set(v) <= _HEX
-    if kind == "hex64":
-        return isinstance(v, str) and len(v) == 64 and set(v) <= _HEX
-    if isinstance(kind, frozenset):
-        return isinstance(v, str) and v in kind
-    raise AssertionError(kind)
-
-
-def is_protocol_number(v: Any) -> bool:
-    """A HELLO's `protocol` that names a version (a JSON integer 0..2^63-1): another one is
-    answered REFUSE whatever else that version's HELLO holds; anything else is an ERROR."""
-    return _check("int", v)
-
-
-def _describe(kind: Any) -> str:
-    if isinstance(kind, tuple):
-        return " or ".join(_describe(k) for k in kind)
-    if kind is None:
-        return "null"
-    if isinstance(kind, frozenset):
-        return "one of " + ", ".join(sorted(kind))
-    return {"int": "an integer 0..2^63-1", "port": "a port 1..65535", "num": "a finite number >= 0",
-            "str": "a string (<= 4096 chars)", "bool": "true or false", "obj": "an object",
-            "hex32": "32 lowercase hex digits", "hex64": "64 lowercase hex digits",
-            "intlist": "a list of at most 64 integers 0..64"}[kind]
-
-
-# name -> {key: (kind, required)}
-SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
-    "HELLO client": {"protocol": ("int", True), "role": (frozenset({"client"}), True), "software": ("str", True),
-                     "env": ("obj", False)},
-    "HELLO server": {"protocol": ("int", True), "role": (frozenset({"server"}), True), "software": ("str", True),
-                     "caps": ("obj", True), "auth": (("obj", None), True), "env": ("obj", False)},
-    "caps": {"max_request_bytes": ("int", True), "max_reply_bytes": ("int", True), "max_cycles": ("int", True),
-             "max_sessions": ("int", False), "codecs": ("namelist", False)},
-    "auth challenge": {"challenge": ("hex32", True)},
-    "AUTH client": {"nonce": ("hex32", True), "mac": ("hex64", True)},
-    "AUTH server": {"mac": ("hex64", True), "env": ("obj", True)},
-    "ENV": {"env": ("obj", True)},
-    "DONE": {"cycles": ("int", True)},
-    "PLAN": {"transport": ("str", True), "request_bytes": ("int", True), "reply_bytes": ("int", True),
-             "k": ("int", True), "id_bytes": ("int", True), "cycles": ("int", True), "warmup": ("int", True),
-             "verify": ("bool", False), "payload_crc32": (("int", None), False), "gap_ms": ("num", False),
-             "transport_settings": ("obj", False), "client_memory": (frozenset({"host", "cuda"}), False),
-             "server_memory": (frozenset({"host", "cuda"}), False),
-             "gpu_path": (frozenset({"staged", "direct"}), False), "spec": ("obj", False),
-             "codec": ("str", False), "codec_group": ("int", False), "group": ("obj", False),
-             "stream": ("obj", False)},
-    "stream": {"chunks": ("int", True), "chunk_bytes": ("int", True)},
-    "group": {"id": ("str", True), "size": ("int", True)},
-    "spec": {"mode": (frozenset({"sync", "overlap", "stream"}), True), "bytes_per_token": ("int", True),
-             "chunks": ("int", False),
-             "fanout": ("int", False), "seed": ("int", False), "draft": ("str", True), "ranked": ("intlist", False),
-             "scale": ("num", False), "batch_window_ms": ("num", False), "max_batch": ("int", False)},
-    "ACCEPT": {"data_port": (("port", None), True), "transport_info": ("obj", True)},
-    "REFUSE": {"reason": ("str", True)},
-    "ERROR": {"reason": ("str", True)},
-}
-
-
-def validate(obj: dict[str, Any], name: str) -> dict[str, Any]:
-    """Check a body against SCHEMAS[name]: every required key present, no unknown key,
-    every value of its kind. ProtocolError naming the first fault."""
-    schema = SCHEMAS[name]
-    unknown = sorted(set(obj) - set(schema))
-    if unknown:
-        raise ProtocolError(f"{name}: unknown key {unknown[0][:40]!r}")
-    for key, (kind, required) in schema.items():
-        if key not in obj:
-            if required:
-                raise ProtocolError(f"{name}: missing key {key!r}")
-            continue
-        if not _check(kind, obj[key]):
-            raise ProtocolError(f"{name}: {key!r} must be {_describe(kind)}")
-    return obj
 
 
 def send_msg(channel: Any, msg_type: int, obj: dict[str, Any] | None = None, bind: auth.Binding | None = None) -> None:
@@ -282,6 +144,102 @@ def recv_msg(channel: Any, *expected: int, bind: auth.Binding | None = None) -> 
     return msg_type, obj
 
 
+class _SubPlan:
+    """A typed block of the PLAN body (its schema is SCHEMAS[WIRE]): `to_dict` sends the keys
+    that are set, `from_dict` checks the body and builds it."""
+
+    WIRE = "?"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+                if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Any:
+        validate(obj, cls.WIRE)
+        return cls(**obj)
+
+
+@dataclass(frozen=True)
+class StreamPlan(_SubPlan):
+    """A streamed plan (docs/PROTOCOL.md "Streamed plans"): each cycle's request crosses as
+    `chunks` chunk messages of `chunk_bytes`, then a 16-byte end message."""
+
+    WIRE = "stream"
+    chunks: int
+    chunk_bytes: int
+
+
+@dataclass(frozen=True)
+class GroupPlan(_SubPlan):
+    """Plans started together (docs/PROTOCOL.md "Plans started together"): the server holds
+    this plan's ACCEPT until the group's `size` sessions have sent theirs."""
+
+    WIRE = "group"
+    id: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SpecPlan(_SubPlan):
+    """A speculative plan (docs/PROTOCOL.md "Speculative plans", docs/SPEC.md)."""
+
+    WIRE = "spec"
+    mode: str
+    bytes_per_token: int
+    draft: str
+    chunks: int | None = None
+    fanout: int | None = None
+    seed: int | None = None
+    ranked: tuple[int, ...] | None = None
+    scale: float | None = None
+    batch_window_ms: float | None = None
+    max_batch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if self.ranked is not None:
+            d["ranked"] = list(self.ranked)
+        return d
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> "SpecPlan":
+        validate(obj, cls.WIRE)
+        return cls(**{**obj, **({"ranked": tuple(obj["ranked"])} if "ranked" in obj else {})})
+
+
+@dataclass(frozen=True)
+class DrafterPlan(_SubPlan):
+    """A plan served by the server's drafter model (docs/DRAFTER.md): each request's rows run
+    its forward, the reply carries the argmax ids. `early` (streamed plans): what runs as each
+    tap's chunk lands (off, fc: the tap's slice of fc, all: the whole forward once the last
+    tap is in, for each of the K + 1 candidate rows)."""
+
+    WIRE = "drafter"
+    early: str = "off"
+
+
+#: a sub-record's PLAN key -> its type (Plan's typed blocks)
+SUB_PLANS: dict[str, type[_SubPlan]] = {"spec": SpecPlan, "group": GroupPlan, "stream": StreamPlan,
+                                         "drafter": DrafterPlan}
+
+
+@dataclass(frozen=True)
+class Tail:
+    """One array that follows a plan's last reply (int64, `columns` per cycle), in the order
+    its kind declares (Plan.tails): the server sends them, the client receives them."""
+
+    name: str
+    columns: int = 1
+
+
+#: a staged GPU server's copy times (h2d, d2h per cycle)
+SERVER_STAGES = Tail("server_stages", 2)
+#: a drafter's own times per cycle: its forward (draft_ns, the GPU's own time where it has
+#: one), its wait in the queue for a batch, the rows of the batch it ran in, its early work
+DRAFT_TAIL = Tail("draft", 4)
+
+
 @dataclass(frozen=True)
 class Plan:
     """What the client asks the server to do for one payload."""
@@ -302,15 +260,42 @@ class Plan:
     client_memory: str = "host"
     server_memory: str = "host"
     gpu_path: str = "staged"  # "staged" (explicit pinned copies) or "direct" (CUDA-aware transport)
-    spec: dict[str, Any] | None = None  # a speculative plan (docs/PROTOCOL.md "Speculative plans")
+    spec: SpecPlan | None = None  # a speculative plan (docs/PROTOCOL.md "Speculative plans")
     codec: str | None = None  # a codec plan (docs/PROTOCOL.md "Codec plans"): requests cross encoded
     codec_group: int = 0  # a lossy codec's values per scale (one token's layer: the hidden width)
-    #: plans started together (docs/PROTOCOL.md "Plans started together"): {"id": str, "size": M};
-    #: the server holds this plan's ACCEPT until the group's M sessions have sent theirs
-    group: dict[str, Any] | None = None
-    #: a streamed plan (docs/PROTOCOL.md "Streamed plans"): {"chunks": C, "chunk_bytes": B}; each
-    #: cycle's request crosses as C chunk messages of B bytes, then a 16-byte end message
-    stream: dict[str, Any] | None = None
+    group: GroupPlan | None = None  # plans started together
+    stream: StreamPlan | None = None  # a streamed plan
+    drafter: DrafterPlan | None = None  # served by the server's drafter model
+
+    @property
+    def kind(self) -> str:
+        """The plan's kind: the key of its paths in hopbench.core.kinds.KINDS (docs/ARCHITECTURE.md
+        "Adding a plan kind"). The one place a plan's blocks are read to classify it."""
+        if self.stream is not None:
+            return "stream" if self.drafter is None else "stream-draft"
+        if self.spec is not None:
+            return "spec"
+        if self.drafter is not None:
+            return "draft"
+        if self.codec is not None:
+            return "codec"
+        if self.uses_gpu:
+            return "gpu-direct" if self.gpu_path == "direct" else "gpu-staged"
+        return "host"
+
+    @property
+    def tails(self) -> list[Tail]:
+        """What follows the last reply, in order (docs/PROTOCOL.md "After the last reply")."""
+        out: list[Tail] = []
+        if self.stream is not None:
+            out.append(Tail("server_hold_ns"))
+        if self.codec is not None and self.spec is None:
+            out.append(Tail("decode_ns"))
+        if self.server_stages:
+            out.append(SERVER_STAGES)
+        if self.drafter is not None:
+            out.append(DRAFT_TAIL)
+        return out
 
     @property
     def uses_gpu(self) -> bool:
@@ -327,7 +312,7 @@ class Plan:
         """The size of the client's first data message of a cycle (its aborts are cut to it):
         a codec plan's frame header, a streamed plan's chunk, else the whole request."""
         if self.stream is not None:
-            return int(self.stream["chunk_bytes"])
+            return self.stream.chunk_bytes
         return CODEC_FRAME_BYTES if self.codec else self.request_bytes
 
     @property
@@ -339,9 +324,12 @@ class Plan:
         """The PLAN body: only the keys docs/PROTOCOL.md lists (an absent spec is not sent)."""
         d = asdict(self)
         d["transport_settings"] = d["transport_settings"] or {}
-        for key in ("spec", "codec", "group", "stream"):
-            if d[key] is None:
+        for key in ("codec", *SUB_PLANS):
+            block = getattr(self, key)
+            if block is None:
                 del d[key]
+            elif key in SUB_PLANS:
+                d[key] = block.to_dict()
         if d["codec_group"] == 0:
             del d["codec_group"]
         return d
@@ -365,15 +353,15 @@ class Plan:
             if wrong:
                 return wrong
         if self.group is not None:
-            if not 1 <= len(self.group["id"]) <= MAX_GROUP_ID:
+            if not 1 <= len(self.group.id) <= MAX_GROUP_ID:
                 return f"a group's id must be 1 to {MAX_GROUP_ID} characters"
-            if not 1 <= self.group["size"] <= MAX_GROUP:
+            if not 1 <= self.group.size <= MAX_GROUP:
                 return f"a group's size must be between 1 and {MAX_GROUP}"
         return None
 
     def _stream_error(self) -> str | None:
         assert self.stream is not None
-        chunks, size = self.stream["chunks"], self.stream["chunk_bytes"]
+        chunks, size = self.stream.chunks, self.stream.chunk_bytes
         if not 1 <= chunks <= MAX_STREAM_CHUNKS:
             return f"a streamed plan's chunks must be between 1 and {MAX_STREAM_CHUNKS}"
         if size < STREAM_END_BYTES:
@@ -382,6 +370,8 @@ class Plan:
             return f"a streamed plan's request_bytes must be chunks x chunk_bytes = {chunks * size}"
         if self.spec is not None or self.verify:
             return "a streamed plan runs without spec and without verify"
+        if self.drafter is not None and self.codec is not None:
+            return "a streamed plan to the drafter model sends raw chunks: not with a codec"
         if self.uses_gpu and self.codec is not None:
             return "a streamed plan in cuda memory sends raw chunks: not with a codec"
         return None
@@ -402,15 +392,32 @@ class Plan:
             verify=bool(obj.get("verify", False)), payload_crc32=crc, gap_ms=float(obj.get("gap_ms", 0.0)),
             transport_settings=obj.get("transport_settings") or {},
             client_memory=obj.get("client_memory", "host"), server_memory=obj.get("server_memory", "host"),
-            gpu_path=obj.get("gpu_path", "staged"), spec=validate(obj["spec"], "spec") if "spec" in obj else None,
-            codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
-            group=validate(obj["group"], "group") if "group" in obj else None,
-            stream=validate(obj["stream"], "stream") if "stream" in obj else None,
+            gpu_path=obj.get("gpu_path", "staged"), codec=obj.get("codec"), codec_group=obj.get("codec_group", 0),
+            **{key: t.from_dict(obj[key]) for key, t in SUB_PLANS.items() if key in obj},
         )
         wrong = plan.range_error()
         if wrong:
             raise ProtocolError(f"PLAN: {wrong}")
         return plan
+
+
+def send_tails(channel: Any, plan: Plan, values: dict[str, Any]) -> None:
+    """The server's end of a plan: each of its kind's tails (Plan.tails), in order."""
+    for tail in plan.tails:
+        channel.send(memoryview(values[tail.name]).cast("B"))
+
+
+def recv_tails(channel: Any, plan: Plan) -> dict[str, Any]:
+    """The client's end of a plan: each of its kind's tails (Plan.tails), in order, as int64
+    arrays of plan.total rows (and the tail's columns)."""
+    import numpy as np
+
+    out = {}
+    for tail in plan.tails:
+        a = np.zeros((plan.total, tail.columns) if tail.columns > 1 else plan.total, dtype=np.int64)
+        channel.recv_into(a.view(np.uint8).reshape(-1))
+        out[tail.name] = a
+    return out
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class Server:
                                        poll=config.poll)
         self.address: tuple[str, int] = self.listener.address
         self.env = envmod.collect()
+        if config.drafter is not None:  # the drafter model it serves: its shape, device, weights, floor
+            self.env["drafter"] = config.drafter.model.info()
         self.sessions = 0
         self.current: Any = None  # the session's control channel (tests cut it with control.shutdown)
         self._stopping = False

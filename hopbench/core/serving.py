@@ -43,6 +43,8 @@ class ServerConfig:
     max_memory_bytes: int | None = None
     #: --session-cpus: each plan served on a CPU of its own (hopbench.core.placement.SessionCpus)
     session_cpus: Any = None
+    #: --drafter: the server's drafter model behind its batcher (hopbench.core.drafter.Batcher)
+    drafter: Any = None
 
 
 class Ended(HopbenchError):
@@ -184,7 +186,7 @@ class GpuStaged(_Gpu):
                            on_bad_seq=lambda seq: bad_request(ctx, chan, req.host, seq, plan),
                            after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), progress=ctx.progress)
         if done == plan.total:
-            chan.send(timings.view(np.uint8).reshape(-1))
+            P.send_tails(chan, plan, {"server_stages": timings})
         return done
 
 
@@ -226,7 +228,7 @@ class SpecDrafter(ServingPath):
             if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
-            S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
+            S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
             if plan.codec is not None:
 
                 self.parse_codec(plan)
@@ -239,17 +241,17 @@ class SpecDrafter(ServingPath):
 
         assert plan.spec is not None
         info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
-        draft = S.parse_work(str(plan.spec["draft"]), float(plan.spec.get("scale", 1.0)))
-        ranked = list(plan.spec.get("ranked") or range(plan.k + 1))
+        draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
+        ranked = list(plan.spec.ranked or range(plan.k + 1))
         sized = dataclasses.replace(plan, reply_bytes=info.reply_bytes)
 
         def bad(seq: int, header: Any) -> None:
             bad_request(ctx, chan, header, seq, sized)
 
         if draft.batch_ms is not None and plan.group is not None and ctx.groups is not None:
-            gid, groups = plan.group["id"], ctx.groups  # the targets' drafts that arrive together: one batch
-            window_s = float(plan.spec.get("batch_window_ms", 0.0)) / 1000.0
-            most = int(plan.spec.get("max_batch") or plan.group["size"])
+            gid, groups = plan.group.id, ctx.groups  # the targets' drafts that arrive together: one batch
+            window_s = (plan.spec.batch_window_ms or 0.0) / 1000.0
+            most = plan.spec.max_batch or plan.group.size
 
             def batched(a_ms: float, b_ms: float) -> int:
                 n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
@@ -333,7 +335,7 @@ class CodecEcho(ServingPath):
         except ProtocolError as exc:
             abort(chan, str(exc), plan)
         if done == plan.total:
-            chan.send(decode_ns.view(np.uint8).reshape(-1))
+            P.send_tails(chan, plan, {"decode_ns": decode_ns})
         return done
 
 
@@ -431,7 +433,7 @@ class StreamDrafter(_Gpu):
         memory writes the drafter's ids on the device, then sends them (staged: copied down,
         timed as the server's d2h; direct: from the device)."""
         assert plan.stream is not None
-        chunks, size = int(plan.stream["chunks"]), int(plan.stream["chunk_bytes"])
+        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
 
         def send(host: Any, seq: int) -> None:
             chan.send(host)
@@ -458,12 +460,19 @@ class StreamDrafter(_Gpu):
         return _StagedIn(bufs, timings, ctx.clock), rep.host, staged
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
+        return self.run_stream(chan, plan, ctx)
+
+    def run_stream(self, chan: Channel, plan: P.Plan, ctx: PlanContext, on_chunk: Callable[..., None] | None = None,
+                   on_end: Callable[[int, int, Any], None] | None = None, tails: dict[str, Any] | None = None) -> int:
+        """The streamed cycles; `on_chunk(seq, j, body)` sees each chunk as it lands and
+        `on_end(seq, accepted, reply)` writes the reply's ids (default: the protocol's ids);
+        `tails`: the kind's own tails beside the stream's."""
         import numpy as np
 
         from hopbench.core import codec_wire
 
         assert plan.stream is not None
-        chunks = int(plan.stream["chunks"])
+        chunks = plan.stream.chunks
         timings = np.zeros((plan.total, 2), dtype=np.int64)
         incoming, reply, send_reply = self._incoming(chan, plan, ctx, timings)
         end, hold = chan.alloc(P.STREAM_END_BYTES), np.zeros(plan.total, dtype=np.int64)
@@ -477,6 +486,8 @@ class StreamDrafter(_Gpu):
                         bad_request(ctx, chan, incoming.bad, seq, plan, f"chunk {j} of cycle {seq} carries counter "
                                                                         f"{got}, expected {seq * chunks + j}")
                         return seq
+                    if on_chunk is not None:
+                        on_chunk(seq, j, incoming.buf)
                 last = ctx.clock()
                 chan.recv_into(end)
                 hold[seq] = ctx.clock() - last
@@ -484,7 +495,10 @@ class StreamDrafter(_Gpu):
                     bad_request(ctx, chan, end, seq, plan, f"the end message of cycle {seq} carries seq "
                                                            f"{P.STREAM_END.unpack_from(end, 0)[0]}")
                     return seq
-                ids.pack(reply, seq)
+                if on_end is None:
+                    ids.pack(reply, seq)
+                else:
+                    on_end(seq, P.STREAM_END.unpack_from(end, 0)[1], reply)
                 send_reply(reply, seq)
             seq = plan.total
         except codec_wire.ClientAborted as exc:
@@ -496,22 +510,7 @@ class StreamDrafter(_Gpu):
             abort(chan, str(exc), plan)
         finally:
             ctx.progress.done = seq
-        chan.send(hold.view(np.uint8).reshape(-1))
-        if isinstance(incoming, _FramesIn):
-            chan.send(incoming.decode.view(np.uint8).reshape(-1))
-        if plan.server_stages:
-            chan.send(timings.view(np.uint8).reshape(-1))
+        P.send_tails(chan, plan, {"server_hold_ns": hold, "server_stages": timings,
+                                  "decode_ns": incoming.decode if isinstance(incoming, _FramesIn) else None,
+                                  **(tails or {})})
         return plan.total
-
-
-def path_for(plan: P.Plan) -> ServingPath:
-    """The one serving path of this plan's kind."""
-    if plan.stream is not None:
-        return StreamDrafter()
-    if plan.spec is not None:
-        return SpecDrafter()
-    if plan.codec is not None:
-        return CodecEcho()
-    if plan.server_memory == "cuda":
-        return GpuDirect() if plan.gpu_path == "direct" else GpuStaged()
-    return HostEcho()

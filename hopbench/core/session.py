@@ -25,7 +25,8 @@ from typing import Any, Callable
 from hopbench.core import auth, codecs, control, native
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
-from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath, path_for
+from hopbench.core.kinds import serving_path
+from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath
 from hopbench.core.transport import Channel, TransportOptions, get_transport
 from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError
 from hopbench.version import __version__
@@ -188,7 +189,7 @@ class ServerSession:
     def _negotiate(self, plan: P.Plan) -> tuple[Any, ServingPath, PlanContext]:
         """The plan's transport and context, or REFUSE with the first reason it cannot be served."""
         cfg = self.config
-        path = path_for(plan)
+        path = serving_path(plan)
         ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log, groups=self.groups)
         reason = cfg.caps.check(plan)
         transport = None
@@ -202,7 +203,7 @@ class ServerSession:
         if reason is None and plan.group is not None:
             reason = (self.groups.refusal(self, plan.group) if self.groups is not None else
                       f"this server serves one session at a time (--max-sessions 1): a start group of "
-                      f"{plan.group['size']} targets needs --max-sessions {plan.group['size']} or more")
+                      f"{plan.group.size} targets needs --max-sessions {plan.group.size} or more")
         if transport is not None and reason is None:
             try:
                 ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log,

@@ -438,7 +438,9 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
     return info.total
 
 
-def spec_info_from_wire(obj: dict[str, Any], k: int, id_bytes: int, cycles: int, warmup: int) -> SpecPlanInfo:
+def spec_info_from_wire(spec: Any, k: int, id_bytes: int, cycles: int, warmup: int) -> SpecPlanInfo:
+    """A spec plan's info from its typed block (protocol.SpecPlan) or its wire dict."""
+    obj = spec.to_dict() if hasattr(spec, "to_dict") else spec
     mode = obj.get("mode")
     if mode not in ("sync", "overlap", "stream"):
         raise ConfigError(f"spec mode {mode!r}: the server runs sync, overlap or stream")

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hopbench.errors import ConfigError
+from hopbench.records import StreamSpec
 
 MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
 #: GLM-5.2's layer count (3 dense + 75 MoE), whose DSpark speculator taps [8, 23, 39, 55, 70]
@@ -53,21 +53,20 @@ class Schedule:
 
 
 def record(taps: tuple[int, ...] | list[int], row_bytes: int, k: int, forward_ms: float, layers: int | None = None,
-           layer_times: str | Path | None = None, cost_ms: float = 0.0) -> dict[str, Any]:
+           layer_times: str | Path | None = None, cost_ms: float = 0.0) -> StreamSpec:
     """A streamed run's configuration as recorded (RunConfig.stream), its schedule checked:
     each aux layer's K + 1 rows of `row_bytes` as one chunk, sent when its layer ends."""
     times = read_layer_times(layer_times) if layer_times else None
     n = layers if layers is not None else (len(times) if times else DEFAULT_LAYERS)
     sched = schedule(taps, forward_ms, n, times, cost_ms)
-    return {"mode": "layers", "chunks": len(taps), "chunk_bytes": (k + 1) * row_bytes, "taps": list(taps),
-            "layers": n, "forward_ms": forward_ms, "cost_ms": cost_ms,
-            "layer_times": str(layer_times) if layer_times else None, "ready_ms": [r / 1e6 for r in sched.ready_ns]}
+    return StreamSpec(len(taps), (k + 1) * row_bytes, tuple(taps), n, forward_ms, cost_ms,
+                      str(layer_times) if layer_times else None, tuple(r / 1e6 for r in sched.ready_ns))
 
 
-def from_record(stream: dict[str, Any]) -> Schedule:
+def from_record(stream: StreamSpec) -> Schedule:
     """The schedule a run recorded (RunConfig.stream): what every cycle follows."""
-    return Schedule(tuple(int(round(r * 1e6)) for r in stream["ready_ms"]), int(round(stream["forward_ms"] * 1e6)),
-                    int(round(stream.get("cost_ms", 0.0) * 1e6)))
+    return Schedule(tuple(int(round(r * 1e6)) for r in stream.ready_ms), int(round(stream.forward_ms * 1e6)),
+                    int(round(stream.cost_ms * 1e6)))
 
 
 def read_layer_times(path: str | Path) -> list[float]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import CONNECT_TIMEOUT_S, Payload, RunConfig, clients_label
+from hopbench.records import CONNECT_TIMEOUT_S, Payload, RunConfig, StreamSpec, clients_label
 
 TARGETS_DIR = "targets"
 ALONE = "alone"
@@ -261,7 +261,8 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
     gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
     stream = next((((rep or {}).get("config") or {}).get("stream") for *_, rep in reports
                    if ((rep or {}).get("config") or {}).get("stream")), None) if "stream" in plan else None
-    forward_ns = int(round((stream["forward_ms"] + (stream.get("cost_ms") or 0.0)) * 1e6)) if stream else 0
+    spec = StreamSpec.from_dict(stream) if stream else None
+    forward_ns = int(round((spec.forward_ms + spec.cost_ms) * 1e6)) if spec else 0
     lines: dict[int, tuple[list[dict[str, str]], np.ndarray, np.ndarray, bool]] = {}
     for t, err, p in found:
         if p is None:
@@ -344,9 +345,10 @@ def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None
     codec = any(p["plan"].get("codec") for p in summ_alone + entries)
     doc = {**header, "status": status, "error": error, "finished_utc": R.utc_iso(), "clients": clients,
            "payloads": summ_alone + entries}
+    draft = any("drafter" in p["plan"] for p in summ_alone + entries)  # the drafter's stage columns
     R.ResultFolder(folder).write_run(doc, {
-        R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, True), rows_alone + sample_rows),
-        R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, True),
+        R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, True, draft=draft), rows_alone + sample_rows),
+        R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, True, draft=draft),
                                    [p["summary"] for p in summ_alone] + summary_rows)})
 
 

@@ -17,7 +17,16 @@ from hopbench.core import protocol as P
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import pct
-from hopbench.records import DESIGNS, Payload, RunConfig, codec_label, design_label, stream_label
+from hopbench.records import (
+    DESIGNS,
+    Payload,
+    RunConfig,
+    StreamSpec,
+    codec_label,
+    design_label,
+    draft_label,
+    stream_label,
+)
 from hopbench.shape import DTYPE_BYTES, ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
 
 
@@ -65,6 +74,8 @@ class RunRequest:
     layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
     stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
     payload: str = "taps"  # the payload design: taps (5 aux layers per position) or projected (one row)
+    remote_drafter: bool = False  # each token payload also runs the server's drafter model (docs/DRAFTER.md)
+    early: str = "off"  # streamed to the drafter: what of its forward starts on the landed taps
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -120,15 +131,15 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     cycles = req.cycles if req.cycles is not None else (100 if stream else 1000)
     warmup = req.warmup if req.warmup is not None else (10 if stream else 100)
     if stream is not None:
-        sent = stream["chunks"] * stream["chunk_bytes"]  # the bytes of T = K + 1, sent after the forward or during it
+        sent = stream.chunks * stream.chunk_bytes  # the bytes of T = K + 1, sent after the forward or during it
         loads = [Payload("B64", None, 64, k * sh.id_bytes),  # the link's small round trip, for the model
                  Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
                  Payload(design_label(f"T{k + 1}", "projected"), k + 1, (k + 1) * row, k * sh.id_bytes,
                          design="projected"),  # the other lever: fc on the target, one row per position
                  Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True),
                  # the same schedule with chunks that carry nothing: the model's fixed part (docs/STREAM.md)
-                 Payload(stream_label(f"B{stream['chunks'] * EMPTY_CHUNK}", "layers"), None,
-                         stream["chunks"] * EMPTY_CHUNK, k * sh.id_bytes, stream=True)]
+                 Payload(stream_label(f"B{stream.chunks * EMPTY_CHUNK}", "layers"), None,
+                         stream.chunks * EMPTY_CHUNK, k * sh.id_bytes, stream=True)]
         for c in [c for c in codecs if c != "none"]:  # under a codec: both hops, each chunk encoded on its own
             loads += [Payload(codec_label(f"T{k + 1}", c), k + 1, sent, k * sh.id_bytes, codec=c),
                       Payload(stream_label(codec_label(f"T{k + 1}", c), "layers"), k + 1, sent, k * sh.id_bytes,
@@ -140,15 +151,41 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=() if stream else tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
-                    mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload)
-    return loads, cfg
+                    mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload,
+                    drafter=req.remote_drafter, early=req.early)
+    return _with_drafter(loads, req), cfg
+
+
+def _with_drafter(loads: list[Payload], req: RunRequest) -> list[Payload]:
+    """--remote-drafter: after each raw token payload of the aux taps, the same payload served
+    by the server's drafter model (its own series, "!draft"; streamed: "!draft:EARLY"), so the
+    hop with the forward in it stands beside the hop without it, in one session."""
+    if req.early not in ("off", "fc", "all"):
+        raise ConfigError(f"--early {req.early}: off, fc or all")
+    if not req.remote_drafter:
+        if req.early != "off":
+            raise ConfigError("--early starts the server's drafter model on the landed taps: it needs --remote-drafter "
+                              "and --stream layers")
+        return loads
+    if req.mps or "cuda" in req.memory or req.verify:
+        raise ConfigError("--remote-drafter sends raw rows from host memory in a closed loop: not with --mps, "
+                          "--memory cuda or --verify")
+    if req.early != "off" and req.stream == "off":
+        raise ConfigError("--early starts the drafter on the taps as they land: it needs --stream layers")
+    out: list[Payload] = []
+    for p in loads:
+        out.append(p)
+        if p.tokens is not None and p.codec == "none" and p.design == "taps":
+            mark = ("model" if req.early == "off" else req.early) if p.stream else "model"
+            out.append(dataclasses.replace(p, label=draft_label(p.label, mark), drafter=True))
+    return out
 
 
 #: the empty-chunk hop's chunk: the least a streamed plan's chunk may be (the end message's size)
 EMPTY_CHUNK = P.STREAM_END_BYTES
 
 
-def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None:
+def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     """--stream layers: each aux layer's K + 1 rows as a chunk, sent when its layer ends within
     the verify forward (hopbench.core.stream), checked before connecting; None without it."""
     if req.stream == "off":
@@ -172,9 +209,9 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> dict[str, Any] | None
     # what streaming costs in bytes: K + 1 rows of every aux layer each cycle, where the hop after
     # the forward sends only the accepted tokens' (T-bar a cycle: the shape's tok/s x cycle)
     accepted = scfg.tok_s * scfg.cycle_ms / 1000.0
-    rec["bytes_per_accepted_token"] = {"accepted_per_cycle": accepted, "accepted_only": sh.bytes_per_token,
-                                       "streamed": rec["chunks"] * rec["chunk_bytes"] / accepted}
-    return rec
+    return dataclasses.replace(rec, bytes_per_accepted_token={
+        "accepted_per_cycle": accepted, "accepted_only": sh.bytes_per_token,
+        "streamed": rec.chunks * rec.chunk_bytes / accepted})
 
 
 def check_codecs(text: str, width: int, memory: tuple[str, str] = ("host", "host")) -> list[str]:
@@ -291,8 +328,34 @@ def run(req: RunRequest, console: RunConsole) -> Path:
                         on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source)
     if cfg.stream:
         stream_lines(cfg, model, rows, loads, console)
+    if cfg.drafter:
+        drafter_lines((w.header.get("server_env") or {}).get("drafter"), rows, console)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
+
+
+def drafter_lines(info: dict[str, Any] | None, rows: list[dict[str, Any]], console: RunConsole) -> None:
+    """After a --remote-drafter run: each drafter payload's forward (draft_ns, the drafter's own
+    time), against its weight-read floor, and the hop without it beside the same payload's hop
+    to the plain echo server path, measured in this session."""
+    if not info:
+        console.warn("--remote-drafter: the server announced no drafter model")
+        return
+    s = info["shape"]
+    console.say(f"drafter: {s['name']} on {info.get('gpu') or info['device']} ({info['dtype']}), "
+                f"{info['weight_bytes'] / 1e9:.3f} GB read a forward, floor {info['weight_read_floor_ns'] / 1e6:.3f} ms"
+                + ("" if info["ids_meaningful"] else "; random weights: its ids are not meaningful tokens"))
+    by = {r["payload"]: r for r in rows}
+    for r in rows:
+        if r.get("draft_p50_ns") is None:
+            continue
+        plain = by.get(r["payload"].split("!draft")[0])
+        early = f", early work {r['early_p50_ns'] / 1e6:.3f} ms" if r.get("early_p50_ns") else ""
+        console.say(f"  {r['payload']}: the forward p50 {r['draft_p50_ns'] / 1e6:.3f} ms "
+                    f"[{r['draft_p50_ci_lo_ns'] / 1e6:.3f}-{r['draft_p50_ci_hi_ns'] / 1e6:.3f}] "
+                    f"({r.get('draft_floor_ratio') or 0:.2f}x its floor){early}; the hop with it {r['p50_ns'] / 1e6:.3f} ms, "
+                    f"without it {r['hop_ex_draft_p50_ns'] / 1e6:.3f} ms"
+                    + (f" (the same payload's echo hop: {plain['p50_ns'] / 1e6:.3f} ms)" if plain else ""))
 
 
 def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
@@ -305,7 +368,7 @@ def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
     if not cfg.rate_mbit:
         console.say("note: give the link's rate (--rate MBIT) to check the streamed hop against its model")
         return None
-    m = ST.model(ST.from_record(cfg.stream), cfg.stream["chunk_bytes"], cfg.rate_mbit)
+    m = ST.model(ST.from_record(cfg.stream), cfg.stream.chunk_bytes, cfg.rate_mbit)
     if m.tail_ms > 0:
         console.warn(f"at {cfg.rate_mbit:g} Mbit/s the chunks cannot all cross before the accept count: the model "
                      f"exposes a tail of {m.tail_ms:.2f} ms (the least rate that hides them: {m.hiding_rate_mbit:.1f} "
@@ -330,13 +393,13 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
     sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps" and p.codec == "none")
     streamed = row(lambda p: p.tokens is not None and p.stream and p.codec == "none")
     st = cfg.stream
-    cost = f", extraction cost {st['cost_ms']:g} ms" if st["cost_ms"] else ""
-    console.say(f"streamed: {st['chunks']} chunks of {st['chunk_bytes']:,} B (K + 1 = {cfg.k + 1} rows of each aux "
-                f"layer {st['taps']}) at {', '.join(f'{r:.2f}' for r in st['ready_ms'])} ms of a {st['forward_ms']:g} ms "
-                f"forward ({st['layers']} layers{', profile ' + str(st['layer_times']) if st['layer_times'] else ''}"
+    cost = f", extraction cost {st.cost_ms:g} ms" if st.cost_ms else ""
+    console.say(f"streamed: {st.chunks} chunks of {st.chunk_bytes:,} B (K + 1 = {cfg.k + 1} rows of each aux "
+                f"layer {list(st.taps)}) at {', '.join(f'{r:.2f}' for r in st.ready_ms)} ms of a {st.forward_ms:g} ms "
+                f"forward ({st.layers} layers{', profile ' + str(st.layer_times) if st.layer_times else ''}"
                 f"{cost}); "
                 f"the accept count at its end")
-    per = st.get("bytes_per_accepted_token")
+    per = st.bytes_per_accepted_token
     if per:
         console.say(f"bytes per accepted token: streamed {per['streamed']:,.0f} B (K + 1 rows of every aux layer a "
                     f"cycle, {per['accepted_per_cycle']:.2f} tokens accepted a cycle), against "

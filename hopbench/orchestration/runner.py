@@ -15,7 +15,7 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.client import Measurement, Session
 from hopbench.core.stats import summarize
-from hopbench.errors import HopbenchError, Refused
+from hopbench.errors import ConfigError, HopbenchError, Refused
 from hopbench.records import Payload, RunConfig
 
 
@@ -92,7 +92,7 @@ def payload_rows(m: Measurement, payload: Payload, target: int | None = None) ->
     first_timed = 1 + plan.warmup
     streamed = plan.stream is not None  # its send lags are a stage (summarised), not open loop's load columns
     stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
-                   + (R.STREAM_STAGE_COLUMNS if streamed else []) if name in m.stages]
+                   + (R.STREAM_STAGE_COLUMNS if streamed else []) + R.DRAFT_STAGE_COLUMNS if name in m.stages]
     load_items = [(name, m.stages[name]) for name in ("intended_ns", "send_lag_ns")
                   if name in m.stages and not streamed]
     for seq in range(m.completed):
@@ -138,6 +138,9 @@ class RunWriter:
             extra = load_summary(m, m.plan.gap_ms / 1000.0)
             hdr = extra.pop("hdr")
             summary.update(self.load, **extra)
+        drafter = (self.header.get("server_env") or {}).get("drafter")
+        if drafter and "draft_ns" in m.stages and summary.get("draft_p50_ns"):  # the forward against its floor
+            summary["draft_floor_ratio"] = summary["draft_p50_ns"] / max(1, drafter["weight_read_floor_ns"])
         self.samples.extend(rows)
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
@@ -146,6 +149,7 @@ class RunWriter:
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
                               **({"codec": m.codec_info} if m.codec_info else {}),
                               **({"design": payload.design} if payload.design != "taps" else {}),
+                              **({"drafter": drafter} if drafter and "draft_ns" in m.stages else {}),
                               **({"hdr": hdr} if hdr else {}),
                               **({"duration_probe": probe} if probe else {})})
         return summary
@@ -160,9 +164,10 @@ class RunWriter:
         codec = any("codec" in s for s in self.summaries)  # codec columns only where a plan used a codec
         load = self.load is not None
         stream = any("stream" in p["plan"] for p in self.payloads)  # stage columns only where a plan streamed
+        draft = any("drafter" in p["plan"] for p in self.payloads)  # the drafter's columns where it ran
         R.ResultFolder(self.folder).write_run(report, {
-            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load, stream), self.samples),
-            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load, stream), self.summaries)})
+            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load, stream, draft), self.samples),
+            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load, stream, draft), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
@@ -255,6 +260,20 @@ def run_session(
                                  extra, on_payload, on_warning)
 
 
+def check_drafter(info: dict[str, Any] | None, cfg: RunConfig) -> None:
+    """--remote-drafter against the server's drafter model, before anything is measured: one
+    line where there is none, or where its rows are not this run's tokens."""
+    if not info:
+        raise ConfigError("--remote-drafter: the server runs no drafter model (start it with `hopbench serve "
+                          "--drafter SHAPE`)")
+    shape = info["shape"]
+    row = shape["fc_in_features"] * 2
+    if cfg.bytes_per_token != row:
+        raise ConfigError(f"--remote-drafter: the server's {shape['name']} drafter takes rows of {row:,} B "
+                          f"({shape['fc_in_features']} BF16 values), this run's shape sends {cfg.bytes_per_token:,} B a "
+                          "token: give --shape the drafter's shape (configs/shape-tiny.toml for the tiny preset)")
+
+
 def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None = None) -> P.Plan:
     """A payload's plan as the run's config asks for it (`cycles`: a --time run's count)."""
     coded = p.codec != "none"
@@ -263,9 +282,11 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
                   gap_ms=cfg.gap_ms, transport_settings=cfg.settings_for(), client_memory=cfg.client_memory,
                   server_memory=cfg.server_memory, gpu_path=cfg.gpu_path, codec=p.codec if coded else None,
                   codec_group=cfg.hidden if coded else 0,
-                  group={"id": group, "size": cfg.clients} if group else None,
-                  stream={"chunks": cfg.stream["chunks"], "chunk_bytes": p.request_bytes // cfg.stream["chunks"]}
-                  if p.stream and cfg.stream else None)  # the chunks of the run's schedule; its floor's are smaller
+                  group=P.GroupPlan(group, cfg.clients) if group else None,
+                  # the chunks of the run's schedule; its floor's are smaller
+                  stream=P.StreamPlan(cfg.stream.chunks, p.request_bytes // cfg.stream.chunks)
+                  if p.stream and cfg.stream else None,
+                  drafter=P.DrafterPlan(cfg.early) if cfg.drafter and p.drafter else None)
 
 
 def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
@@ -277,6 +298,8 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
         return _plan_for(cfg, p, group, cycles)
 
     check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
+    if cfg.drafter:
+        check_drafter(session.server_env.get("drafter"), cfg)
     stream_schedule = None
     if cfg.stream:  # the forward's timeline every streamed cycle follows (hopbench.core.stream)
         from hopbench.core.stream import from_record

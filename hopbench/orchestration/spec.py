@@ -181,14 +181,14 @@ def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: A
                   reply_bytes=info.reply_bytes, k=cfg.k, id_bytes=cfg.id_bytes,
                   cycles=cfg.cycles, warmup=cfg.warmup,
                   transport_settings=cfg.transport_settings.get(cfg.transport, {}),
-                  spec={"mode": mode, "bytes_per_token": cfg.bytes_per_token,
-                        **({"chunks": len(cfg.taps)} if mode == "stream" else {}),
-                        "fanout": info.fanout, "seed": seed, "draft": cfg.draft_remote,
-                        "ranked": acceptance.ranked(), "scale": cfg.time_scale,
-                        **({"batch_window_ms": cfg.batch_window_ms,
-                            "max_batch": cfg.max_batch or group["size"]} if group else {})},
+                  spec=P.SpecPlan(mode, cfg.bytes_per_token, cfg.draft_remote,
+                                  chunks=len(cfg.taps) if mode == "stream" else None, fanout=info.fanout, seed=seed,
+                                  ranked=tuple(acceptance.ranked()), scale=cfg.time_scale,
+                                  batch_window_ms=cfg.batch_window_ms if group else None,
+                                  max_batch=(cfg.max_batch or group["size"]) if group else None),
                   codec=None if cfg.codec == "none" else cfg.codec,
-                  codec_group=0 if cfg.codec == "none" else cfg.hidden, group=group)
+                  codec_group=0 if cfg.codec == "none" else cfg.hidden,
+                  group=P.GroupPlan.from_dict(group) if group else None)
 
 
 def _models(cfg: SpecConfig) -> tuple[Any, Any, Any, Any]:

@@ -229,7 +229,7 @@ def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list
     inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
     problems: list[dict] = []
     try:
-        verdicts = HP.verdicts(folder, op, inputs, groups)
+        verdicts, inputs = HP.verdicts_with_drafter(folder, op, inputs, groups)
     except HopbenchError as exc:  # e.g. a run without the operating payload: the rest still reports
         verdicts = []
         problems.append({"kind": "no verdict", "text": str(exc)})

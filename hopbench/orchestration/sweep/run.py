@@ -76,7 +76,7 @@ def _server_answers(host: str, port: int) -> str | None:
 
 
 def _checked(cfg: SweepConfig, shape: Shape, rungs: list[Rung], forward_ms: float | None, analyse: bool,
-             skip_missing: bool, log: Callable[[str], None]) -> tuple[SweepConfig, dict[str, Any] | None]:
+             skip_missing: bool, log: Callable[[str], None]) -> tuple[SweepConfig, Any]:
     """The sweep's config checked before anything is made: its codecs spelled one way, the
     hidden-state file readable, the streamed cells' schedule, what this machine lacks
     (refused, or with --skip-missing the missing transports left out). Returns the config
@@ -204,9 +204,9 @@ def _placements(rf: R.ResultFolder, cfg: SweepConfig, log: Callable[[str], None]
 
 
 def _cell_job(cell: Any, rung: Rung, rt: RungRuntime, cfg: SweepConfig, shape: Shape, id_bytes: int, seed: int,
-              stream: dict[str, Any] | None, cell_dir: Path) -> tuple[dict[str, Any], float]:
+              stream: Any, cell_dir: Path) -> tuple[dict[str, Any], float]:
     """A cell's job for its rung's agent, and the seconds it may take."""
-    cycles = cycles_for(cell, rung, cfg, (stream or {}).get("forward_ms", 0.0) / 1000)
+    cycles = cycles_for(cell, rung, cfg, (stream.forward_ms if stream else 0.0) / 1000)
     place = rt.place
     run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=id_bytes, cycles=cycles, warmup=cfg.warmup,
                         gap_ms=cell.gap_ms, poll=place.poll if place else "auto",

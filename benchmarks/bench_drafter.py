@@ -1,0 +1,220 @@
+"""The remote drafter measured (issue 50, docs/DRAFTER.md), side by side in one run:
+
+1. `hopbench drafter --shape SHAPE`: the forward against the rows, CUDA-graphed and eager, beside
+   the weight-read floor (targets: within 1.5x of the floor; graphed no slower than eager);
+2. `serve --drafter SHAPE` + `run --tokens T --remote-drafter` on loopback: each cycle's
+   draft_ns, and the hop with the drafter against the hop without it + draft_ns (target: 10%);
+3. `--clients M` for each M: the mean batch, the forward against the rows (fit A + B x rows:
+   what `spec --draft-remote batch:A+B` takes), each target's added wait, the aggregate
+   cycles/s against one target's (target at M = 4: >= 3x);
+4. streamed with `--early off|fc|all` (loopback, `--forward-ms`): the exposed hop with the
+   drafter's compute in it, beside the compute left after the accept count.
+
+Every figure is printed as measured; nothing is compared with a number typed here but the
+targets the issue sets. Usage:
+  python benchmarks/bench_drafter.py [--shape dspark-glm5] [--clients 1,2,4,8] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+
+def hb(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hopbench", *args]
+
+
+def sh(cmd: list[str], timeout: float = 600) -> str:
+    print("$", " ".join(cmd[2:]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    text = out.stdout + out.stderr
+    if out.returncode:
+        raise SystemExit(f"failed ({out.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
+    return text
+
+
+class Server:
+    """`hopbench serve --drafter` in a child process; ready once it has printed its listening
+    and drafter lines (read line by line from its output, a blocking read)."""
+
+    def __init__(self, port: int, shape: str, window_us: float, max_batch: int) -> None:
+        self.p = subprocess.Popen(hb("serve", "--bind", f"127.0.0.1:{port}", "--drafter", shape, "--max-sessions", "16",
+                                     "--batch-window-us", str(window_us), "--max-batch", str(max_batch)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = []
+        assert self.p.stdout is not None
+        for line in self.p.stdout:
+            seen.append(line.rstrip())
+            print(line.rstrip(), flush=True)
+            if line.startswith("drafter "):
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        raise SystemExit("the server ended before it was ready:\n" + "\n".join(seen[-20:]))
+
+    def _drain(self) -> None:
+        assert self.p.stdout is not None
+        for _ in self.p.stdout:
+            pass
+
+    def stop(self) -> None:
+        self.p.terminate()
+        self.p.wait(30)
+
+
+def latest(root: Path) -> Path:
+    return sorted(p for p in root.iterdir() if p.is_dir())[-1]
+
+
+def summary(folder: Path) -> list[dict]:
+    with open(folder / "summary.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def samples(folder: Path) -> list[dict]:
+    with open(folder / "samples.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def ms(v: str | float | None) -> float:
+    return float(v) / 1e6 if v not in (None, "") else float("nan")
+
+
+def step_drafter(shape: str, rows: str, root: Path, doc: dict) -> None:
+    text = sh(hb("drafter", "--shape", shape, "--rows", rows, "--repeats", "50", "--results-dir", str(root / "drafter")))
+    print(text, flush=True)
+    folder = latest(root / "drafter")
+    d = json.loads((folder / "drafter.json").read_text())
+    doc["drafter"] = d
+    graphed = [r for r in d["rows"] if r["graphs"]]
+    eager = {r["rows"]: r for r in d["rows"] if not r["graphs"]}
+    if graphed:
+        worst = max(r["floor_ratio"] for r in graphed)
+        ratio = [r["p50_ns"] / eager[r["rows"]]["p50_ns"] for r in graphed if r["rows"] in eager]
+        print(f"CHECK forward within 1.5x of the weight-read floor at every row count: worst {worst:.2f}x "
+              f"-> {'PASS' if worst <= 1.5 else 'FAIL'}")
+        print(f"CHECK CUDA-graphed no slower than eager: graphed/eager {min(ratio):.3f}..{max(ratio):.3f} "
+              f"-> {'PASS' if max(ratio) <= 1.0 else 'FAIL'}")
+
+
+def step_hop(port: int, tokens: str, root: Path, doc: dict, shape_file: str | None) -> None:
+    extra = ["--shape", shape_file] if shape_file else []
+    text = sh(hb("run", "--peer", f"127.0.0.1:{port}", "--tokens", tokens, "--remote-drafter", "--cycles", "300",
+                 "--warmup", "30", "--no-floor", "--results-dir", str(root / "hop"), *extra))
+    print(text, flush=True)
+    rows = {r["payload"]: r for r in summary(latest(root / "hop"))}
+    doc["hop"] = rows
+    for name, r in rows.items():
+        if "!draft" not in name:
+            continue
+        plain = rows[name.split("!draft")[0]]
+        want = ms(plain["p50_ns"]) + ms(r["draft_p50_ns"])
+        got = ms(r["p50_ns"])
+        print(f"CHECK {name}: hop with the drafter {got:.3f} ms vs hop without it + draft_ns "
+              f"{ms(plain['p50_ns']):.3f} + {ms(r['draft_p50_ns']):.3f} = {want:.3f} ms: {got / want:.3f} "
+              f"-> {'PASS' if abs(got / want - 1) <= 0.10 else 'FAIL'}")
+
+
+def step_clients(port: int, clients: list[int], root: Path, doc: dict, shape_file: str | None) -> None:
+    extra = ["--shape", shape_file] if shape_file else []
+    per: dict[int, dict] = {}
+    rows_ns: list[tuple[float, float]] = []
+    for m in clients:
+        args = ["run", "--peer", f"127.0.0.1:{port}", "--tokens", "3", "--remote-drafter", "--cycles", "200",
+                "--warmup", "20", "--no-floor", "--results-dir", str(root / f"clients{m}"), *extra]
+        if m > 1:
+            args += ["--clients", str(m)]
+        print(sh(hb(*args)), flush=True)
+        folder = latest(root / f"clients{m}")
+        sm = [r for r in samples(folder) if "!draft" in r["payload"] and r["phase"] == "timed"
+              and (m == 1 or r.get("target"))]
+        batch = np.array([float(r["batch_rows"]) for r in sm])
+        draft = np.array([float(r["draft_ns"]) for r in sm])
+        queue = np.array([float(r["queue_ns"]) for r in sm])
+        rtt = np.array([float(r["rtt_ns"]) for r in sm])
+        rows_ns += list(zip(batch, draft))
+        agg = next((r for r in summary(folder) if "!draft" in r["payload"] and r.get("target") in ("all", "")), None)
+        cps = float(agg["cycles_per_s"]) if agg and agg.get("cycles_per_s") else len(sm) / (rtt.sum() / 1e9)
+        per[m] = {"mean_batch_rows": float(batch.mean()), "draft_p50_ms": float(np.median(draft)) / 1e6,
+                  "queue_p50_ms": float(np.median(queue)) / 1e6, "hop_p50_ms": float(np.median(rtt)) / 1e6,
+                  "cycles_per_s": cps}
+        print(f"M = {m}: mean batch {batch.mean():.1f} rows, forward p50 {np.median(draft) / 1e6:.3f} ms, queue p50 "
+              f"{np.median(queue) / 1e6:.3f} ms, hop p50 {np.median(rtt) / 1e6:.3f} ms, aggregate {cps:.0f} cycles/s",
+              flush=True)
+    x, y = np.array([r for r, _ in rows_ns]), np.array([d for _, d in rows_ns]) / 1e6
+    b, a = np.polyfit(x, y, 1) if len(set(x)) > 1 else (0.0, float(np.median(y)))
+    print(f"forward against the rows: {a:.3f} + {b * 1000:.3f} x rows/1000 ms  (spec --draft-remote batch:{a:.3f}+{b:.5f})")
+    doc["clients"] = {"per_m": per, "fit_ms": {"a": a, "b_per_row": b}}
+    if 1 in per and 4 in per:
+        r = per[4]["cycles_per_s"] / per[1]["cycles_per_s"]
+        print(f"CHECK aggregate cycles/s at M = 4 / one target: {r:.2f}x -> {'PASS' if r >= 3 else 'FAIL'}")
+
+
+def step_stream(port: int, root: Path, doc: dict, forward_ms: float, shape_file: str | None) -> None:
+    extra = ["--shape", shape_file] if shape_file else []
+    out = {}
+    for early in ("off", "fc", "all"):
+        print(sh(hb("run", "--peer", f"127.0.0.1:{port}", "--stream", "layers", "--remote-drafter", "--early", early,
+                    "--forward-ms", str(forward_ms), "--cycles", "100", "--no-floor",
+                    "--results-dir", str(root / f"stream-{early}"), *extra)), flush=True)
+        rows = {r["payload"]: r for r in summary(latest(root / f"stream-{early}"))}
+        r = next(v for k, v in rows.items() if "~layers!draft" in k)
+        plain = next(v for k, v in rows.items() if k.endswith("~layers") and k.startswith("T"))
+        out[early] = {"exposed_p50_ms": ms(r["p50_ns"]), "after_accept_p50_ms": ms(r["draft_p50_ns"]),
+                      "early_p50_ms": ms(r.get("early_p50_ns")), "exposed_without_drafter_ms": ms(plain["p50_ns"])}
+        o = out[early]
+        print(f"early {early}: exposed hop {o['exposed_p50_ms']:.3f} ms = without the drafter "
+              f"{o['exposed_without_drafter_ms']:.3f} + compute after the accept count {o['after_accept_p50_ms']:.3f} "
+              f"(model {o['exposed_without_drafter_ms'] + o['after_accept_p50_ms']:.3f}); early work "
+              f"{o['early_p50_ms']:.3f} ms, hidden by the forward", flush=True)
+    doc["stream"] = out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="dspark-glm5")
+    ap.add_argument("--shape-file", default=None, help="the shape config of the drafter (tiny: configs/shape-tiny.toml)")
+    ap.add_argument("--rows", default="1,3,6,12,24,48,96,192")
+    ap.add_argument("--clients", default="1,2,4,8")
+    ap.add_argument("--forward-ms", type=float, default=20.0)
+    ap.add_argument("--window-us", type=float, default=300.0)
+    ap.add_argument("--port", type=int, default=5290)
+    ap.add_argument("--steps", default="drafter,hop,clients,stream")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-drafter-"))
+    doc: dict = {"shape": a.shape, "host_cpus": os.cpu_count()}
+    steps = a.steps.split(",")
+    try:
+        if "drafter" in steps:
+            step_drafter(a.shape, a.rows, root, doc)
+        server = Server(a.port, a.shape, a.window_us, 16)
+        try:
+            if "hop" in steps:
+                step_hop(a.port, "1,3", root, doc, a.shape_file)
+            if "clients" in steps:
+                step_clients(a.port, [int(x) for x in a.clients.split(",")], root, doc, a.shape_file)
+            if "stream" in steps:
+                step_stream(a.port, root, doc, a.forward_ms, a.shape_file)
+        finally:
+            server.stop()
+    finally:
+        if a.out:
+            if a.out.exists():
+                raise SystemExit(f"{a.out} exists; not overwriting it")
+            a.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""The remote drafter made real (issue 50, docs/DRAFTER.md): the drafter model's shapes and
+forward, the server's drafter kinds (`draft`, `stream-draft`) through a real server, its
+batches across sessions, and every bad input's one line. The tiny preset on the CPU; the
+GPU figures are benchmarks (benchmarks/bench_drafter.py), never timed tests."""
+
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the drafter model needs torch: pip install 'hopbench[drafter]'")
+
+from hopbench.core import drafter as DM  # noqa: E402
+from hopbench.core import protocol as P  # noqa: E402
+from hopbench.core import stream as ST  # noqa: E402
+from hopbench.core.client import Session  # noqa: E402
+from hopbench.core.drafting import NO_DRAFTER, Batcher  # noqa: E402
+from hopbench.core.kinds import KINDS  # noqa: E402
+from hopbench.errors import ConfigError, Refused  # noqa: E402
+from tests.conftest import ServerThread  # noqa: E402
+
+TINY = DM.TINY
+ROW = TINY.row_bytes  # 640 B: 5 taps x 64 BF16 values
+
+
+@pytest.fixture(scope="module")
+def model():
+    return DM.Model(TINY, device="cpu")
+
+
+@pytest.fixture
+def drafter_server(model):
+    st = ServerThread(drafter=Batcher(model), max_sessions=4)
+    yield st
+    st.stop()
+
+
+def _rows(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 1 << 16, n * TINY.fc_in_features, dtype=np.uint16).view(np.uint8)
+
+
+def test_the_presets_read_what_their_sources_say():
+    d = DM.DSPARK_GLM5
+    assert d.row_bytes == 61440 and d.taps == 5  # the study's 5 x 6144 x 2 B per accepted token
+    assert 5.6e9 < d.weight_bytes() < 5.8e9, d.weight_bytes()  # the study's "~5.7 GB read per step"
+    assert DM.EAGLE3_LLAMA70B.needs_tokens and not d.needs_tokens
+    assert set(DM.PRESETS) >= {"dspark-glm5", "eagle3-llama70b", "tiny"}
+
+
+def test_a_config_json_gives_the_shape_and_its_faults_are_one_line(tmp_path):
+    good = {"hidden_size": 64, "num_hidden_layers": 1, "intermediate_size": 96, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 300, "hopbench_taps": 5}
+    (tmp_path / "config.json").write_text(json.dumps(good))
+    s = DM.parse_shape(str(tmp_path))
+    assert (s.hidden_size, s.head_dim, s.fc_in_features, s.vocab_size) == (64, 16, 320, 300)
+    for bad, says in (({k: v for k, v in good.items() if k != "vocab_size"}, "lacks 'vocab_size'"),
+                      ({**good, "num_hidden_layers": "one"}, "'num_hidden_layers' must be a non-negative integer"),
+                      ({**good, "num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
+                      ({**good, "needs_tokens": "yes"}, "'needs_tokens' must be true or false")):
+        (tmp_path / "config.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=says):
+            DM.parse_shape(str(tmp_path / "config.json"))
+    with pytest.raises(ConfigError, match="unknown drafter shape"):
+        DM.parse_shape("no-such-preset")
+
+
+def test_a_shape_too_big_for_the_host_is_refused_in_one_line():
+    huge = DM.Shape("huge", 16384, 200, 65536, 128, 128, 128, 1_000_000, 5 * 16384)
+    with pytest.raises(ConfigError, match="do not fit this host's available memory"):
+        DM.Model(huge, device="cpu")
+
+
+def test_weights_load_with_their_shapes_checked(tmp_path, model):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in model.w.items()}, str(path))
+    loaded = DM.Model(TINY, weights=path, device="cpu")
+    x = model.rows_from(_rows(3), 1, 3)
+    assert (loaded.run(x, 2)[0] == model.run(x, 2)[0]).all()  # the same weights: the same ids
+    assert loaded.info()["ids_meaningful"] and not model.info()["ids_meaningful"]
+    wrong = dict(model.w)
+    wrong["lm_head.weight"] = torch.zeros(10, 64)
+    save_file({k: v.contiguous() for k, v in wrong.items()}, str(path))
+    with pytest.raises(ConfigError, match=r"lm_head.weight is \[10, 64\], the config says \[512, 64\]"):
+        DM.Model(TINY, weights=path, device="cpu")
+    save_file({"fc.weight": model.w["fc.weight"].contiguous()}, str(path))
+    with pytest.raises(ConfigError, match="no tensor"):
+        DM.Model(TINY, weights=path, device="cpu")
+
+
+def test_fc_by_taps_sums_to_fc_and_one_causal_forward_holds_every_candidate(model):
+    """What the early start rests on: fc is linear over the taps, and with causal attention
+    the forward's row a is the forward of rows[:a + 1] (so --early all is the real forward)."""
+    with torch.inference_mode():
+        x = model.rows_from(_rows(4, 1), 1, 4)
+        parts = sum(model.fc(x[..., j * 64:(j + 1) * 64], tap=j) for j in range(TINY.taps))
+        assert torch.allclose(parts, model.fc(x), atol=1e-4)
+        every = model.sample(model.trunk(model.fc(x))[0], 2)  # one forward, every candidate row
+        for a in range(4):
+            alone = model.forward(x[:, :a + 1], 2)[0]
+            assert (every[a] == alone).all(), a
+
+
+def test_a_drafter_plan_runs_the_model_and_records_its_times(drafter_server, model):
+    plan = P.Plan("tcp", 3 * ROW, 8, 2, 4, 30, 3, drafter=P.DrafterPlan())
+    assert plan.kind == "draft" and KINDS["draft"].serving(plan).name == "drafter"
+    with Session(drafter_server.host, drafter_server.port) as s:
+        m = s.measure(plan)
+        assert s.server_env["drafter"]["shape"]["name"] == "tiny"
+        s.bye()
+    st = m.stages
+    assert m.completed == plan.total and (st["draft_ns"] > 0).all() and (st["batch_rows"] == 3).all()
+    assert (st["hop_ex_draft_ns"] == m.samples_ns - st["draft_ns"]).all()
+    assert (st["hop_ex_draft_ns"] > 0).all()  # the forward is inside the reply time
+
+
+def test_bad_drafter_plans_are_refused_in_one_line_and_the_next_is_served(drafter_server, server):
+    with Session(server.host, server.port) as s:  # a server without a drafter
+        with pytest.raises(Refused, match="runs no drafter model"):
+            s.measure(P.Plan("tcp", 3 * ROW, 8, 2, 4, 5, 1, drafter=P.DrafterPlan()))
+    assert "serve --drafter SHAPE" in NO_DRAFTER
+    with Session(drafter_server.host, drafter_server.port) as s:
+        with pytest.raises(Refused, match="are not whole rows"):
+            s.measure(P.Plan("tcp", 3 * ROW + 8, 8, 2, 4, 5, 1, drafter=P.DrafterPlan()))
+    with Session(drafter_server.host, drafter_server.port) as s:
+        with pytest.raises(Refused, match="not with --memory cuda, --verify or --codec"):
+            s.measure(P.Plan("tcp", 3 * ROW, 8, 2, 4, 5, 1, verify=True, payload_crc32=0, drafter=P.DrafterPlan()))
+    with Session(drafter_server.host, drafter_server.port) as s:  # and the next is served
+        assert s.measure(P.Plan("tcp", ROW, 8, 2, 4, 5, 1, drafter=P.DrafterPlan())).completed == 7
+
+
+def test_early_all_is_refused_for_a_drafter_that_needs_the_bonus_token():
+    eagle_like = DM.Shape("tok", 64, 1, 96, 4, 2, 16, 256, 5 * 64, needs_tokens=True)
+    st = ServerThread(drafter=Batcher(DM.Model(eagle_like, device="cpu")))
+    try:
+        with Session(st.host, st.port) as s:
+            plan = P.Plan("tcp", 5 * 3 * 128, 8, 2, 4, 5, 1, stream=P.StreamPlan(5, 3 * 128),
+                          drafter=P.DrafterPlan("all"))
+            with pytest.raises(Refused, match="conditioned on the bonus token"):
+                s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 2.0, 78))
+    finally:
+        st.stop()
+
+
+@pytest.mark.parametrize("early", ["off", "fc", "all"])
+def test_a_streamed_plan_starts_the_drafter_on_the_landed_taps(drafter_server, early):
+    size = 3 * 64 * 2  # K + 1 = 3 rows of one tap
+    plan = P.Plan("tcp", 5 * size, 8, 2, 4, 10, 2, stream=P.StreamPlan(5, size), drafter=P.DrafterPlan(early))
+    assert plan.kind == "stream-draft"
+    with Session(drafter_server.host, drafter_server.port) as s:
+        m = s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 3.0, 78))
+        s.bye()
+    st = m.stages
+    assert m.completed == plan.total and (st["draft_ns"] > 0).all() and (st["batch_rows"] == 3).all()
+    assert ((st["early_ns"] > 0).all() if early != "off" else (st["early_ns"] == 0).all()), st["early_ns"]
+
+
+def test_waiting_sessions_share_one_forward(model):
+    batcher = Batcher(model, window_s=30.0, max_batch=4)  # the wait ends when the other arrives
+    batcher.join(), batcher.join()
+    got = []
+    threads = [threading.Thread(target=lambda i=i: got.append(batcher.submit(_rows(3, i).tobytes(), 3, 2)))
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [a.batch_rows for a in got] == [6, 6] and got[0].draft_ns == got[1].draft_ns
+    batcher.leave(), batcher.leave()
+    alone = batcher.submit(_rows(3).tobytes(), 3, 2)  # nobody else serving: no window waited
+    assert alone.batch_rows == 3
+
+
+def test_run_remote_drafter_end_to_end_and_the_verdict_uses_its_time(drafter_server, tmp_path):
+    peer = f"{drafter_server.host}:{drafter_server.port}"
+    base = [sys.executable, "-m", "hopbench", "run", "--peer", peer, "--remote-drafter", "--results-dir",
+            str(tmp_path), "--no-floor", "--cycles", "20", "--warmup", "2"]
+    wrong = subprocess.run(base + ["--tokens", "3"], capture_output=True, text=True, timeout=120)
+    assert wrong.returncode != 0 and "give --shape the drafter's shape" in wrong.stderr, wrong.stderr
+    out = subprocess.run(base + ["--tokens", "3", "--shape", "configs/shape-tiny.toml"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "T3!draft: the forward p50" in out.stdout and "not meaningful tokens" in out.stdout
+    folder = next(tmp_path.glob("*-run"))
+    v = subprocess.run([sys.executable, "-m", "hopbench", "verdict", str(folder), "--shape", "configs/shape-tiny.toml",
+                        "--json"], capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0, v.stderr
+    doc = json.loads(v.stdout)["results"][0]
+    assert doc["inputs"]["t_draft_remote_from"].startswith("measured: T3!draft's draft_ns")
+    assert doc["inputs"]["t_draft_remote_ms"] > 0
+    calls = {x["transport"]: x for x in doc["verdicts"]}
+    assert set(calls) == {"tcp", "tcp!draft"}, calls
+    d = subprocess.run([sys.executable, "-m", "hopbench", "drafter", "--shape", "tiny", "--rows", "1,3", "--repeats",
+                        "5", "--results-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=120)
+    assert d.returncode == 0 and "x floor" in d.stdout, d.stderr
+    given = subprocess.run([sys.executable, "-m", "hopbench", "verdict", "--hop-ms", "a=1", "--t-draft-remote",
+                            str(next((tmp_path / "d").iterdir())), "--json"], capture_output=True, text=True, timeout=60)
+    assert given.returncode == 0, given.stderr
+    assert "hopbench drafter, tiny on cpu, 3 rows" in json.loads(given.stdout)["results"][0]["inputs"]["t_draft_remote_from"]
+
+
+def test_early_needs_the_remote_drafter_and_a_stream():
+    from hopbench.orchestration.runjob import RunRequest, plan
+
+    with pytest.raises(ConfigError, match="needs --remote-drafter"):
+        plan(RunRequest(host="h", port=1, transport="tcp", early="fc"))
+    with pytest.raises(ConfigError, match="needs --stream layers"):
+        plan(RunRequest(host="h", port=1, transport="tcp", early="fc", remote_drafter=True))
