@@ -14,7 +14,8 @@ class ServerThread:
     def __init__(self, **kw):
         kw.setdefault("idle_timeout_s", 5.0)
         self.lines: list[str] = []
-        self.server = Server(ServerConfig(host="127.0.0.1", port=0, **kw), log=self.lines.append)
+        kw.setdefault("host", "127.0.0.1")
+        self.server = Server(ServerConfig(port=0, **kw), log=self.lines.append)
         self.host, self.port = self.server.address
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -494,6 +494,10 @@ class UcxTransport(TransportBase):
         return UcxListener(host, port, options)
 
     def connect(self, host: str, port: int, options: TransportOptions) -> UcxChannel:
+        if ":" in host:  # measured against serve --bind [::1]: the hello never arrives
+            raise ConnectFailed(f"cannot reach {host}:{port} over UCX: ucxx's listener takes a port and binds IPv4 "
+                                "only (UCXListener.create has no address), so an IPv6 peer cannot be reached; give the "
+                                "server an IPv4 address (tcp and zmq run over IPv6)")
         ctx = _context(options.settings)
         worker = ucx_api.UCXWorker(ctx)
         progress = _Progress(worker, _mode(options.poll), options.timeout_s, options.share_cpu)

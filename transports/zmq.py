@@ -161,15 +161,24 @@ class ZmqChannel:
         self._sock.close()
 
 
+def _endpoint(sock: Any, host: str, port: int | None = None) -> str:
+    """A tcp endpoint for `host` (an IPv6 literal in brackets, the socket's IPV6 option set:
+    libzmq refuses IPv6 addresses otherwise)."""
+    if ":" in host:
+        sock.setsockopt(zmq.IPV6, 1)
+        host = f"[{host.strip('[]')}]"
+    return f"tcp://{host}" if port is None else f"tcp://{host}:{port}"
+
+
 class ZmqListener:
     def __init__(self, host: str, port: int, options: TransportOptions):
         self._options = options
         self._sock = _new_socket(options)
         try:
             if port:
-                self._sock.bind(f"tcp://{host}:{port}")
+                self._sock.bind(_endpoint(self._sock, host, port))
             else:
-                port = self._sock.bind_to_random_port(f"tcp://{host}")
+                port = self._sock.bind_to_random_port(_endpoint(self._sock, host))
         except zmq.ZMQError as exc:
             self._sock.close(0)
             if exc.errno == zmq.EADDRINUSE:
@@ -216,8 +225,8 @@ class ZmqTransport(TransportBase):
 
     def connect(self, host: str, port: int, options: TransportOptions) -> ZmqChannel:
         _check_settings(options.settings)
-        endpoint = f"tcp://{host}:{port}"
         s = _new_socket(options)
+        endpoint = _endpoint(s, host, port)
         try:
             s.setsockopt(zmq.SNDTIMEO, int(options.connect_timeout_s * 1000))
             s.connect(endpoint)

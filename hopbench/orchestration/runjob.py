@@ -311,6 +311,11 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         console.start(made[0], req, len(loads), None if req.cpu else placement_note(req.host))
         return made[0]
 
+    scheduled = scheduled_s(loads, cfg)
+    if scheduled > 30:  # a real-time schedule: said before measuring, as iperf3 says -t
+        console.say(f"this run follows a real-time schedule (the streamed forward, --gap-ms or --mps): about "
+                    f"{scheduled:.0f} s of it{' per target' if req.clients > 1 else ''}; each payload's row prints "
+                    "as it ends (Ctrl-C keeps what was measured)")
     if req.clients > 1:
         return _run_clients(req, console, loads, cfg, make_folder, made)
     extra: dict[str, Any] = {"doctor": pre.to_dict()}
@@ -356,6 +361,21 @@ def drafter_lines(info: dict[str, Any] | None, rows: list[dict[str, Any]], conso
                     f"({r.get('draft_floor_ratio') or 0:.2f}x its floor){early}; the hop with it {r['p50_ns'] / 1e6:.3f} ms, "
                     f"without it {r['hop_ex_draft_p50_ns'] / 1e6:.3f} ms"
                     + (f" (the same payload's echo hop: {plain['p50_ns'] / 1e6:.3f} ms)" if plain else ""))
+
+
+def scheduled_s(loads: list[Payload], cfg: RunConfig) -> float:
+    """The seconds a run's real-time schedule takes at least: each streamed cycle its forward
+    (+ extraction cost), each cycle its think time, an open loop's cycles at their rate."""
+    per = cfg.cycles + cfg.warmup + 1
+    total = 0.0
+    for p in loads:
+        cycle_s = cfg.gap_ms / 1000.0
+        if p.stream and cfg.stream is not None:
+            cycle_s += (cfg.stream.forward_ms + cfg.stream.cost_ms) / 1000.0
+        if cfg.mps:
+            cycle_s = max(cycle_s, 1.0 / cfg.mps)
+        total += per * cycle_s
+    return total
 
 
 def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
@@ -407,6 +427,12 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
                     f"({per['streamed'] / per['accepted_only']:.2f}x)")
     if streamed is None:
         return
+    late = max((r.get("end_lag_p50_ns") or 0) for r in rows if r.get("end_lag_p50_ns") is not None) \
+        if any(r.get("end_lag_p50_ns") is not None for r in rows) else 0
+    if late > max(0.1 * st.forward_ms * 1e6, 20_000):  # the schedule was not kept (measured, not guessed)
+        console.warn(f"the schedule could not be kept: the accept count went a median {late / 1e6:.3f} ms late on a "
+                     f"{st.forward_ms:g} ms forward (its chunks could not all be sent in time on this host), so the "
+                     "exposed hop is not what a real forward of that length would expose")
     exposed = streamed["p50_ns"] / 1e6
     versus = (f" against the synchronous hop of the same bytes after the forward, {_p50_ms(sync)} "
               f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
