@@ -210,3 +210,16 @@ def test_early_needs_the_remote_drafter_and_a_stream():
         plan(RunRequest(host="h", port=1, transport="tcp", early="fc"))
     with pytest.raises(ConfigError, match="needs --stream layers"):
         plan(RunRequest(host="h", port=1, transport="tcp", early="fc", remote_drafter=True))
+
+
+def test_spec_runs_the_servers_drafter_model_in_place_of_its_work_model(drafter_server, tmp_path):
+    peer = f"{drafter_server.host}:{drafter_server.port}"
+    out = subprocess.run([sys.executable, "-m", "hopbench", "spec", "--peer", peer, "--shape", "configs/shape-tiny.toml",
+                          "--modes", "sync", "--cycles", "8", "--warmup", "1", "--repeats", "1", "--time-scale", "0.05",
+                          "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "remote draft model" in out.stdout, out.stdout  # unasked: the server runs a drafter model
+    wrong = subprocess.run([sys.executable, "-m", "hopbench", "spec", "--peer", peer, "--modes", "sync", "--cycles", "3",
+                            "--repeats", "1", "--draft-remote", "model", "--results-dir", str(tmp_path / "w")],
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode != 0 and "takes rows of 640 B" in wrong.stderr, wrong.stderr

@@ -203,7 +203,7 @@ def spec(
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
     verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward; run's --verify is a CRC of the request).")] = "sleep:73.46",
     draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
-    draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft (its GPU may be faster).")] = "sleep:15.88",
+    draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft: a work model (sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B), or model: the server's drafter model (serve --drafter), used unasked where the server runs one.")] = "sleep:15.88",
     fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
     cycles: Annotated[int, typer.Option(help="Timed cycles per mode per repeat.")] = 100,
     warmup: Annotated[int, typer.Option(help="Warm-up cycles per mode per repeat.")] = 5,
@@ -227,13 +227,14 @@ def spec(
     layers: Annotated[Optional[int], typer.Option(help="Mode stream: the target's layer count; aux layer k is ready after k of them (default 78, GLM-5.2's).")] = None,
     stream_cost_ms: Annotated[float, typer.Option(help="Mode stream: the extraction cost per streamed forward in ms (0.5-1.6 ms measured for piecewise CUDA graphs, docs/STREAM.md).")] = 0.0,
     json_out: Annotated[bool, typer.Option("--json", help="--targets: the run's record as one JSON document on stdout (the lines go to stderr).")] = False,
+    shape: ShapeOpt = None,
 ):
     """Run the speculative decode loop itself over the link: local vs sync vs overlap tok/s (docs/SPEC.md)."""
     if not targets:
         _pin(cpu)
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
-    sh = _shape(None).shape
+    sh = _shape(shape).shape
     if stream not in ("off", "layers"):
         raise ConfigError(f"--stream {stream}: off or layers")
     chosen = tuple(m for m in modes.split(",") if m)

@@ -229,6 +229,10 @@ class SpecDrafter(ServingPath):
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
             S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
+            if plan.spec.draft == "model":
+                wrong = _model_refusal(plan, ctx)
+                if wrong:
+                    return wrong
             if plan.codec is not None:
 
                 self.parse_codec(plan)
@@ -257,6 +261,15 @@ class SpecDrafter(ServingPath):
                 n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
                 return n
             draft._batcher = batched
+        if draft.kind == "model":  # the server's drafter model on the cycle's states, batched across targets
+            batcher, k = ctx.config.drafter, plan.k
+
+            def model(rows: Any, tokens: int) -> int:
+                ask = batcher.submit(bytes(rows), tokens, k)
+                draft._model_ms = ask.draft_ns / 1e6  # overlap's pre-drafts: the forward as last measured
+                return int(ask.batch_rows // max(1, tokens))
+            draft._model = model
+            batcher.join()
 
         states = chunk_in = None
         if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
@@ -279,7 +292,23 @@ class SpecDrafter(ServingPath):
             if states is None:
                 raise
             abort(chan, str(exc), sized)  # a frame that does not decode: the target is told why
+        finally:
+            if draft.kind == "model":
+                ctx.config.drafter.leave()
         return done
+
+
+def _model_refusal(plan: P.Plan, ctx: PlanContext) -> str | None:
+    """A spec plan whose draft work is the server's drafter model: why it cannot run, or None."""
+    if ctx.config.drafter is None:
+        return ("this server runs no drafter model for --draft-remote model: start it with `hopbench serve --drafter "
+                "SHAPE`")
+    shape = ctx.config.drafter.model.shape
+    assert plan.spec is not None
+    if plan.spec.bytes_per_token != shape.row_bytes or plan.spec.mode == "stream":
+        return (f"--draft-remote model: the {shape.name} drafter takes rows of {shape.row_bytes:,} B (this plan's "
+                f"tokens are {plan.spec.bytes_per_token:,} B; mode stream is not served by it yet)")
+    return None
 
 
 class CodecEcho(ServingPath):

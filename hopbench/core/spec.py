@@ -149,6 +149,11 @@ class Work:
     #: and returns the batch's size
     batch_ms: tuple[float, float] | None = None
     _batcher: Callable[[float, float], int] | None = None
+    #: `model`: the server's drafter model (serve --drafter, docs/DRAFTER.md) run on the
+    #: cycle's hidden states; `_model(rows, tokens)` returns the sessions in its batch
+    _model: Callable[[Any, int], int] | None = None
+    #: the drafter model's last measured forward (ms): what mode overlap's pre-drafts take
+    _model_ms: float | None = None
 
     @property
     def kind(self) -> str:
@@ -156,15 +161,22 @@ class Work:
 
     def nominal_ms(self) -> float | None:
         """The duration the model asks for this cycle (None for a GPU read: measured)."""
+        if self.kind == "model":
+            return self._model_ms
         if self.kind == "gpu-read":
             return None
         if self.batch_ms is not None:
             return (self.batch_ms[0] + self.batch_ms[1]) * self.scale
         return self.durations_ms[self._i % len(self.durations_ms)] * self.scale
 
-    def run(self, clock: Callable[[], int] = time.perf_counter_ns) -> int:
-        """One draft (or verify); the size of the batch it ran in (0: not batched)."""
+    def run(self, clock: Callable[[], int] = time.perf_counter_ns, rows: Any = None, tokens: int = 0) -> int:
+        """One draft (or verify); the size of the batch it ran in (0: not batched). `rows`:
+        the cycle's hidden states (`tokens` rows), which the drafter model runs on."""
         kind = self.kind
+        if kind == "model":
+            if self._model is None:
+                raise ConfigError("work model 'model' runs only on a server with a drafter model (serve --drafter)")
+            return self._model(rows, tokens)
         if kind == "gpu-read":
             self._gpu()
             return 0
@@ -191,7 +203,7 @@ class Work:
             return {"spec": self.spec, "scale": self.scale, "batch_a_ms": self.batch_ms[0] * self.scale,
                     "batch_b_ms": self.batch_ms[1] * self.scale, "mean_ms": self.nominal_ms()}
         return {"spec": self.spec, "scale": self.scale,
-                "mean_ms": None if self.kind == "gpu-read" else float(np.mean(self.durations_ms)) * self.scale}
+                "mean_ms": None if self.kind in ("gpu-read", "model") else float(np.mean(self.durations_ms)) * self.scale}
 
 
 def parse_work(text: str, scale: float = 1.0) -> Work:
@@ -220,6 +232,8 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
         if min(a, b) < 0 or not math.isfinite(a + b):
             raise ConfigError(f"work model {text!r}: A and B are durations >= 0 in ms")
         return Work(text, scale, [a + b], batch_ms=(a, b))
+    if kind == "model":
+        return Work(text, scale, [])
     if kind == "gpu-read":
         try:
             nbytes = int(float(arg))
@@ -228,7 +242,7 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
         w = Work(text, scale, [])
         w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
         return w
-    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH, gpu-read:BYTES or batch:A+B")
+    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B or model")
 
 
 def _gpu_reader(nbytes: int) -> Callable[[], None]:
@@ -414,7 +428,10 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
         if overlap:
             t_d = draft.nominal_ms()
             step = int((t_d or 0.0) * 1e6)
-            done = min(info.fanout, (t_h - ready) // step) if step > 0 else info.fanout
+            if step > 0:
+                done = min(info.fanout, (t_h - ready) // step)
+            else:  # a zero-time draft has pre-drafted all; the drafter model's not yet measured, none
+                done = 0 if draft.kind == "model" else info.fanout
             if rank.get(accepted, info.k + 1) < done:
                 flags = HIT  # drafted while the target verified: answer at once
             else:
@@ -429,7 +446,7 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
             if not streamed:  # (streamed: the hidden states came during the forward)
                 states(tokens, views[tokens])
             t0 = clock()
-            flags |= min(draft.run(clock), BATCH_MASK) << BATCH_SHIFT
+            flags |= min(draft.run(clock, views[tokens], tokens), BATCH_MASK) << BATCH_SHIFT
             draft_ns = clock() - t0
             codec.pack(reply, seq)
             TAIL.pack_into(reply, span, draft_ns, flags)

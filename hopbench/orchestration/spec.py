@@ -32,6 +32,11 @@ SUMMARY_COLUMNS = ["mode", "repeat", "cycles", "tokens", "seconds", "tok_s", "to
                    "verify_ms", "wait_ms", "draft_ms", "hop_ms", "batch_mean"]
 
 
+#: the remote draft's work model unless given: the study's local t_draft (a server with a
+#: drafter model runs its forward instead: `--draft-remote model`)
+DEFAULT_DRAFT_REMOTE = "sleep:15.88"
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """Everything `hopbench spec` was asked (recorded in report.json `config`)."""
@@ -44,7 +49,7 @@ class SpecConfig:
     accept: str = S.STUDY_ACCEPTANCE
     verify: str = "sleep:73.46"  # the study: cycle 89.34 ms - t_draft 15.88 ms
     draft_local: str = "sleep:15.88"
-    draft_remote: str = "sleep:15.88"
+    draft_remote: str = "sleep:15.88"  # DEFAULT_DRAFT_REMOTE; "model" where the server runs a drafter model
     fanout: int = 2
     cycles: int = 100
     warmup: int = 5
@@ -240,6 +245,9 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             assert host is not None and port is not None
             session = opened.enter_context(Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, secret=secret,
                                                    transport_settings=cfg.transport_settings, client_env=client_env))
+            if session.server_env.get("drafter") and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
+                # the server runs a drafter model: the remote draft is its forward, not the work model
+                cfg = replace(cfg, draft_remote="model")
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
         report = _report_head(cfg, host, port, seed, acceptance, verify, local_draft, client_env,
                               session.server_env if session else None, group, target, source)
