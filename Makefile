@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin
+.PHONY: bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin bench-drafter
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c transports/_nixl.c
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ sweep: install system-tools
 
 sweep-quick: install system-tools
 	$(HB) sweep $(SWEEP) --quick $(SWEEP_ARGS)
+
+# The remote drafter (issue 50, docs/DRAFTER.md): on a GPU host; DRAFTER_ARGS="--shape tiny
+# --shape-file configs/shape-tiny.toml" runs the path on a CPU.
+# The venv needs the host's own torch (pip install 'hopbench[drafter]' on a GPU host).
+bench-drafter: install
+	$(PY) benchmarks/bench_drafter.py $(DRAFTER_ARGS)
 
 # The streamed hop (issue 40, docs/STREAM.md): streamed vs synchronous on shaped links, and the model.
 bench-stream: install system-tools
