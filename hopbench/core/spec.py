@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench.core.timing import wait_until
 from hopbench.errors import ConfigError
 
 HEADER = struct.Struct("<QII")  # seq, tokens, accepted
@@ -121,16 +122,6 @@ def parse_acceptance(text: str, k: int) -> Acceptance:
 
 # ---- work models ----------------------------------------------------------------------------
 
-def _wait_until(deadline_ns: int, clock: Callable[[], int] = time.perf_counter_ns) -> None:
-    """Sleep to about 200 us before the deadline, then spin to it: exact to a few us
-    without holding a CPU for the whole duration (a plain sleep overshoots 50-100 us)."""
-    left = deadline_ns - clock()
-    if left > 300_000:
-        time.sleep((left - 200_000) / 1e9)
-    while clock() < deadline_ns:
-        pass
-
-
 @dataclass
 class Work:
     """One side's work per cycle. `sleep:MS` (waits, no CPU), `spin:MS` (a busy CPU),
@@ -184,7 +175,7 @@ class Work:
             a, b = self.batch_ms[0] * self.scale, self.batch_ms[1] * self.scale
             if self._batcher is not None:
                 return self._batcher(a, b)
-            _wait_until(clock() + int((a + b) * 1e6), clock)
+            wait_until(clock, clock() + int((a + b) * 1e6))
             return 1
         ms = self.durations_ms[self._i % len(self.durations_ms)] * self.scale
         self._i += 1
@@ -195,7 +186,7 @@ class Work:
             while clock() < deadline:
                 pass
         else:
-            _wait_until(deadline, clock)
+            wait_until(clock, deadline)
         return 0
 
     def describe(self) -> dict[str, Any]:
@@ -302,8 +293,6 @@ def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: 
                     clock: Callable[[], int]) -> None:
     """Mode stream's verify forward: chunk j sent (send_chunk(seq, j)) at t0 + its layer's
     ready time, then the wait to the forward's end (+ the extraction cost)."""
-    from hopbench.core.timing import wait_until
-
     for j in range(chunks):
         wait_until(clock, t0 + sched.ready_ns[j])
         send_chunk(seq, j)
@@ -436,7 +425,7 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
                 flags = HIT  # drafted while the target verified: answer at once
             else:
                 if done < info.fanout and step > 0:  # the pre-draft in progress is not preempted
-                    _wait_until(ready + (done + 1) * step, clock)
+                    wait_until(clock, ready + (done + 1) * step)
         if flags:
             codec.pack(reply, seq)
             TAIL.pack_into(reply, span, 0, flags)
