@@ -83,3 +83,27 @@ def test_a_streamed_run_says_how_long_and_when_its_schedule_was_not_kept(server,
 
     loads, cfg = plan(RunRequest(host="h", port=1, transport="tcp", stream="layers", forward_ms=100000.0, cycles=2))
     assert scheduled_s(loads, cfg) > 30 * 60  # 2 streamed payloads x 13 cycles x 100 s
+
+
+@pytest.mark.parametrize("sent, says", [
+    # the end message before the last chunk: read as chunk 1, its counter the end's seq
+    (lambda P: P.SEQ.pack(0) + bytes(56) + P.STREAM_END.pack(0, 0, 0) + bytes(48),
+     "chunk 1 of cycle 0 carries counter 0, expected 1"),
+    # one chunk too many: read as the end message, its seq the chunk's counter
+    (lambda P: P.SEQ.pack(0) + bytes(56) + P.SEQ.pack(1) + bytes(56) + P.SEQ.pack(2) + bytes(56),
+     "the end message of cycle 0 carries seq 2"),
+])
+def test_a_streamed_plans_faults_are_answered_as_protocol_md_says(server, sent, says):
+    """docs/PROTOCOL.md "Streamed plans": the table of what the drafter answers, on tcp."""
+    from hopbench.core import protocol as P
+    from tests.specpeer import SpecClient
+
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    c.send_frame(P.PLAN, P.Plan("tcp", 2 * 64, 8, 2, 4, 5, 1, stream=P.StreamPlan(2, 64)).to_wire())
+    assert c.recv_frame()[0] == P.ACCEPT
+    c.sock.sendall(sent(P))
+    assert c.read_abort(c.recv_exact(8), 8) == says
+    with Session(server.host, server.port) as s:  # and the next client is served
+        m = s.measure(small_plan(cycles=5))
+        assert m.completed == m.plan.total
