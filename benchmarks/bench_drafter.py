@@ -176,7 +176,10 @@ def step_stream(port: int, root: Path, doc: dict, forward_ms: float, shape_file:
         print(f"early {early}: exposed hop {o['exposed_p50_ms']:.3f} ms = without the drafter "
               f"{o['exposed_without_drafter_ms']:.3f} + compute after the accept count {o['after_accept_p50_ms']:.3f} "
               f"(model {o['exposed_without_drafter_ms'] + o['after_accept_p50_ms']:.3f}); early work "
-              f"{o['early_p50_ms']:.3f} ms, hidden by the forward", flush=True)
+              f"{o['early_p50_ms']:.3f} ms before the accept count"
+              + (", not hidden: it outlasted the forward's tail" if o["exposed_p50_ms"] > 1.2 * (
+                  o["exposed_without_drafter_ms"] + o["after_accept_p50_ms"]) else ", hidden by the forward"),
+              flush=True)
     doc["stream"] = out
 
 
