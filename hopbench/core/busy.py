@@ -201,7 +201,7 @@ class StartGroups:
         its first draft and closes when `window_s` has passed since, when it holds `max_batch`
         drafts, or when every live member of the group is in it; its first draft's thread then
         runs the work and every member of the batch answers when it is done. Returns b."""
-        from hopbench.core.spec import _wait_until
+        from hopbench.core.timing import wait_until
 
         with self._cond:
             g = self._groups.get(gid)
@@ -229,7 +229,7 @@ class StartGroups:
                     return bt.n
             n = bt.n
         try:
-            _wait_until(time.perf_counter_ns() + int((a_ms + n * b_ms) * 1e6))
+            wait_until(time.perf_counter_ns, time.perf_counter_ns() + int((a_ms + n * b_ms) * 1e6))
         finally:
             with self._cond:
                 bt.done = True
