@@ -69,7 +69,11 @@ class Server:
 
     def stop(self) -> None:
         self.p.terminate()
-        self.p.wait(30)
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:  # a forward still holding it: end it
+            self.p.kill()
+            self.p.wait(30)
 
 
 def latest(root: Path) -> Path:
@@ -143,7 +147,7 @@ def step_clients(port: int, clients: list[int], root: Path, doc: dict, shape_fil
         queue = np.array([float(r["queue_ns"]) for r in sm])
         rtt = np.array([float(r["rtt_ns"]) for r in sm])
         rows_ns += list(zip(batch, draft))
-        agg = next((r for r in summary(folder) if "!draft" in r["payload"] and r.get("target") in ("all", "")), None)
+        agg = next((r for r in summary(folder) if "!draft" in r["payload"] and r.get("target") == "all"), None)
         cps = float(agg["cycles_per_s"]) if agg and agg.get("cycles_per_s") else len(sm) / (rtt.sum() / 1e9)
         per[m] = {"mean_batch_rows": float(batch.mean()), "draft_p50_ms": float(np.median(draft)) / 1e6,
                   "queue_p50_ms": float(np.median(queue)) / 1e6, "hop_p50_ms": float(np.median(rtt)) / 1e6,
