@@ -160,6 +160,11 @@ class Work:
             return (self.batch_ms[0] + self.batch_ms[1]) * self.scale
         return self.durations_ms[self._i % len(self.durations_ms)] * self.scale
 
+    def predrafted(self, fanout: int) -> int:
+        """Mode overlap's pre-drafts done when this work takes no time: all of them; none for
+        the drafter model not yet measured."""
+        return 0 if self.kind == "model" else fanout
+
     def run(self, clock: Callable[[], int] = time.perf_counter_ns, rows: Any = None, tokens: int = 0) -> int:
         """One draft (or verify); the size of the batch it ran in (0: not batched). `rows`:
         the cycle's hidden states (`tokens` rows), which the drafter model runs on."""
@@ -417,10 +422,7 @@ def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int]
         if overlap:
             t_d = draft.nominal_ms()
             step = int((t_d or 0.0) * 1e6)
-            if step > 0:
-                done = min(info.fanout, (t_h - ready) // step)
-            else:  # a zero-time draft has pre-drafted all; the drafter model's not yet measured, none
-                done = 0 if draft.kind == "model" else info.fanout
+            done = min(info.fanout, (t_h - ready) // step) if step > 0 else draft.predrafted(info.fanout)
             if rank.get(accepted, info.k + 1) < done:
                 flags = HIT  # drafted while the target verified: answer at once
             else:
