@@ -49,7 +49,8 @@ def from_drafter_folder(folder: Path, rows: int) -> RemoteTime:
     best = min(graphed, key=lambda r: (abs(int(r["rows"]) - rows), int(r["rows"])))
     half = max(best["p50_ns"] - best["ci_lo_ns"], best["ci_hi_ns"] - best["p50_ns"]) / 1e6
     return RemoteTime(best["p50_ns"] / 1e6, half, f"measured: hopbench drafter, {_where(doc.get('drafter'))}, "
-                                                  f"{best['rows']} rows, p50 of {best['n']} forwards")
+                                                  f"{best['rows']} rows, p50 of {best['n']} forwards, its interval at "
+                                                  f"{best['ci_level']:.1%}")
 
 
 def from_run_folder(folder: Path, tokens: int) -> RemoteTime | None:
@@ -70,8 +71,10 @@ def from_run_folder(folder: Path, tokens: int) -> RemoteTime | None:
     best = min(rows, key=lambda r: (abs(int(r["tokens"]) - tokens), int(r["tokens"])))
     p50, lo, hi = (float(best[k]) for k in ("draft_p50_ns", "draft_p50_ci_lo_ns", "draft_p50_ci_hi_ns"))
     info = (getattr(header, "server_env", None) or {}).get("drafter")
+    level = float(best["p50_ci_level"]) if best.get("p50_ci_level") else None
     return RemoteTime(p50 / 1e6, max(p50 - lo, hi - p50) / 1e6,
-                      f"measured: {best['payload']}'s draft_ns in this run, {_where(info)}")
+                      f"measured: {best['payload']}'s draft_ns in this run, {_where(info)}, p50 of {best['n']} cycles"
+                      + (f", its interval at {level:.1%} within the run" if level else ""))
 
 
 def remote_time(path: Path, tokens: int) -> RemoteTime:

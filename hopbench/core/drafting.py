@@ -322,10 +322,6 @@ class DraftRoundTrip(HostRoundTrip):
 
     name = "drafter round trip"
 
-    def prepare(self, run: PlanRun) -> P.Plan:
-        self.body = None
-        return run.plan
-
     def cycles(self, data: DataPath, run: PlanRun) -> int:
         from hopbench.core.timing import run_cycles
 

@@ -356,8 +356,10 @@ def drafter_lines(info: dict[str, Any] | None, rows: list[dict[str, Any]], conso
             continue
         plain = by.get(r["payload"].split("!draft")[0])
         early = f", early work {r['early_p50_ns'] / 1e6:.3f} ms" if r.get("early_p50_ns") else ""
+        # a stage's interval is the same order statistics over the same timed cycles as the hop's
+        level = f", within-run {pct(r['p50_ci_level'])}, n = {r['n']}" if r.get("p50_ci_level") else ""
         console.say(f"  {r['payload']}: the forward p50 {r['draft_p50_ns'] / 1e6:.3f} ms "
-                    f"[{r['draft_p50_ci_lo_ns'] / 1e6:.3f}-{r['draft_p50_ci_hi_ns'] / 1e6:.3f}] "
+                    f"[{r['draft_p50_ci_lo_ns'] / 1e6:.3f}-{r['draft_p50_ci_hi_ns'] / 1e6:.3f}{level}] "
                     f"({r.get('draft_floor_ratio') or 0:.2f}x its floor){early}; the hop with it {r['p50_ns'] / 1e6:.3f} ms, "
                     f"without it {r['hop_ex_draft_p50_ns'] / 1e6:.3f} ms"
                     + (f" (the same payload's echo hop: {plain['p50_ns'] / 1e6:.3f} ms)" if plain else ""))
