@@ -107,3 +107,21 @@ def test_a_streamed_plans_faults_are_answered_as_protocol_md_says(server, sent, 
     with Session(server.host, server.port) as s:  # and the next client is served
         m = s.measure(small_plan(cycles=5))
         assert m.completed == m.plan.total
+
+
+def test_a_long_plan_reports_its_cycles_as_they_complete(server, tmp_path, monkeypatch):
+    from hopbench.orchestration import runner
+    from hopbench.orchestration.runjob import RunRequest, plan
+
+    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.05)
+    loads, cfg = plan(RunRequest(host=server.host, port=server.port, transport="tcp", tokens="1", cycles=40,
+                                 warmup=2, gap_ms=10.0, floor=False))
+    seen = []
+    runner.run_session(server.host, server.port, loads[:1], cfg, folder=tmp_path,
+                       on_progress=lambda *a: seen.append(a))
+    assert seen, "a 0.4 s plan reported nothing at 0.05 s intervals"
+    total = 40 + 2 + 1
+    assert all(label == loads[0].label and t == total and 0 <= d <= total for label, d, t, _ in seen)
+    assert [d for _, d, _, _ in seen] == sorted(d for _, d, _, _ in seen) and seen[-1][1] > 0
+    line = runner.progress_line(*seen[-1])
+    assert f"{seen[-1][1]}/{total} cycles" in line and ("left" in line or seen[-1][1] == 0)

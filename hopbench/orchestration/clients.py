@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -64,6 +65,7 @@ class TargetJob:
     cpu: int | None
     group: str | None
     target: int | None
+    progress: bool = False  # a long plan's progress on stderr (the reference and target 1)
 
 
 def target_process(target: int | None, cpu: int | None, done: Any, measure: Callable[[], Any]) -> None:
@@ -95,12 +97,19 @@ def target_process(target: int | None, cpu: int | None, done: Any, measure: Call
 
 
 def _target_main(job: TargetJob, done: Any) -> None:
-    """A `run` target: one session, its own result folder."""
-    from hopbench.orchestration.runner import run_session
+    """A `run` target: one session, its own result folder; with `job.progress`, a long plan's
+    progress on stderr, named by its target."""
+    from hopbench.orchestration.runner import progress_line, run_session
+
+    who = f"target {job.target}" if job.target else "the reference"
+
+    def report(*a: Any) -> None:
+        print(f"{who}:{progress_line(*a)}", file=sys.stderr, flush=True)
 
     target_process(job.target, job.cpu, done, lambda: run_session(
         job.host, job.port, job.payloads, job.cfg, secret=job.secret, group=job.group, target=job.target,
-        folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder)))
+        folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder),
+        on_progress=report if job.progress else None))
 
 
 def run_targets(jobs: list[Any], entry: Callable[[Any, Any], None] = _target_main) -> dict[int | None, str | None]:
@@ -367,12 +376,14 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
                 secret: str | None = None, cpu: str | None = None, warn: Callable[[str], None] = print,
                 say: Callable[[str], None] = print, reference: bool = True,
                 extra: dict[str, Any] | None = None,
-                runner: Callable[[list[TargetJob]], dict[int | None, str | None]] | None = None) -> dict[str, Any]:
+                runner: Callable[[list[TargetJob]], dict[int | None, str | None]] | None = None,
+                progress: bool = False) -> dict[str, Any]:
     """Both phases (alone, then cfg.clients at once) and the run's folder, made by `folder()`
     once the server has said it serves M sessions at once; its `clients` record. Without
     `reference` only the M phase (a sweep's M = 1 cells are its reference); `extra` is
     recorded at the top of report.json (a sweep cell's identity). `runner` runs the target
-    jobs (default: one spawned process each on this host; the Ray fan-in: one per node)."""
+    jobs (default: one spawned process each on this host; the Ray fan-in: one per node);
+    `progress`: the reference and target 1 print a long plan's progress."""
     runner = runner or run_targets
     m = cfg.clients
     limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret, cfg.connect_timeout_s)
@@ -388,10 +399,11 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     group = uuid.uuid4().hex[:16]
     alone_dir = sub / ALONE if reference else None
     alone = _reference(runner, TargetJob(host, port, payloads, dataclasses.replace(cfg, clients=1), alone_dir, secret,
-                                         cpus[0], None, None), say) if alone_dir else None
+                                         cpus[0], None, None, progress), say) if alone_dir else None
     say(f"{'phase 2: ' if reference else ''}{m} targets at once, started together (group {group})")
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
-    jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1) for i in range(m)]
+    jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1, progress and i == 0)
+            for i in range(m)]
     interrupted = False
     try:
         errors = runner(jobs)

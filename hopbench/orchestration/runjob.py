@@ -289,7 +289,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     (what was measured is kept, status error); KeyboardInterrupt carries it as a note."""
     from hopbench.orchestration.calibrate import placement_note
     from hopbench.orchestration.doctor import preflight
-    from hopbench.orchestration.runner import naming_what_was_kept, run_session
+    from hopbench.orchestration.runner import PROGRESS_EVERY_S, naming_what_was_kept, progress_line, run_session
 
     loads, cfg = plan(req)
     source = None
@@ -314,10 +314,12 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     scheduled = scheduled_s(loads, cfg)
     if scheduled > 30:  # a real-time schedule: said before measuring, as iperf3 says -t
         console.say(f"this run follows a real-time schedule (the streamed forward, --gap-ms or --mps): about "
-                    f"{scheduled:.0f} s of it{' per target' if req.clients > 1 else ''}; each payload's row prints "
-                    "as it ends (Ctrl-C keeps what was measured)")
+                    f"{scheduled:.0f} s of it{' per target' if req.clients > 1 else ''}; a payload's progress prints "
+                    f"every {PROGRESS_EVERY_S:.0f} s{' (target 1 for all)' if req.clients > 1 else ''}, its row as it "
+                    "ends (Ctrl-C keeps what was measured)")
+    progress = (lambda *a: console.say(progress_line(*a))) if scheduled > 30 else None
     if req.clients > 1:
-        return _run_clients(req, console, loads, cfg, make_folder, made)
+        return _run_clients(req, console, loads, cfg, make_folder, made, progress is not None)
     extra: dict[str, Any] = {"doctor": pre.to_dict()}
     model = stream_model(cfg, console) if cfg.stream else None
     if model is not None:
@@ -330,7 +332,8 @@ def run(req: RunRequest, console: RunConsole) -> Path:
 
     with naming_what_was_kept(made):
         w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=on_payload,
-                        on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source)
+                        on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source,
+                        on_progress=progress)
     if cfg.stream:
         stream_lines(cfg, model, rows, loads, console)
     if cfg.drafter:
@@ -462,14 +465,15 @@ def _p50_ms(row: dict[str, Any]) -> str:
 
 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,
-                 make_folder: Callable[[], Path], made: list[Path]) -> Path:
-    """--clients M: the reference alone, then M targets at once (hopbench.orchestration.clients)."""
+                 make_folder: Callable[[], Path], made: list[Path], progress: bool) -> Path:
+    """--clients M: the reference alone, then M targets at once (hopbench.orchestration.clients);
+    `progress`: the reference and target 1 print a long plan's progress."""
     from hopbench.orchestration import clients as CL
     from hopbench.orchestration.runner import naming_what_was_kept
 
     with naming_what_was_kept(made):
         record = CL.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
-                               warn=console.warn, say=console.say)
+                               warn=console.warn, say=console.say, progress=progress)
     folder: Path = record["folder"]
     CL.result_table(record["payloads"], console.say)
     if record["errors"]:

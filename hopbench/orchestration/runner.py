@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,6 +34,50 @@ def naming_what_was_kept(made: list[Path]) -> Iterator[None]:
         if made:
             raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
         raise
+
+
+#: seconds between a long plan's progress lines
+PROGRESS_EVERY_S = 10.0
+
+#: what a progress report gets: the payload's label, cycles done, cycles in all, seconds so far
+ProgressReport = Callable[[str, int, int, float], None]
+
+
+@contextlib.contextmanager
+def reporting_progress(session: Session, label: str, total: int, report: ProgressReport | None,
+                       every_s: float | None = None) -> Iterator[None]:
+    """While one plan runs: every `every_s` seconds, `report` gets how many of its cycles have
+    completed (its samples are written in order, none zero). A timer thread, not a
+    synchronisation: it reads the measurement and never touches the channel, so a plan shorter
+    than `every_s` reports nothing. For runs whose cycles follow a real-time schedule (a
+    streamed forward, --gap-ms, --mps), as iperf3 reports each interval."""
+    if report is None:
+        yield
+        return
+    stop = threading.Event()
+    start = time.monotonic()
+    every = every_s or PROGRESS_EVERY_S
+
+    def tick() -> None:
+        while not stop.wait(every):
+            m = session.measured
+            if m is not None:
+                report(label, int(np.count_nonzero(m.samples_ns)), total, time.monotonic() - start)
+
+    t = threading.Thread(target=tick, name="hopbench-progress", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
+def progress_line(label: str, done: int, total: int, elapsed_s: float) -> str:
+    """One progress report as a line: cycles done of all (warm-up included), time so far and
+    the time left at the rate so far."""
+    left = f", about {elapsed_s / done * (total - done):.0f} s left" if done else ""
+    return f"  {label}: {done}/{total} cycles (warm-up included) in {elapsed_s:.0f} s{left}"
 
 
 def load_summary(m: Measurement, gap_s: float) -> dict[str, Any]:
@@ -237,6 +283,7 @@ def run_session(
     extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
     on_warning: Callable[[str], None] | None = None, secret: str | None = None, floor: bool = False,
     source: Any = None, group: str | None = None, target: int | None = None,
+    on_progress: ProgressReport | None = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -247,7 +294,8 @@ def run_session(
 
     Several targets at once (hopbench.orchestration.clients): `group` names the start group
     of this run's cfg.clients targets (every plan's ACCEPT waits for all of them) and `target`
-    this one's number; cfg.mps paces each target's sends (open loop)."""
+    this one's number; cfg.mps paces each target's sends (open loop). `on_progress`: a long
+    plan's cycles as they complete (reporting_progress)."""
     if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
         from hopbench.core.hidden import source_for
 
@@ -257,7 +305,7 @@ def run_session(
                  transport_settings=cfg.transport_settings, client_env=client_env, secret=secret,
                  loop=cfg.loop) as session:
         return _measure_payloads(session, host, port, payloads, cfg, folder, client_env, source, group, target, floor,
-                                 extra, on_payload, on_warning)
+                                 extra, on_payload, on_warning, on_progress)
 
 
 def check_drafter(info: dict[str, Any] | None, cfg: RunConfig) -> None:
@@ -291,7 +339,8 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
 
 def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
                       client_env: dict[str, Any], source: Any, group: str | None, target: int | None, floor: bool,
-                      extra: dict[str, Any] | None, on_payload: Any, on_warning: Any) -> "RunWriter":
+                      extra: dict[str, Any] | None, on_payload: Any, on_warning: Any,
+                      on_progress: ProgressReport | None = None) -> "RunWriter":
     """run_session's measuring, over its open session: each payload's plan, written as it ends."""
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
@@ -322,8 +371,9 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
 
                 schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
             try:
-                m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
-                                    stream=stream_schedule if p.stream else None)
+                with reporting_progress(session, p.label, plan.total, on_progress):
+                    m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
+                                        stream=stream_schedule if p.stream else None)
             except BaseException:
                 if session.measured is not None:  # what this plan measured before it stopped
                     writer.add(session.measured, p, probe)
