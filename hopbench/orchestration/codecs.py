@@ -14,7 +14,8 @@ from hopbench.core.hidden import source_for
 from hopbench.errors import ConfigError, ProtocolError
 from hopbench.shape import load_shape
 
-ACCEPTANCE = ("A lossy codec's effect on acceptance is not measured here: it needs the drafter. To measure it, run "
+ACCEPTANCE = ("A lossy codec's effect on acceptance is not measured here (`hopbench codecs --agreement` measures its "
+              "effect on a real network's predictions, docs/CODECS.md). To measure it, run "
               "the drafter on hidden states passed through the codec (the study's harness: quantize the aux hidden "
               "states with the same per-token-layer scale before the draft forward) and compare the acceptance length "
               "with the raw run's; hopbench measures the hop, not the model.")

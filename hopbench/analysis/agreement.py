@@ -1,0 +1,78 @@
+"""How often a prediction from decoded states agrees with the one from the raw states
+(issue 52): top-1 agreement and the mean KL divergence of the logits, each with its
+interval over positions and prompts, and the bar below which a codec changes the drafts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+#: a codec whose top-1 agreement interval reaches below this changes the drafts
+AGREEMENT_BAR = 0.99
+Z95 = 1.959963984540054
+
+
+def wilson(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (not zero-width at 0 or 1)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    d = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def _bootstrap(per_prompt: list[tuple[float, int]], seed: int, reps: int = 2000) -> tuple[float, float]:
+    """A 95% percentile interval of a pooled mean, the prompts resampled (positions within a
+    prompt are not independent); each prompt's (sum, count)."""
+    rng = np.random.default_rng(seed)
+    sums = np.array([s for s, _ in per_prompt], dtype=np.float64)
+    counts = np.array([c for _, c in per_prompt], dtype=np.float64)
+    pick = rng.integers(0, len(per_prompt), size=(reps, len(per_prompt)))
+    means = sums[pick].sum(axis=1) / np.maximum(counts[pick].sum(axis=1), 1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def compare(raw: list[np.ndarray], decoded: list[np.ndarray], seed: int = 0) -> dict[str, Any]:
+    """Logits from raw and decoded states, one [positions, vocab] pair per prompt: top-1
+    agreement (its interval the wider of Wilson's over positions and a bootstrap over
+    prompts) and the mean KL(raw || decoded) in nats (a bootstrap over prompts), with n."""
+    hits, kls = [], []
+    for r, d in zip(raw, decoded):
+        hits.append(r.argmax(axis=-1) == d.argmax(axis=-1))
+        lr, ld = log_softmax(r), log_softmax(d)
+        kls.append(np.maximum((np.exp(lr) * (lr - ld)).sum(axis=-1), 0.0))
+    n = int(sum(h.size for h in hits))
+    agree = int(sum(int(h.sum()) for h in hits))
+    w = wilson(agree, n)
+    b = _bootstrap([(float(h.sum()), h.size) for h in hits], seed)
+    kl_mean = float(sum(k.sum() for k in kls) / max(n, 1))
+    kb = _bootstrap([(float(k.sum()), k.size) for k in kls], seed + 1)
+    return {"n": n, "prompts": len(hits), "top1": agree / n if n else None,
+            "top1_lo": min(w[0], b[0]), "top1_hi": max(w[1], b[1]),
+            "kl": kl_mean, "kl_lo": kb[0], "kl_hi": kb[1]}
+
+
+def identical(n: int, prompts: int) -> dict[str, Any]:
+    """A codec whose decoded bytes are the raw bytes: the same inputs, so the same logits."""
+    lo, hi = wilson(n, n)
+    return {"n": n, "prompts": prompts, "top1": 1.0, "top1_lo": lo, "top1_hi": hi, "kl": 0.0, "kl_lo": 0.0,
+            "kl_hi": 0.0, "identical_bytes": True}
+
+
+def changes_drafts(row: dict[str, Any], bar: float = AGREEMENT_BAR) -> bool:
+    """The codec's agreement interval reaches below the bar: it changes the drafts (never
+    for identical bytes, whose agreement is exact however few the positions)."""
+    return not row.get("identical_bytes") and row.get("top1_lo") is not None and row["top1_lo"] < bar
+
+
+__all__ = ["AGREEMENT_BAR", "changes_drafts", "compare", "identical", "log_softmax", "wilson"]
