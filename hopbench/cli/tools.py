@@ -59,7 +59,7 @@ def codecs(
     codec: Annotated[Optional[str], typer.Option(help="Codecs to profile (a list); default all.")] = None,
     reps: Annotated[int, typer.Option(min=1, help="Repetitions (p50 reported).")] = 20,
     shape: ShapeOpt = None,
-    agreement: Annotated[bool, typer.Option(help="Each codec's effect on a real network's predictions instead: top-1 agreement and KL on the shipped proxy (SmolLM2-135M; needs hopbench[proxy]).")] = False,
+    agreement: Annotated[bool, typer.Option(help="Each codec's effect on a real network's predictions instead: top-1 agreement and KL on the shipped proxy (SmolLM2-135M; needs the proxy extra).")] = False,
     json_out: JsonOpt = False,
 ):
     """Each payload codec on this CPU, off the wire: ratio, encode/decode GB/s, a lossy codec's
