@@ -406,7 +406,8 @@ def canonical(spec: str | None, width: int = 6144) -> str:
 ALL = ("zstd:1", "zstd:3", "lz4", "blosc2:shuffle+zstd:1", "blosc2:bitshuffle+lz4:1", "fp8", "int8")
 
 
-def _floats(body: np.ndarray) -> np.ndarray:
+def bf16_floats(body: np.ndarray) -> np.ndarray:
+    """A body's BF16 values (its bytes, an odd trailing byte left out) as float32, exactly."""
     return (body[:body.size // 2 * 2].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
@@ -419,7 +420,7 @@ def reconstruction_error(codec: Codec, bodies: list[np.ndarray]) -> dict[str, fl
     for body in bodies:
         back = np.empty_like(body)
         codec.decode(codec.encode(body), back)
-        x, y = _floats(body), _floats(back)
+        x, y = bf16_floats(body), bf16_floats(back)
         worst["rel_rms"] = max(worst["rel_rms"], float(np.sqrt(np.mean((x - y) ** 2) / max(np.mean(x ** 2), 1e-30))))
         worst["max_abs"] = max(worst["max_abs"], float(np.max(np.abs(x - y))) if x.size else 0.0)
         rows = x.size // width

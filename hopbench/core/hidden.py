@@ -86,7 +86,7 @@ def synthetic(layers: int, width: int, seed: int = 0, tokens: int = SYNTHETIC_TO
                    "statistics": "docs/CODECS.md#synthetic-hidden-states"})
 
 
-def _to_bf16_bits(arr: np.ndarray, dtype: str) -> np.ndarray:
+def to_bf16_bits(arr: np.ndarray, dtype: str) -> np.ndarray:
     import ml_dtypes
 
     if dtype in ("BF16", "uint16"):
@@ -182,7 +182,7 @@ def from_file(spec: str, layers: int, width: int) -> Source:
     what = f"{path}" + (f":{name}" if name else "")
     rows = _shaped(arr, layers, width, what)
     used = rows[:MAX_FILE_TOKENS]
-    bits = np.ascontiguousarray(_to_bf16_bits(np.asarray(used), dtype))
+    bits = np.ascontiguousarray(to_bf16_bits(np.asarray(used), dtype))
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

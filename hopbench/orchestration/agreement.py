@@ -21,9 +21,10 @@ import numpy as np
 from hopbench.analysis import agreement as AG
 from hopbench.core import codecs as C
 from hopbench.core import proxy as X
+from hopbench.core.hidden import to_bf16_bits
 
 DEFAULT_CODECS = ("none", "zstd:1", "lz4", "fp8", "int8")
-MAX_TOKENS = 96  # positions a prompt contributes at most (the forward's cost grows with its square)
+MAX_TOKENS = 96  # positions a prompt contributes at most (the table's time grows with them)
 
 
 def prompts() -> list[str]:
@@ -32,43 +33,37 @@ def prompts() -> list[str]:
     return [p.strip("\n") for p in text.split("\n\n") if p.strip()]
 
 
-def _bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> the BF16 bytes (round to nearest even) the hop would carry, as uint8."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return r.view(np.uint8).reshape(-1)
-
-
-def _floats(body: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return (body.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
-
-
 def measure(model: X.Model, codecs: list[str], texts: list[str], taps: list[int] | None = None,
             on_prompt: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The agreement table: per codec, per tap, continued and early-exit agreement."""
     taps = taps or X.spread_taps(model.cfg.layers)
     coders = {name: C.parse(name, model.cfg.hidden) for name in codecs}
     raw: dict[tuple[int, str], list[np.ndarray]] = {}
+    # per (codec, tap, measure) the decoded side, aligned with raw's prompts: a prompt whose
+    # decoded bytes are the raw bytes reuses the raw logits (the same inputs, the same logits)
     got: dict[tuple[str, int, str], list[np.ndarray]] = {}
-    same: dict[str, bool] = {name: True for name in codecs}
+    differs: set[tuple[str, int]] = set()  # (codec, tap) where some prompt's bytes changed
     t0 = time.perf_counter()
     for pi, text in enumerate(texts):
         ids = model.tokenizer.encode(text)[:MAX_TOKENS]
         states = model.taps(ids, taps)
         for k in taps:
-            body = _bf16(states[k])
-            x = _floats(body, states[k].shape)
-            raw.setdefault((k, "continued"), []).append(model.continue_from(k, x))
-            raw.setdefault((k, "early exit"), []).append(model.logits(x))
+            body = to_bf16_bits(states[k], "F32").view(np.uint8).reshape(-1)
+            x = C.bf16_floats(body).reshape(states[k].shape)
+            base = {"continued": model.continue_from(k, x), "early exit": model.logits(x)}
+            for how, logits in base.items():
+                raw.setdefault((k, how), []).append(logits)
             for name, codec in coders.items():
                 back = np.empty_like(body)
                 codec.decode(codec.encode(body), back)
                 if np.array_equal(back, body):
-                    continue  # the same bytes: the same logits (recorded as identical below)
-                same[name] = False
-                y = _floats(back, states[k].shape)
-                got.setdefault((name, k, "continued"), []).append(model.continue_from(k, y))
-                got.setdefault((name, k, "early exit"), []).append(model.logits(y))
+                    out = base
+                else:
+                    differs.add((name, k))
+                    y = C.bf16_floats(back).reshape(states[k].shape)
+                    out = {"continued": model.continue_from(k, y), "early exit": model.logits(y)}
+                for how, logits in out.items():
+                    got.setdefault((name, k, how), []).append(logits)
         if on_prompt:
             on_prompt(pi + 1, len(texts))
     rows = []
@@ -76,8 +71,8 @@ def measure(model: X.Model, codecs: list[str], texts: list[str], taps: list[int]
         for k in taps:
             for how in ("continued", "early exit"):
                 n = int(sum(a.shape[0] for a in raw[(k, how)]))
-                r = AG.identical(n, len(texts)) if same[name] or (name, k, how) not in got else \
-                    AG.compare(raw[(k, how)], got[(name, k, how)], seed=k)
+                r = AG.compare(raw[(k, how)], got[(name, k, how)], seed=k) if (name, k) in differs else \
+                    AG.identical(n, len(texts))
                 rows.append({"codec": coders[name].name, "lossless": coders[name].lossless, "tap": k, "measure": how,
                              **r})
     return {"schema": "hopbench.agreement", "schema_version": 1, "proxy": model.name, "model": model.cfg.__dict__,
@@ -102,7 +97,7 @@ def agreement_command(codec: str | None, json_out: bool, say: Callable[[str], No
 
     names = [c.strip() for c in codec.split(",") if c.strip()] if codec else list(DEFAULT_CODECS)
     for name in names:
-        C.parse(name, 576)  # an unknown codec, or a missing library, before the model loads
+        C.parse(name, 1)  # an unknown codec, or a missing library, before the model loads (the width: no matter)
     t0 = time.perf_counter()
     model = X.Model(X.shipped_path())
     texts = prompts()
