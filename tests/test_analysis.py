@@ -119,11 +119,16 @@ def test_verdict_calls_from_the_whole_interval_against_the_bar():
     (straddles break-even)" though all of it is below the 5% bar; the best series per rung
     was the lowest point hop, so one noisy series of a few repeats decided a rung."""
     inp = V.Inputs(15.88, 89.34, 24.05)
-    assert V.decide(0.002, (-0.008, 0.002), 0.05, inp).startswith("not worth it (+0.2% < 5%)")
-    assert V.decide(-0.001, (-0.008, -0.0005), 0.05, inp) == "keep the drafter local"
-    assert V.decide(0.06, (0.04, 0.08), -0.3, inp).startswith("undecided (the 95% interval +4.0%..+8.0% holds the 5% bar")
-    assert V.decide(0.06, (0.051, 0.08), -0.3, inp) == "move the drafter"
-    assert V.decide(0.001, (-0.01, 0.01), 0.005, inp) == "dead heat"
+    D = V.Decision
+    assert V.decide(0.002, (-0.008, 0.002), 0.05, inp)[1].startswith("not worth it (+0.2% < 5%)")
+    assert V.decide(0.002, (-0.008, 0.002), 0.05, inp)[0] is D.NOT_WORTH
+    assert V.decide(-0.001, (-0.008, -0.0005), 0.05, inp) == (D.KEEP, "keep the drafter local")
+    und = V.decide(0.06, (0.04, 0.08), -0.3, inp)
+    assert und[0] is D.UNDECIDED and und[1].startswith("undecided (the 95% interval +4.0%..+8.0% holds the 5% bar")
+    assert V.decide(0.06, (0.051, 0.08), -0.3, inp) == (D.MOVE, "move the drafter")
+    assert V.decide(0.001, (-0.01, 0.01), 0.005, inp) == (D.DEAD_HEAT, "dead heat")
+    assert [d.tone for d in (D.MOVE, D.KEEP, D.DEAD_HEAT, D.NOT_NETWORK, D.CHANGES_DRAFTS)] == \
+        ["pays", "costs", "even", "costs", "even"]
     noisy = V.verdict("r", "zmq", est(0.5, 0.196, 33.9), inp)  # the lowest point hop, a huge interval
     tight = V.verdict("r", "tcp", est(1.7, 1.65, 1.75), inp)
     slow = V.verdict("s", "tcp", est(5.0, 4.9, 5.1), inp)

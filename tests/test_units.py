@@ -220,6 +220,9 @@ def test_a_table_fits_the_terminal_it_is_printed_on(monkeypatch):
     assert max(len(line) for line in shown.splitlines()) <= 60 and "16.020" in shown and "+0.2%" in shown
     piped = render(cols, rows, right={2, 3}, call_column=4, terminal=False)
     assert len(piped.splitlines()) == 2  # the header and the one row
+    # the call's colour is the caller's decision (its tone), never read back from the text
+    assert "\x1b[33m" in render(cols, rows, call_column=4, terminal=True, tones=["even"])
+    assert "\x1b[3" not in render(cols, rows, call_column=4, terminal=True, tones=[None]).split("\n", 1)[1]
 
 
 def test_an_interrupt_during_a_write_waits_for_it(tmp_path, monkeypatch):

@@ -42,15 +42,20 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
-def compare(raw: list[np.ndarray], decoded: list[np.ndarray], seed: int = 0) -> dict[str, Any]:
-    """Logits from raw and decoded states, one [positions, vocab] pair per prompt: top-1
-    agreement (its interval the wider of Wilson's over positions and a bootstrap over
-    prompts) and the mean KL(raw || decoded) in nats (a bootstrap over prompts), with n."""
-    hits, kls = [], []
-    for r, d in zip(raw, decoded):
-        hits.append(r.argmax(axis=-1) == d.argmax(axis=-1))
-        lr, ld = log_softmax(r), log_softmax(d)
-        kls.append(np.maximum((np.exp(lr) * (lr - ld)).sum(axis=-1), 0.0))
+def positions(raw: np.ndarray, decoded: np.ndarray, lr: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One prompt's logits from raw and decoded states, [positions, vocab] each: per position
+    whether the top-1 agrees, and KL(raw || decoded) in nats (`lr`: raw's log_softmax, where
+    several decoded states are compared with the same raw one)."""
+    lr = log_softmax(raw) if lr is None else lr
+    ld = log_softmax(decoded)
+    kl = np.maximum((np.exp(lr) * (lr - ld)).sum(axis=-1), 0.0)
+    return raw.argmax(axis=-1) == decoded.argmax(axis=-1), kl
+
+
+def summarise(hits: list[np.ndarray], kls: list[np.ndarray], seed: int = 0) -> dict[str, Any]:
+    """Per prompt, its positions' agreement and KL (positions): top-1 agreement (its interval
+    the wider of Wilson's over positions and a bootstrap over prompts) and the mean KL (a
+    bootstrap over prompts), with n."""
     n = int(sum(h.size for h in hits))
     agree = int(sum(int(h.sum()) for h in hits))
     w = wilson(agree, n)
@@ -60,6 +65,13 @@ def compare(raw: list[np.ndarray], decoded: list[np.ndarray], seed: int = 0) -> 
     return {"n": n, "prompts": len(hits), "top1": agree / n if n else None,
             "top1_lo": min(w[0], b[0]), "top1_hi": max(w[1], b[1]),
             "kl": kl_mean, "kl_lo": kb[0], "kl_hi": kb[1]}
+
+
+def compare(raw: list[np.ndarray], decoded: list[np.ndarray], seed: int = 0) -> dict[str, Any]:
+    """Logits from raw and decoded states, one [positions, vocab] pair per prompt: summarise
+    of their positions."""
+    pairs = [positions(r, d) for r, d in zip(raw, decoded)]
+    return summarise([h for h, _ in pairs], [k for _, k in pairs], seed)
 
 
 def identical(n: int, prompts: int) -> dict[str, Any]:
@@ -75,4 +87,48 @@ def changes_drafts(row: dict[str, Any], bar: float = AGREEMENT_BAR) -> bool:
     return not row.get("identical_bytes") and row.get("top1_lo") is not None and row["top1_lo"] < bar
 
 
-__all__ = ["AGREEMENT_BAR", "changes_drafts", "compare", "identical", "log_softmax", "wilson"]
+def headlines(rows: list[dict[str, Any]], measure: str) -> dict[str, dict[str, Any]]:
+    """Per codec, its worst tap's agreement by `measure` (the lowest interval), and the call."""
+    out = {}
+    for name in dict.fromkeys(r["codec"] for r in rows):
+        worst = min((r for r in rows if r["codec"] == name and r["measure"] == measure),
+                    key=lambda r: (r["top1_lo"], r["top1"]))
+        out[name] = {**worst, "changes_drafts": changes_drafts(worst)}
+    return out
+
+
+def verb(h: dict[str, Any], bar: float = AGREEMENT_BAR) -> str:
+    """What a headline says the codec does: keeps the drafts (its interval at or above the
+    bar), changes them (its agreement below it), or may change them (the agreement above the
+    bar, the interval not: too few positions to show it keeps them)."""
+    if not changes_drafts(h, bar):
+        return "keeps the drafts"
+    if h["top1"] is not None and h["top1"] >= bar:
+        return f"may change the drafts (too few positions, n = {h['n']:,}, to show it keeps them)"
+    return "changes the drafts"
+
+
+def text(r: dict[str, Any]) -> str:
+    """'99.71% [99.40-99.86, n = 1,234]', or 'identical bytes' for a codec that changed none."""
+    if r.get("identical_bytes"):
+        return f"100% (identical bytes, n = {r['n']:,})"
+    return f"{r['top1']:.2%} [{r['top1_lo']:.2%}-{r['top1_hi']:.2%}, n = {r['n']:,}]"
+
+
+def for_codec(record: dict[str, Any] | None, codec: str) -> dict[str, Any] | None:
+    """A codec's headline in an agreement record (a run's report.json `agreement`), with the
+    record's source label; None where it was not measured."""
+    if not record:
+        return None
+    h = (record.get("headline") or {}).get(codec)
+    return None if h is None else {**h, "source": record.get("source", ""), "bar": record.get("bar", AGREEMENT_BAR)}
+
+
+def said(h: dict[str, Any]) -> str:
+    """'top-1 agreement 98.46% [97.20-99.16, n = 651] (proxy: SmolLM2-135M ..., worst tap 9)'."""
+    where = f", worst tap {h['tap']}" if h.get("tap") not in (None, "all") else ""
+    return f"top-1 agreement {text(h)} ({h.get('source', '')}{where})"
+
+
+__all__ = ["AGREEMENT_BAR", "changes_drafts", "compare", "for_codec", "headlines", "identical", "log_softmax",
+           "positions", "said", "summarise", "text", "verb", "wilson"]

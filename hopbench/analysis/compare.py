@@ -73,6 +73,11 @@ class Comparison:
             return f"not resolvable below the run-to-run spread ({self.spread:.1%})"
         return "no difference resolved"
 
+    @property
+    def tone(self) -> str | None:
+        """B slower costs, B faster pays; a difference not resolved has none."""
+        return None if not self.significant else "costs" if self.diff_rel > 0 else "pays"
+
 
 def _spread_of(g: Group) -> float | None:
     x = np.log(np.asarray(g.repeat_p50_ns, float))
@@ -243,7 +248,8 @@ def format_table(cs: list[Comparison], label_a: str = "A", label_b: str = "B") -
     from hopbench.analysis.tables import render
 
     lines.append(render(["rung", "tr", "payload", "design", "n", label_a + " p50 us", label_b + " p50 us", "diff us", "rel",
-                         "rel 95% CI", "p", "call"], rows, right=set(range(4, 11)), call_column=11))
+                         "rel 95% CI", "p", "call"], rows, right=set(range(4, 11)), call_column=11,
+                        tones=[c.tone for c in cs]))
     spreads = {(c.spread, c.spread_source) for c in cs if c.spread is not None}
     for s, src in sorted(spreads, key=str):
         lines.append(f"run-to-run spread used where a side has one run: {s:.1%} (relative SD of a run's median; {src})")

@@ -53,8 +53,22 @@ def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None)
     for g in groups:
         if g.tokens == operating_tokens and g.bypass:
             found.setdefault(g.cell, set()).update(g.bypass)
-    return [V.not_network(V.verdict(cell.place, cell.series, est, inputs), found.get(cell, set()))
+    record = agreement_record(folder)
+    return [V.with_agreement(V.not_network(V.verdict(cell.place, cell.series, est, inputs), found.get(cell, set())),
+                             record)
             for cell, est in hop_rows(folder, operating_tokens, groups)]
+
+
+def agreement_record(folder: Path | Reading) -> dict[str, Any] | None:
+    """The codec agreement a run's report.json carries (`run --agreement`, docs/CODECS.md),
+    or None (not measured; a sweep's folder has none)."""
+    from hopbench.results import ResultFolder
+
+    try:
+        rec = ResultFolder(Path(folder)).read_top().get("agreement")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 def verdicts_with_drafter(folder: Path | Reading, operating_tokens: int, inputs: Any, groups: Any = None,

@@ -8,13 +8,14 @@ from __future__ import annotations
 import io
 import sys
 
-CALL_STYLES = {"move": "green", "keep": "red", "dead heat": "yellow", "undecided": "yellow", "not worth": "yellow",
-               "faster": "green", "slower": "red"}
+TONE_STYLES = {"pays": "green", "costs": "red", "even": "yellow"}
 
 
 def render(columns: list[str], rows: list[list[str]], right: set[int] | None = None, call_column: int | None = None,
-           terminal: bool | None = None) -> str:
-    """columns: headers; right: indices right-aligned (numbers); call_column: coloured on a terminal."""
+           terminal: bool | None = None, tones: list[str | None] | None = None) -> str:
+    """columns: headers; right: indices right-aligned (numbers); call_column: coloured on a
+    terminal by each row's tone (pays, even, costs: the caller's decision, never read back
+    from the text)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -28,8 +29,8 @@ def render(columns: list[str], rows: list[list[str]], right: set[int] | None = N
                      overflow="fold")
     for row in rows:
         cells = list(row)
+        style = TONE_STYLES.get(tones[len(t.rows)] or "") if tones else None
         if tty and call_column is not None:
-            style = next((s for k, s in CALL_STYLES.items() if cells[call_column].startswith(k)), None)
             if style:
                 cells[call_column] = f"[{style}]{cells[call_column]}[/{style}]"
         t.add_row(*cells)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -131,6 +132,25 @@ def parse_quantity(text: str, what: str) -> tuple[float, float]:
     return v, pm
 
 
+class Decision(str, Enum):
+    """What a verdict decided; its call (the sentence) is formatted from it and its numbers,
+    never parsed back: presenters colour and class by `tone` (pyperf's `significant` beside
+    its one-line text)."""
+
+    MOVE = "move"
+    KEEP = "keep"
+    NOT_WORTH = "not-worth"
+    DEAD_HEAT = "dead-heat"
+    UNDECIDED = "undecided"
+    NOT_NETWORK = "not-network"
+    CHANGES_DRAFTS = "changes-drafts"  # a move whose codec changes the drafts (with_agreement)
+
+    @property
+    def tone(self) -> str:
+        """pays / even / costs: the report's class and the terminal table's colour."""
+        return {"move": "pays", "keep": "costs", "not-network": "costs"}.get(self.value, "even")
+
+
 @dataclass
 class Verdict:
     rung: str
@@ -155,6 +175,10 @@ class Verdict:
     #: the typed identity the two labels above spell (records.Place, records.Series)
     place: Place = field(default_factory=lambda: Place(""))
     series: Series = field(default_factory=lambda: Series(""))
+    #: a lossy codec's measured effect on the drafts (its headline: analysis.agreement.for_codec)
+    agreement: dict | None = None
+    #: what `call` says, as a value (Decision)
+    decision: Decision = Decision.UNDECIDED
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -169,8 +193,28 @@ def not_network(v: Verdict, found: "list[str] | set[str]") -> Verdict:
     if not found:
         return v
     v.not_network = sorted(found)
+    v.decision = Decision.NOT_NETWORK
     v.call = (f"{NOT_NETWORK} ({', '.join(v.not_network)}: UCX moved it through memory between two ends on one "
               "host; rerun with UCX_TLS/NIXL_UCX_TLS=tcp)")
+    return v
+
+
+CHANGES_DRAFTS = "move, but the codec changes the drafts"
+
+
+def with_agreement(v: Verdict, record: dict | None) -> Verdict:
+    """A codec series' verdict with its codec's measured agreement (the record a run's
+    report.json carries): a codec whose agreement interval reaches below the bar is never
+    called plain "move the drafter" (its hop is cut, but the drafter then predicts from
+    other states): CHANGES_DRAFTS."""
+    from hopbench.analysis import agreement as AG
+
+    h = AG.for_codec(record, v.series.codec) if v.series.codec != "none" else None
+    if h is None:
+        return v
+    v.agreement = h
+    if h["changes_drafts"] and v.decision is Decision.MOVE:
+        v.decision, v.call = Decision.CHANGES_DRAFTS, CHANGES_DRAFTS
     return v
 
 
@@ -189,16 +233,16 @@ def _draw_hop(rng: np.random.Generator, hop: Estimate) -> np.ndarray:
     return hop.value + np.where(e < 0, e * sd_lo, e * sd_hi)
 
 
-def call_for_gain(gain: float, min_gain: float) -> str:
-    """The call for a decided gain (projected, or measured by hopbench spec)."""
+def call_for_gain(gain: float, min_gain: float) -> tuple[Decision, str]:
+    """The decision and call for a decided gain (projected, or measured by hopbench spec)."""
     if gain > 0 and gain >= min_gain:
-        return "move the drafter"
+        return Decision.MOVE, "move the drafter"
     if gain > 0:
-        return f"not worth it ({gain:+.1%} < {min_gain:.0%})"
-    return "keep the drafter local"
+        return Decision.NOT_WORTH, f"not worth it ({gain:+.1%} < {min_gain:.0%})"
+    return Decision.KEEP, "keep the drafter local"
 
 
-def decide(gain: float, gain_ci: tuple[float, float] | None, rel: float, inp: Inputs) -> str:
+def decide(gain: float, gain_ci: tuple[float, float] | None, rel: float, inp: Inputs) -> tuple[Decision, str]:
     """The call from the projected gain and its 95% interval. The one decision is whether the
     gain reaches the bar (`min_gain`; 0 when there is none): "move the drafter" needs the
     whole interval at or above it, a "no" needs the whole interval below it ("keep the
@@ -209,13 +253,13 @@ def decide(gain: float, gain_ci: tuple[float, float] | None, rel: float, inp: In
     lo, hi = gain_ci if gain_ci is not None else (gain, gain)
     bar = inp.min_gain
     if abs(rel) <= inp.tolerance and (hi < bar or bar == 0):
-        return "dead heat"
+        return Decision.DEAD_HEAT, "dead heat"
     if lo >= bar and lo > 0:
-        return "move the drafter"
+        return Decision.MOVE, "move the drafter"
     if hi < bar or hi <= 0:
         return call_for_gain(min(gain, hi), bar)
     where = f"the {bar:.0%} bar" if bar > 0 else "break-even"
-    return f"undecided (the 95% interval {lo:+.1%}..{hi:+.1%} holds {where})"
+    return Decision.UNDECIDED, f"undecided (the 95% interval {lo:+.1%}..{hi:+.1%} holds {where})"
 
 
 def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
@@ -223,14 +267,16 @@ def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
     the one whose projected gain is surely the largest (the lower end of its 95% interval;
     the gain itself without one). By the point estimate alone, a series of a few noisy
     repeats (a hop interval of 0.2-33.9 ms) beat every well-measured one and left its rung
-    undecided. A hop that bypassed the network is never the best while another exists."""
+    undecided. A hop that bypassed the network is never the best while another exists, nor a
+    codec's that changes the drafts (with_agreement) while one that keeps them exists."""
 
     ds = [v if isinstance(v, dict) else asdict(v) for v in vs]
 
     def sure(d: dict) -> float:
         if d.get("not_network"):
             return -math.inf
-        return d["gain_ci"][0] if d.get("gain_ci") else d["gain"]
+        g = d["gain_ci"][0] if d.get("gain_ci") else d["gain"]
+        return g - 1e6 if (d.get("agreement") or {}).get("changes_drafts") else g  # behind every series that keeps them
 
     best: dict[str, int] = {}
     for i, d in enumerate(ds):
@@ -261,10 +307,11 @@ def verdict(place: Place | str, series: Series | str, hop: Estimate | float, inp
         gain_ci = (float(np.percentile(gain_d, 2.5)), float(np.percentile(gain_d, 97.5)))
     break_even = inp.t_draft_ms - inp.t_draft_remote_ms
     rel = hop.value / break_even - 1
-    call = decide(gain, gain_ci, rel, inp)
+    decision, call = decide(gain, gain_ci, rel, inp)
     return Verdict(place.label, series.label, hop.value, (hop.lo, hop.hi) if hop.has_interval else None,  # type: ignore[arg-type]
                    hop.level, hop.scope if hop.has_interval else None, hop.n_repeats or None, hop.n_samples or None,
-                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain, place=place, series=series)
+                   break_even, rel, cycle, tok, tok_ci, gain, gain_ci, call, inp.min_gain, place=place, series=series,
+                   decision=decision)
 
 
 def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None = None) -> str:
@@ -288,7 +335,8 @@ def format_table(vs: list[Verdict], inp: Inputs, floors: dict[str, float] | None
     from hopbench.analysis.tables import render
 
     lines.append(render(["rung", "transport", "n", "hop ms", "hop CI", "level", "floor ms", "vs b-e", "cycle ms", "tok/s",
-                         "tok/s 95% CI", "gain", "gain 95% CI", "call"], rows, right=set(range(2, 13)), call_column=13))
+                         "tok/s 95% CI", "gain", "gain 95% CI", "call"], rows, right=set(range(2, 13)), call_column=13,
+                        tones=[v.decision.tone for v in vs]))
     lines.append("n = repeats r / timed cycles c; vs b-e = hop / break-even - 1")
     return "\n".join(lines)
 
@@ -314,15 +362,29 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[Place, Series], str | 
         undecided = not pays and not lo > rhi
         call = ("the codec pays" if pays else "undecided: the two hops' intervals overlap" if undecided
                 else "the codec does not pay (it costs more time than it saves)")
+        if pays and v.agreement and v.agreement["changes_drafts"]:  # never a plain "pays" (issue 52)
+            call = f"the codec {'halves' if v.hop_ms <= 0.55 * base.hop_ms else 'cuts'} the hop but changes the drafts"
         data = (sources or {}).get((v.place, v.series))
         said = f" ({data} data)" if data == "synthetic" else f" (hidden states from {data})" if data else ""
+        drafts = _drafts_said(v)
         out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
                     "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
-                    "undecided": undecided, "call": call, "payload_source": data,
+                    "undecided": undecided, "call": call, "payload_source": data, "agreement": v.agreement,
+                    "changes_drafts": bool(v.agreement and v.agreement["changes_drafts"]), "verdict_call": v.call,
                     "line": (f"codec {codec} on {v.rung} ({base_name}{said}): hop {v.hop_ms:.3f} ms = "
                              f"{v.hop_ms / base.hop_ms:.2f}x the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against "
-                             f"{base.gain:+.1%} raw: {call}")})
+                             f"{base.gain:+.1%} raw: {call}; {drafts}")})
     return out
+
+
+def _drafts_said(v: Verdict) -> str:
+    """What the codec does to the drafts, as measured (or that it was not)."""
+    from hopbench.analysis import agreement as AG
+
+    h = v.agreement
+    if h is None:
+        return "its effect on the drafts not measured (run --agreement; a lossless codec keeps them exactly)"
+    return f"{AG.said(h)}: it {AG.verb(h, h['bar'])}" + (f" (the bar: {h['bar']:.0%})" if h["changes_drafts"] else "")
 
 
 def targets_calls(vs: "list[Verdict]") -> list[dict]:

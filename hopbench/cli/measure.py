@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
@@ -127,7 +128,8 @@ def run_request(p: dict[str, Any]) -> Any:
         loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
         arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
         layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], payload=p["payload"],
-        remote_drafter=p["remote_drafter"], early=p["early"])
+        remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
+        agreement_from=p["agreement_from"])
 
 
 @app.command()
@@ -165,6 +167,8 @@ def run(
     loop: Annotated[Loop, typer.Option(help=LOOP_HELP, rich_help_panel="Connection")] = Loop.auto,
     codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).", rich_help_panel="Payload")] = "none",
     payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of \\[tokens, layers, hidden]; default synthetic.", rich_help_panel="Payload")] = None,
+    agreement: Annotated[bool, typer.Option(help="Before the run, measure each lossy codec's effect on a real network's predictions (the shipped proxy: hopbench codecs --agreement); report.json carries it, verdict and report put it beside each codec's call.", rich_help_panel="Payload")] = False,
+    agreement_from: Annotated[Optional[Path], typer.Option(help="The same from a saved record (hopbench codecs --agreement --save FILE, e.g. on the user's drafter).", rich_help_panel="Payload")] = None,
     clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
     mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
     arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
@@ -184,11 +188,8 @@ def run(
     req = run_request(locals())
     say = functools.partial(print, file=sys.stderr) if json_out else print
     console = runjob.RunConsole(say, lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
-    try:
+    with _kept_on_interrupt():
         folder = runjob.run(req, console)
-    except KeyboardInterrupt as exc:
-        print(f"interrupted: {'; '.join(getattr(exc, '__notes__', []))}", file=sys.stderr)
-        raise typer.Exit(130) from None
     if json_out:
         print(runjob.result_document(folder))
 
@@ -246,11 +247,18 @@ def spec(
                      transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
                      payload_from=payload_from, hidden=sh.hidden, batch_window_ms=batch_window_ms, max_batch=max_batch)
     host, port = _address(peer, port) if peer else (None, None)
-    try:
+    with _kept_on_interrupt():
         if targets:
             _spec_targets(host, port, cfg, targets, out, results_dir, secret, cpu, json_out)
             return
         run_spec_cli(host, port, cfg, out, results_dir, secret=secret or None)
+
+
+@contextlib.contextmanager
+def _kept_on_interrupt() -> Iterator[None]:
+    """Ctrl-C: exit 130 with the notes naming what was kept (runner.naming_what_was_kept)."""
+    try:
+        yield
     except KeyboardInterrupt as exc:
         print(f"interrupted: {'; '.join(getattr(exc, '__notes__', []))}", file=sys.stderr)
         raise typer.Exit(130) from None

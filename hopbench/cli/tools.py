@@ -59,7 +59,10 @@ def codecs(
     codec: Annotated[Optional[str], typer.Option(help="Codecs to profile (a list); default all.")] = None,
     reps: Annotated[int, typer.Option(min=1, help="Repetitions (p50 reported).")] = 20,
     shape: ShapeOpt = None,
-    agreement: Annotated[bool, typer.Option(help="Each codec's effect on a real network's predictions instead: top-1 agreement and KL on the shipped proxy (SmolLM2-135M; needs the proxy extra).")] = False,
+    agreement: Annotated[bool, typer.Option(help="Each codec's effect on a real network's predictions instead: top-1 agreement and KL, on the shipped proxy (SmolLM2-135M; needs the proxy extra) or on --drafter.")] = False,
+    drafter: Annotated[Optional[str], typer.Option(help="With --agreement: the user's drafter (a preset or its config.json), fed with FILE's states, T = --tokens rows a body (needs the drafter extra).")] = None,
+    drafter_weights: Annotated[Optional[Path], typer.Option(help="With --drafter: its weights (.safetensors), shapes checked against the config; default random (its drafts then mean nothing).")] = None,
+    save: Annotated[Optional[Path], typer.Option(help="With --agreement: also write the record to this new file (run --agreement-from reads it).")] = None,
     json_out: JsonOpt = False,
 ):
     """Each payload codec on this CPU, off the wire: ratio, encode/decode GB/s, a lossy codec's
@@ -67,8 +70,11 @@ def codecs(
     if agreement:
         from hopbench.orchestration.agreement import agreement_command
 
-        agreement_command(codec, json_out, print)
+        agreement_command(codec, json_out, print, drafter=drafter, weights=drafter_weights, file=file, tokens=tokens,
+                          save=save)
         return
+    if drafter or drafter_weights or save:
+        raise typer.BadParameter("--drafter, --drafter-weights and --save go with --agreement")
     from hopbench.orchestration.codecs import profile_command
 
     profile_command(file, tokens, codec, reps, shape, json_out, print)

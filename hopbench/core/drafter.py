@@ -213,50 +213,14 @@ class Model:
                               f"({free / 1e9:.2f} GB): use a smaller shape, or run it on the drafter's GPU")
         self.graphs = graphs and self.device == "cuda"
         self._graphs: dict[tuple[int, ...], Any] = {}
+        self._ev: tuple[Any, Any] | None = None  # the timing events, made once (run_bodies)
         self._info: dict[str, Any] | None = None
         try:
-            self.w = self._load(weights) if weights is not None else self._random(seed)
+            self.w = load_weights(self, weights) if weights is not None else random_weights(self, seed)
         except RuntimeError as exc:  # an allocation that failed anyway (torch.OutOfMemoryError is one)
             raise ConfigError(f"cannot place the {shape.name} drafter's weights on {self.device}: "
                               f"{str(exc).splitlines()[0][:200]}") from None
         self.weights_from = str(weights) if weights is not None else "random"
-
-    # -- weights --------------------------------------------------------------------------
-    def _random(self, seed: int) -> dict[str, Any]:
-        torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(seed)
-        out = {}
-        for name, shp in weight_shapes(self.shape).items():
-            if name.endswith("norm.weight"):
-                out[name] = torch.ones(shp, dtype=self.dtype, device=self.device)
-                continue
-            t = torch.empty(shp, dtype=self.dtype, device=self.device)
-            t.normal_(0.0, 1.0 / math.sqrt(shp[-1]), generator=gen)
-            out[name] = t
-        return out
-
-    def _load(self, path: Path) -> dict[str, Any]:
-        try:
-            from safetensors import safe_open
-        except ImportError:
-            raise DrafterUnavailable(f"--drafter-weights needs safetensors; install it with: {INSTALL}") from None
-        want = weight_shapes(self.shape)
-        out = {}
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                have = set(f.keys())
-                missing = sorted(set(want) - have)
-                if missing:
-                    raise ConfigError(f"{path}: no tensor {missing[0]!r} ({len(missing)} of the {self.shape.name} "
-                                      f"drafter's {len(want)} missing; docs/DRAFTER.md names them)")
-                for name, shp in want.items():
-                    t = f.get_tensor(name)
-                    if tuple(t.shape) != shp:
-                        raise ConfigError(f"{path}: {name} is {list(t.shape)}, the config says {list(shp)}")
-                    out[name] = t.to(device=self.device, dtype=self.dtype)
-        except (OSError, ValueError) as exc:  # not a safetensors file
-            raise ConfigError(f"cannot read the drafter's weights {path}: {str(exc)[:200]}") from None
-        return out
 
     # -- the forward ----------------------------------------------------------------------
     def rows_from(self, body: Any, batch: int, rows: int) -> Any:
@@ -264,10 +228,7 @@ class Model:
         torch = self.torch
         raw = np.frombuffer(body, dtype=np.uint16) if not isinstance(body, np.ndarray) else body.view(np.uint16)
         t = torch.from_numpy(raw.astype(np.int16, copy=False).reshape(batch, rows, self.shape.fc_in_features))
-        x = t.view(torch.bfloat16)
-        x = torch.nan_to_num(x.to(device=self.device, dtype=self.dtype, non_blocking=True), nan=0.0,
-                             posinf=1.0, neginf=-1.0)  # random bytes hold NaNs and infinities as BF16
-        return x.clamp_(-4.0, 4.0)
+        return self._clean(t.view(torch.bfloat16).to(device=self.device))
 
     def _norm(self, x: Any, w: Any) -> Any:
         var = x.float().pow(2).mean(-1, keepdim=True)
@@ -320,6 +281,15 @@ class Model:
         hsz = self.shape.hidden_size
         return x @ w[:, tap * hsz:(tap + 1) * hsz].T
 
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The head's logits at every row of x (batch, rows, fc_in) float32 values on the host,
+        as float32 on the host (the codec agreement's drafts: hopbench.orchestration.agreement)."""
+        torch = self.torch
+        t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device=self.device, dtype=self.dtype)
+        with torch.inference_mode():
+            out: np.ndarray = (self.trunk(self.fc(t)) @ self.w["lm_head.weight"].T).float().cpu().numpy()
+        return out
+
     def forward(self, x: Any, k: int) -> Any:
         return self.sample(self.trunk(self.fc(x))[:, -1, :], k)
 
@@ -327,10 +297,8 @@ class Model:
         """One tap's chunk (rows x hidden BF16) as fc's input slice on the device."""
         torch = self.torch
         raw = np.frombuffer(body, dtype=np.uint16).astype(np.int16, copy=False)
-        x = torch.from_numpy(raw.reshape(1, rows, self.shape.hidden_size)).view(torch.bfloat16)
-        x = torch.nan_to_num(x.to(device=self.device, dtype=self.dtype, non_blocking=True), nan=0.0,
-                             posinf=1.0, neginf=-1.0)
-        return x.clamp_(-4.0, 4.0)
+        return self._clean(torch.from_numpy(raw.reshape(1, rows, self.shape.hidden_size)).view(torch.bfloat16)
+                           .to(device=self.device))
 
     # -- timed runs -----------------------------------------------------------------------
     def run(self, x: Any, k: int) -> tuple[Any, int]:
@@ -359,27 +327,72 @@ class Model:
             host = ids.to("cpu")
         return host.numpy(), int(round(start.elapsed_time(end) * 1e6))
 
-    def _graph(self, xs: tuple[int, ...], k: int) -> tuple[Any, Any, Any]:
+    def run_bodies(self, bodies: list[Any], rows: int, k: int) -> tuple[Any, int]:
+        """The forward on a batch of request bodies (one per session, `rows` rows each): the
+        ids (batch, K) and the forward's own ns. On a GPU with graphs it is staged the way a
+        serving engine stages a drafter's input: each body copied straight into a pinned
+        host buffer, one asynchronous copy into the graph's static input, the cleaning of
+        random bytes' NaNs captured in the graph, the ids copied back into pinned memory
+        (pageable copies, and cleaning as separate launches, cost ~0.3 ms a cycle outside
+        the forward: docs/DRAFTER.md). Elsewhere: rows_from, then run."""
+        if not self.graphs:
+            flat = np.concatenate([np.frombuffer(b, dtype=np.uint8) for b in bodies])
+            return self.run(self.rows_from(flat, len(bodies), rows), k)
         torch = self.torch
-        key = (*xs, k)
+        g, inp, out, stage, back = self._graph((len(bodies), rows, self.shape.fc_in_features), k, staged=True)
+        host, n = stage.numpy(), rows * self.shape.row_bytes
+        for j, b in enumerate(bodies):
+            host[j * n:(j + 1) * n] = np.frombuffer(b, dtype=np.uint8)
+        start, end = self._events()
+        with torch.inference_mode():
+            inp.copy_(stage.view(torch.bfloat16).view(inp.shape), non_blocking=True)
+            start.record()
+            g.replay()
+            end.record()
+            back.copy_(out, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+        return back.numpy().copy(), int(round(start.elapsed_time(end) * 1e6))
+
+    def _events(self) -> tuple[Any, Any]:
+        if self._ev is None:
+            self._ev = (self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True))
+        return self._ev
+
+    def _clean(self, raw: Any) -> Any:
+        """Random bytes as BF16 hold NaNs and infinities: 0, +-1, then +-4 at most."""
+        x = self.torch.nan_to_num(raw.to(self.dtype), nan=0.0, posinf=1.0, neginf=-1.0)
+        return x.clamp_(-4.0, 4.0)
+
+    def _graph(self, xs: tuple[int, ...], k: int, staged: bool = False) -> tuple[Any, ...]:
+        """A captured forward per (batch, rows, K): (graph, static input, output), and with
+        `staged` its input cleaned inside the graph and its pinned host buffers (stage, ids)."""
+        torch = self.torch
+        key = (*xs, k, staged)
         if key not in self._graphs:
             try:
-                inp = torch.zeros(xs, dtype=self.dtype, device=self.device)
+                inp = torch.zeros(xs, dtype=torch.bfloat16 if staged else self.dtype, device=self.device)
+
+                def body() -> Any:
+                    return self.forward(self._clean(inp) if staged else inp, k)
+
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     for _ in range(2):  # warm-up before capture, as torch's graph docs ask
-                        self.forward(inp, k)
+                        body()
                 torch.cuda.current_stream().wait_stream(side)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):
-                    out = self.forward(inp, k)
+                    out = body()
+                extra: tuple[Any, ...] = ()
+                if staged:
+                    extra = (torch.empty(inp.numel() * 2, dtype=torch.uint8, pin_memory=True),
+                             torch.empty(out.shape, dtype=out.dtype, pin_memory=True))
             except RuntimeError as exc:
                 raise ConfigError(f"the {self.shape.name} drafter cannot run a batch of {xs[0]} x {xs[1]} rows on "
                                   f"this GPU: {str(exc).splitlines()[0][:200]}") from None
-            self._graphs[key] = (g, inp, out)
-        g, inp, out = self._graphs[key]
-        return g, inp, out
+            self._graphs[key] = (g, inp, out, *extra)
+        return self._graphs[key]  # type: ignore[no-any-return]
 
     def info(self) -> dict[str, Any]:
         """What report.json names: the shape, the device, the weight bytes read and their floor
@@ -399,6 +412,46 @@ class Model:
         out["weight_read_floor_ns"] = int(out["weight_bytes"] / bw * 1e9)
         self._info = out
         return dict(out)
+
+
+def random_weights(m: Model, seed: int) -> dict[str, Any]:
+    """Random weights of the model's shape on its device (the norms ones)."""
+    torch = m.torch
+    gen = torch.Generator(device=m.device).manual_seed(seed)
+    out = {}
+    for name, shp in weight_shapes(m.shape).items():
+        if name.endswith("norm.weight"):
+            out[name] = torch.ones(shp, dtype=m.dtype, device=m.device)
+            continue
+        t = torch.empty(shp, dtype=m.dtype, device=m.device)
+        t.normal_(0.0, 1.0 / math.sqrt(shp[-1]), generator=gen)
+        out[name] = t
+    return out
+
+
+def load_weights(m: Model, path: Path) -> dict[str, Any]:
+    """The weights of a .safetensors file, each tensor's shape checked against the model's."""
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise DrafterUnavailable(f"--drafter-weights needs safetensors; install it with: {INSTALL}") from None
+    want = weight_shapes(m.shape)
+    out = {}
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            have = set(f.keys())
+            missing = sorted(set(want) - have)
+            if missing:
+                raise ConfigError(f"{path}: no tensor {missing[0]!r} ({len(missing)} of the {m.shape.name} "
+                                  f"drafter's {len(want)} missing; docs/DRAFTER.md names them)")
+            for name, shp in want.items():
+                t = f.get_tensor(name)
+                if tuple(t.shape) != shp:
+                    raise ConfigError(f"{path}: {name} is {list(t.shape)}, the config says {list(shp)}")
+                out[name] = t.to(device=m.device, dtype=m.dtype)
+    except (OSError, ValueError) as exc:  # not a safetensors file
+        raise ConfigError(f"cannot read the drafter's weights {path}: {str(exc)[:200]}") from None
+    return out
 
 
 def copy_bandwidth(torch: Any, device: str, nbytes: int = 1 << 28, repeats: int = 5) -> float:

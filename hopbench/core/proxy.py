@@ -8,9 +8,11 @@ computes from it is compared with what it computes from the raw tap
 (hopbench.orchestration.agreement). It is a proxy: it bounds what a codec's error does to a
 real network's states; it is not the learned drafter's own sensitivity.
 
-Why numpy: it needs no extra beyond `gguf`, and the default table (16 prompts, 5 taps,
-5 codecs) runs in about 95 s on this 2-CPU host; a torch forward was not timed against it
-(left for a later round). Checked against an independent reference, transformers' own
+Why numpy: it needs no extra beyond `gguf`, and torch is no faster at these shapes: on this
+2-CPU host one [rows, 576] x [576, 1536] product ran at 61/102/172 GFLOP/s in numpy
+(OpenBLAS) and 58/108/197 in torch 2.13 (oneDNN) at 40/120/600 rows. What does matter is
+the rows: evaluate() runs every state of a prompt (raw and each codec's, every tap) as
+one batch. Checked against an independent reference, transformers' own
 LlamaForCausalLM loaded from the same GGUF (benchmarks/bench_proxy_reference.py: the
 logits within 7e-5 of a scale of 30, every argmax the same). The layout follows llama.cpp's:
 GGUF's Q and K rows are permuted for its rotary embedding on adjacent pairs, so the rotary
@@ -145,12 +147,13 @@ class Model:
                           vocab=len(f["tokenizer.ggml.tokens"].data) if "tokenizer.ggml.tokens" in f else 0,
                           rope_base=float(field(f"{arch}.rope.freq_base")),
                           eps=float(field(f"{arch}.attention.layer_norm_rms_epsilon")))
-        self.name = str(f["general.name"].contents()) if "general.name" in f else path.name
+        self.name = PROXY_NAME if path.name == PROXY_FILE else \
+            str(f["general.name"].contents()) if "general.name" in f else path.name
         self.tokenizer = Tokenizer(list(field("tokenizer.ggml.tokens")), list(field("tokenizer.ggml.merges")))
         self.w = {t.name: gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
                   .reshape([int(d) for d in reversed(t.shape)]) for t in reader.tensors}
         self.embed = self.w["token_embd.weight"]
-        self.head = self.w.get("output.weight", self.embed)  # tied embeddings when there is no output
+        self.head = "output.weight" if "output.weight" in self.w else "token_embd.weight"  # tied when no output
         self._check()
 
     def _check(self) -> None:
@@ -175,9 +178,9 @@ class Model:
         return out
 
     def rope(self, x: np.ndarray) -> np.ndarray:
-        """x [positions, heads, head_dim]: pairs (2i, 2i + 1) rotated by position / base^(2i/d)."""
+        """x [..., positions, heads, head_dim]: pairs (2i, 2i + 1) rotated by position / base^(2i/d)."""
         d = x.shape[-1]
-        pos = np.arange(x.shape[0], dtype=np.float64)[:, None]
+        pos = np.arange(x.shape[-3], dtype=np.float64)[:, None]
         ang = pos * self.cfg.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
         cos, sin = np.cos(ang)[:, None, :].astype(np.float32), np.sin(ang)[:, None, :].astype(np.float32)
         a, b = x[..., 0::2], x[..., 1::2]
@@ -185,24 +188,31 @@ class Model:
         out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
         return out
 
+    def _lin(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x [..., in] @ W.T as one matrix product over every leading row (BLAS's best shape)."""
+        out: np.ndarray = (x.reshape(-1, x.shape[-1]) @ self.w[name].T).reshape(*x.shape[:-1], -1)
+        return out
+
     def layer(self, i: int, x: np.ndarray) -> np.ndarray:
-        """Block i on x [positions, hidden] (causal attention over these positions)."""
-        c, w, n = self.cfg, self.w, x.shape[0]
-        h = self.norm(x, w[f"blk.{i}.attn_norm.weight"])
-        q = self.rope((h @ w[f"blk.{i}.attn_q.weight"].T).reshape(n, c.heads, c.head_dim))
-        k = self.rope((h @ w[f"blk.{i}.attn_k.weight"].T).reshape(n, c.kv_heads, c.head_dim))
-        v = (h @ w[f"blk.{i}.attn_v.weight"].T).reshape(n, c.kv_heads, c.head_dim)
+        """Block i on x [..., positions, hidden] (causal attention over the positions; a leading
+        axis is a batch of sequences of the same length)."""
+        c, w, n, p = self.cfg, self.w, x.shape[-2], f"blk.{i}."
+        lead = x.shape[:-2]
+        h = self.norm(x, w[p + "attn_norm.weight"])
+        q = self.rope(self._lin(h, p + "attn_q.weight").reshape(*lead, n, c.heads, c.head_dim))
+        k = self.rope(self._lin(h, p + "attn_k.weight").reshape(*lead, n, c.kv_heads, c.head_dim))
+        v = self._lin(h, p + "attn_v.weight").reshape(*lead, n, c.kv_heads, c.head_dim)
         group = c.heads // c.kv_heads
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(c.head_dim)
+        k, v = np.repeat(k, group, axis=-2), np.repeat(v, group, axis=-2)
+        q, k, v = (np.swapaxes(t, -2, -3) for t in (q, k, v))  # [..., heads, positions, head_dim]
+        s = (q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(c.head_dim))
         s = s + np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        att = np.einsum("hqk,khd->qhd", p, v).reshape(n, c.heads * c.head_dim)
-        x = x + att @ w[f"blk.{i}.attn_output.weight"].T
-        h = self.norm(x, w[f"blk.{i}.ffn_norm.weight"])
-        g = h @ w[f"blk.{i}.ffn_gate.weight"].T
-        x = x + ((g / (1 + np.exp(-g))) * (h @ w[f"blk.{i}.ffn_up.weight"].T)) @ w[f"blk.{i}.ffn_down.weight"].T
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        att = np.swapaxes((e / e.sum(axis=-1, keepdims=True)) @ v, -2, -3).reshape(*lead, n, c.heads * c.head_dim)
+        x = x + self._lin(att, p + "attn_output.weight")
+        h = self.norm(x, w[p + "ffn_norm.weight"])
+        g = self._lin(h, p + "ffn_gate.weight")
+        x = x + self._lin((g / (1 + np.exp(-g))) * self._lin(h, p + "ffn_up.weight"), p + "ffn_down.weight")
         return x.astype(np.float32, copy=False)
 
     def taps(self, ids: list[int], at: list[int]) -> dict[int, np.ndarray]:
@@ -223,7 +233,30 @@ class Model:
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """The final norm and the head on a residual stream (on a tap: an early exit)."""
-        out: np.ndarray = self.norm(x, self.w["output_norm.weight"]) @ self.head.T
+        return self._lin(self.norm(x, self.w["output_norm.weight"]), self.head)
+
+    def evaluate(self, inputs: dict[int, list[np.ndarray]]) -> dict[int, dict[str, list[np.ndarray]]]:
+        """Per tap k, states [positions, hidden] after layer k (all of one prompt's length):
+        each one's logits continued through the rest of the network, and early exit (the
+        final norm and the head on it), in the same order. One batch: a tap's states join
+        the batch at layer k, so every layer runs once over all the states that have reached
+        it (3x the matrix throughput of one sequence at a time on this 2-CPU host)."""
+        order = sorted(inputs)
+        batch: np.ndarray | None = None
+        owners: list[int] = []
+        for i in range(order[0], self.cfg.layers):
+            if i in inputs:
+                add = np.stack(inputs[i])
+                batch = add if batch is None else np.concatenate([batch, add])
+                owners += [i] * len(inputs[i])
+            batch = self.layer(i, batch)  # type: ignore[arg-type]
+        assert batch is not None
+        cont = self.logits(batch)
+        early = self.logits(np.concatenate([np.stack(inputs[k]) for k in order]))
+        out: dict[int, dict[str, list[np.ndarray]]] = {k: {"continued": [], "early exit": []} for k in order}
+        for j, k in enumerate(owners):
+            out[k]["continued"].append(cont[j])
+            out[k]["early exit"].append(early[j])
         return out
 
 

@@ -76,6 +76,8 @@ class RunRequest:
     payload: str = "taps"  # the payload design: taps (5 aux layers per position) or projected (one row)
     remote_drafter: bool = False  # each token payload also runs the server's drafter model (docs/DRAFTER.md)
     early: str = "off"  # streamed to the drafter: what of its forward starts on the landed taps
+    agreement: bool = False  # each lossy codec's agreement measured on the proxy before the run (docs/CODECS.md)
+    agreement_from: Path | None = None  # ... or read from a saved record (codecs --agreement --save)
 
 
 def check_data_path(transport: str, settings: dict[str, dict[str, Any]], memory: tuple[str, str],
@@ -318,9 +320,10 @@ def run(req: RunRequest, console: RunConsole) -> Path:
                     f"every {PROGRESS_EVERY_S:.0f} s{' (target 1 for all)' if req.clients > 1 else ''}, its row as it "
                     "ends (Ctrl-C keeps what was measured)")
     progress = (lambda *a: console.say(progress_line(*a))) if scheduled > 30 else None
+    carried = _agreement(req, loads, console)
     if req.clients > 1:
-        return _run_clients(req, console, loads, cfg, make_folder, made, progress is not None)
-    extra: dict[str, Any] = {"doctor": pre.to_dict()}
+        return _run_clients(req, console, loads, cfg, make_folder, made, progress is not None, carried)
+    extra: dict[str, Any] = {"doctor": pre.to_dict(), **carried}
     model = stream_model(cfg, console) if cfg.stream else None
     if model is not None:
         extra["stream_model"] = model.to_dict()
@@ -340,6 +343,16 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         drafter_lines((w.header.get("server_env") or {}).get("drafter"), rows, console)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
+
+
+def _agreement(req: RunRequest, loads: list[Payload], console: RunConsole) -> dict[str, Any]:
+    """The header's `agreement` (run --agreement / --agreement-from: docs/CODECS.md), or none."""
+    from hopbench.orchestration.agreement import for_run
+
+    if (req.agreement or req.agreement_from) and all(p.codec == "none" for p in loads):
+        raise ConfigError("--agreement and --agreement-from judge a lossy codec: give --codec (e.g. none,fp8)")
+    record = for_run(req.agreement, req.agreement_from, list(dict.fromkeys(p.codec for p in loads)), console.say)
+    return {"agreement": record} if record else {}
 
 
 def drafter_lines(info: dict[str, Any] | None, rows: list[dict[str, Any]], console: RunConsole) -> None:
@@ -465,7 +478,7 @@ def _p50_ms(row: dict[str, Any]) -> str:
 
 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,
-                 make_folder: Callable[[], Path], made: list[Path], progress: bool) -> Path:
+                 make_folder: Callable[[], Path], made: list[Path], progress: bool, extra: dict[str, Any]) -> Path:
     """--clients M: the reference alone, then M targets at once (hopbench.orchestration.clients);
     `progress`: the reference and target 1 print a long plan's progress."""
     from hopbench.orchestration import clients as CL
@@ -473,7 +486,7 @@ def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg
 
     with naming_what_was_kept(made):
         record = CL.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
-                               warn=console.warn, say=console.say, progress=progress)
+                               warn=console.warn, say=console.say, progress=progress, extra=extra)
     folder: Path = record["folder"]
     CL.result_table(record["payloads"], console.say)
     if record["errors"]:

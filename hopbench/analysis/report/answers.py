@@ -30,22 +30,42 @@ def _codec_answers(doc: dict) -> list[str]:
         said = (" <span class=\"note\">(on synthetic hidden states: not a claim about any model)</span>" if data == "synthetic"
                 else f" <span class=\"note\">(hidden states from {_esc(data)})</span>" if data else "")
         if c["pays"]:
-            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call pays">{_esc(c["codec"])} pays</span> '
+            changes = c.get("changes_drafts")
+            head = (f'<span class="call even">{_esc(c["codec"])}: {_esc(c["call"])}</span>' if changes
+                    else f'<span class="call pays">{_esc(c["codec"])} pays</span>')
+            items.append(f'<li><b>{_esc(rung)}</b>, codecs: {head} '
                          f'&mdash; over {_esc(c["transport"])} it turns a {num(doc, f"{p}.raw_hop_ms", 3)} ms hop into '
                          f'{num(doc, f"{p}.hop_ms", 3)} ms ({num(doc, f"{p}.hop_ratio", 2)}x, encode and decode '
                          f'included): projected gain {num(doc, f"{p}.gain", 1, 100, sign=True)}% against '
-                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw{said}. A lossy codec\'s effect on '
-                         'acceptance is not measured (docs/CODECS.md)</li>')
+                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw{said}. {_drafts(doc, p, c)}</li>')
         elif c.get("undecided"):
             items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call even">undecided</span> &mdash; the best, '
                          f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
-                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread{said}</li>')
+                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread{said}. '
+                         f'{_drafts(doc, p, c)}</li>')
         else:
             items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call costs">none pays</span> &mdash; the best, '
                          f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
                          f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw: on this link its CPU time costs more '
-                         f'than the bytes it saves{said}</li>')
+                         f'than the bytes it saves{said}. {_drafts(doc, p, c)}</li>')
     return items
+
+
+def _drafts(doc: dict, p: str, c: dict) -> str:
+    """The codec's measured effect on the drafts (top-1 agreement, its interval and n, and the
+    network it was measured on), or that it was not measured."""
+    h = c.get("agreement")
+    if not h:
+        return ("Its effect on the drafts is not measured (<code>run --agreement</code>; a lossless codec keeps them "
+                "exactly)")
+    if h.get("identical_bytes"):
+        return f'It keeps the drafts: identical bytes ({_esc(h.get("source", ""))})'
+    from hopbench.analysis import agreement as AG
+
+    verb = _esc(AG.verb(h, h["bar"])) + (f' (the bar: {h["bar"]:.0%})' if h["changes_drafts"] else "")
+    return (f'Top-1 agreement {num(doc, f"{p}.agreement.top1", 2, 100)}% [{num(doc, f"{p}.agreement.top1_lo", 2, 100)}'
+            f'&ndash;{num(doc, f"{p}.agreement.top1_hi", 2, 100)}%, n = {h["n"]:,}] ({_esc(h.get("source", ""))}): it '
+            f'{verb}')
 
 
 DESIGN_NAMES = {("taps", "off"): "synchronous taps", ("projected", "off"): "synchronous projected (fc on the target)",
@@ -78,7 +98,7 @@ def _design_answers(doc: dict) -> list[str]:
                          f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)' for d, i in designs)
         bi = best[1]
         items.append(f'<li><b>{_esc(rung)}</b>, {_esc(base)} by payload design: best <span class="call '
-                     f'{_call_class(vs[bi]["call"])}">{_esc(DESIGN_NAMES[best[0]])}: {_esc(vs[bi]["call"])}</span> '
+                     f'{_call_class(vs[bi]["decision"])}">{_esc(DESIGN_NAMES[best[0]])}: {_esc(vs[bi]["call"])}</span> '
                      f'&mdash; {each}. The streamed hop is the exposed one (ids back &minus; the forward\'s end; the '
                      'forward a schedule, tap k sent when layer k ends, its extraction cost as recorded); the projected '
                      'one assumes the drafter\'s fc runs on the target (docs/STREAM.md)</li>')
@@ -138,7 +158,7 @@ def _spec_answer(doc: dict, rung: str, j: int, s: dict) -> str:
                      for k, mm in enumerate(s.get("modes") or []))
     partial = (f' <span class="note">(the spec is {_esc(s["status"])}: {s["repeats"]} of '
                f'{s["repeats_asked"]} repeats measured)</span>') if s.get("status") not in (None, "complete") else ""
-    return (f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["call"])}">{_esc(s["call"])}</span> '
+    return (f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["decision"])}">{_esc(s["call"])}</span> '
             f'&mdash; measured end to end by hopbench spec over {_esc(s["transport"])} '
                  f'({_esc(s["folder"])}): {each} against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s '
                  f'local; the call is the best mode, {_esc(s["mode"])}. The projections in the verdict table '
@@ -170,7 +190,7 @@ def _answer(doc: dict) -> str:
         if rung in measured:
             items.append(_spec_answer(doc, rung, *measured[rung]))
             continue
-        items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["call"])}">{_esc(v["call"])}</span> '
+        items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["decision"])}">{_esc(v["call"])}</span> '
                      f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
                      f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
                      f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '

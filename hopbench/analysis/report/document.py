@@ -183,13 +183,13 @@ def spec_measured(spec_folders: list[Path], inputs: V.Inputs) -> list[dict]:
             raise HopbenchError(f"{sf}: a spec result needs the local mode and sync or overlap to answer (has {sorted(by)})")
         local = by["local"]
         gain = remote.tok_s.value / local.tok_s.value - 1
-        call = V.call_for_gain(gain, inputs.min_gain)
+        decision, call = V.call_for_gain(gain, inputs.min_gain)
         every = [{"mode": m, "tok_s": by[m].tok_s.value, "gain": by[m].tok_s.value / local.tok_s.value - 1,
                   "repeats": by[m].tok_s.n_repeats} for m in ("sync", "overlap", "stream") if m in by]
         out.append({"folder": str(sf), "rung": (report.get("config") or {}).get("rung") or "run",
                     "transport": (report.get("config") or {}).get("transport"), "mode": remote.mode,
                     "tok_s": remote.tok_s.value, "local_tok_s": local.tok_s.value, "gain": gain,
-                    "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call,
+                    "level": remote.tok_s.level, "repeats": remote.tok_s.n_repeats, "call": call, "decision": decision.value,
                     "modes": every, "status": report.get("status"),
                     "repeats_asked": (report.get("config") or {}).get("repeats")})
     return out

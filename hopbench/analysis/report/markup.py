@@ -37,9 +37,9 @@ def _level(level: float | None, scope: str | None) -> str:
     return "-" if level is None else pct(level) + (" (one run)" if scope == "within-run" else "")
 
 
-def _call_class(call: str) -> str:
-    return ("costs" if call.startswith(V.NOT_NETWORK) else "pays" if call.startswith("move") or "pays" in call else
-            "even" if "dead" in call or "undecided" in call or call.startswith("not worth") else "costs")
+def _call_class(decision: str) -> str:
+    """A verdict's decision (verdict.Decision's value, as the document holds it) as its class."""
+    return V.Decision(decision).tone
 
 
 

@@ -66,7 +66,7 @@ def _verdict_section(doc: dict) -> str:
                     f'<td>{num(doc, p + ".hop_vs_break_even", 1, 100, sign=True)}%</td>'
                     f'<td>{num(doc, p + ".projected_tok_s", 2)}</td>'
                     f'<td>{tci}</td><td>{num(doc, p + ".gain", 1, 100, sign=True)}%</td>'
-                    f'<td class="t call {_call_class(v["call"])}">{_esc(v["call"])}</td></tr>')
+                    f'<td class="t call {_call_class(v["decision"])}">{_esc(v["call"])}</td></tr>')
     if not rows:
         body = '<p class="note">No verdict: see the warnings.</p>'
     else:
