@@ -116,9 +116,7 @@ class Batcher:
         t_start = time.perf_counter_ns()
         try:
             with self.gpu:
-                x = m.rows_from(np.concatenate([np.frombuffer(a.body, dtype=np.uint8) for a in batch]), len(batch),
-                                batch[0].rows)
-                ids, ns = m.run(x, batch[0].k)
+                ids, ns = m.run_bodies([a.body for a in batch], batch[0].rows, batch[0].k)
         except Exception as exc:  # the batch's sessions all learn why (an OOM, a capture that failed)
             err = exc if isinstance(exc, HopbenchError) else ConfigError(f"the drafter's forward failed: {exc}")
             for a in batch:
