@@ -5,19 +5,13 @@ install line; a check that does not apply says why."""
 import pytest
 
 from hopbench.core.transport import get_transport, registry
-from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.errors import ConfigError
 from hopbench.testing import conformance as C
-from hopbench.testing import register_fake
+from hopbench.testing import register_fake, transport_or_skip
 
 # every transport the registry knows (entry points), plus the tests' in-memory fake
 TRANSPORTS = sorted(set(registry()) | {register_fake()})
 
-
-def transport_or_skip(name):
-    try:
-        return get_transport(name)
-    except TransportUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 connected = C.connected
@@ -43,9 +37,9 @@ def test_registry_knows_each_transports_settings(name):
     if reg.settings:
         assert reg.settings == t.known_settings
     elif reg.settings_prefix:  # a UCX variable, routed to the transport by its prefix, is taken
-        key = {"UCX_": "UCX_TLS", "NIXL_": "NIXL_UCX_TLS"}[reg.settings_prefix]
-        assert reg.owns(key)
-        t.check_settings({key: "tcp"})
+        key, value = next(o.example for o in reg.options if o.example).split("=", 1)  # the record's own example
+        assert reg.owns(key) and key.startswith(reg.settings_prefix)
+        t.check_settings({key: value})
     else:  # a transport that owns no setting refuses any
         with pytest.raises(ConfigError):
             t.check_settings({"sndbuf": "1"})
@@ -245,3 +239,20 @@ def test_a_nixl_process_ends_with_its_status_where_rdma_cores_libnl_is_loaded_to
         pytest.skip("the system's libnl-route did not load here (no rdma-core: apt-get install ibverbs-providers)")
     assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
     assert "loaded: True" in done.stdout and "buffered by C stdio" in done.stdout, done.stdout
+
+
+def test_the_transports_describe_themselves():
+    """REVIEW5 F5 (fio's habit): the records are the description everywhere: --transport's
+    and --opt's help, the packages an end reports, the settings a record's options make."""
+    from hopbench.core import env
+    from hopbench.core.transport import Option, Registered, installed, libraries, options_help, transport_help
+
+    for r in installed():
+        assert f"{r.name} ({r.summary})" in transport_help()
+        for o in r.options:
+            assert o.key in options_help()
+    assert "fake" not in transport_help()  # registered in this process only: not described
+    assert {"pyzmq", "ucxx-cu12", "libucx-cu12", "nixl-cu12"} <= set(libraries())
+    assert set(libraries()) <= set(env.package_versions())
+    made = Registered("x", "m:C", None, "xlib", options=(Option("depth", "int", "queue depth"),))
+    assert made.settings == frozenset({"depth"}) and made.owns("depth")

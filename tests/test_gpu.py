@@ -19,9 +19,9 @@ from hopbench.core.client import Session
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.orchestration.runner import run_session
 from hopbench.records import Payload, RunConfig
+from hopbench.testing import transport_or_skip
 from tests import fakecupy
 from tests.conftest import small_plan
-from tests.test_conformance import transport_or_skip
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hopbench.core import native
-from hopbench.core.transport import get_transport
-from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.errors import ConfigError
 from hopbench.testing import conformance as C
+from hopbench.testing import transport_or_skip
 
 needs_native = pytest.mark.skipif(native.UNAVAILABLE is not None, reason=str(native.UNAVAILABLE))
 
@@ -24,12 +24,6 @@ CASES = [
     pytest.param("nixl", "block", id="nixl-block"),
 ]
 
-
-def transport_or_skip(name):
-    try:
-        return get_transport(name)
-    except TransportUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.mark.parametrize("loop", ["python", pytest.param("native", marks=needs_native)])

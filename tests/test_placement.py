@@ -13,8 +13,9 @@ import pytest
 from hopbench.core.placement import parse_cpus
 from hopbench.errors import ConfigError
 from hopbench.orchestration.serverproc import ready_port
+from hopbench.testing import transport_or_skip
 from hopbench.testing.conformance import exchange
-from tests.test_conformance import TRANSPORTS, transport_or_skip
+from tests.test_conformance import TRANSPORTS
 
 CPUS = sorted(os.sched_getaffinity(0))
 

@@ -11,7 +11,9 @@ from hopbench.errors import HopbenchError
 
 AGG_COLUMNS = ["rung", "transport", "payload", "tokens", "request_bytes", "reply_bytes", "gap_ms", "repeats",
                "n", "p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns", "p50_ci_level", "p50_ci_scope", "p50_rep_min_ns",
-               "p50_rep_max_ns", "spread_rel", "rate_mbit"]
+               "p50_rep_max_ns", "spread_rel", "rate_mbit",
+               # tidy: the series' parts beside its label (`transport` is the label, "tcp+fp8@4")
+               "base_transport", "codec", "design", "stream", "clients"]
 
 
 def aggregate(folder: Path) -> list[dict]:
@@ -35,5 +37,6 @@ def aggregate(folder: Path) -> list[dict]:
                      "p50_ci_hi_ns": e.hi, "p50_ci_level": e.level, "p50_ci_scope": e.scope,
                      "p50_rep_min_ns": float(p50s[0]), "p50_rep_max_ns": float(p50s[-1]),
                      "spread_rel": float((p50s[-1] - p50s[0]) / e.value) if e.value else 0.0,
-                     "rate_mbit": g.rate_mbit})
+                     "rate_mbit": g.rate_mbit, "base_transport": g.series.transport, "codec": g.series.codec,
+                     "design": g.series.design, "stream": g.series.stream, "clients": g.series.clients})
     return rows

@@ -10,6 +10,11 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hopbench.config import DEFAULT_PORT, parse_hostport
+from hopbench.core.transport import options_help, transport_help
+
+# the registry describes the transports (entry points: no transport library is imported)
+TRANSPORT_HELP = transport_help() + "."
+OPT_HELP = options_help()
 
 PortOpt = Annotated[Optional[int], typer.Option("--port", "-p", min=1, max=65535,
                                                 help="The server's port; overrides the one in --peer/--bind (iperf3's -p).")]

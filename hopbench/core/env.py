@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 SYS_NET = Path("/sys/class/net")
-PACKAGES = ("hopbench", "numpy", "pyzmq", "ucxx-cu12", "libucx-cu12", "typer")
+PACKAGES = ("hopbench", "numpy", "typer")  # and every registered transport's libraries (transport.libraries)
 
 
 def _read(path: Path) -> str | None:
@@ -34,7 +34,9 @@ def cpu_model() -> str | None:
 
 def package_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for name in PACKAGES:
+    from hopbench.core.transport import libraries
+
+    for name in (*PACKAGES, *libraries()):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -239,6 +239,17 @@ class TransportOptions:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One --opt KEY=VALUE a transport takes (fio's engine options): its key (or, for a
+    family routed by prefix, the prefix and an example key), its type and its help."""
+
+    key: str
+    type: str  # "int", "str", ... (what VALUE is)
+    help: str
+    example: str | None = None  # "UCX_TLS=tcp": shown in the help, used by the settings test
+
+
+@dataclass(frozen=True)
 class Registered:
     name: str
     target: str  # "module:attribute", imported on first use
@@ -254,6 +265,16 @@ class Registered:
     #: the exact install line when an extra cannot say it (nixl: its wheel declares torch,
     #: which NIXL's agent API does not need: installed with --no-deps)
     install: str | None = None
+    #: what it is, in a few words (the --transport help)
+    summary: str = ""
+    #: the --opt keys it takes, described (the --opt help, the settings test)
+    options: tuple[Option, ...] = ()
+    #: distributions besides `library` whose versions each end reports (libucx-cu12 for ucx)
+    libraries: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.options and not self.settings and not self.settings_prefix:  # the keys, said once
+            object.__setattr__(self, "settings", frozenset(o.key for o in self.options))
 
     def install_line(self) -> str | None:
         return self.install or (install_line(self.extra) if self.extra else None)
@@ -266,6 +287,7 @@ ENTRY_POINT_GROUP = "hopbench.transports"
 
 
 _REGISTRY: dict[str, Registered] = {}
+_INSTALLED: set[str] = set()  # the names that came from entry points (not register()ed here)
 _LOADED = False
 
 
@@ -287,7 +309,39 @@ def registry() -> dict[str, Registered]:
             if not ok:
                 reg = Registered(ep.name, ep.value, None, None, broken=f"its entry point {ep.value} {why}")
             _REGISTRY.setdefault(reg.name, reg)
+            _INSTALLED.add(reg.name)
     return _REGISTRY
+
+
+def installed() -> list[Registered]:
+    """The transports installed (entry points), without any register()ed in this process
+    (the tests' fake): what help texts and reports describe."""
+    return [r for r in registry().values() if r.name in _INSTALLED]
+
+
+def transport_help() -> str:
+    """--transport's help, from the registry: each transport and what it is."""
+    return "; ".join(f"{r.name} ({r.summary})" if r.summary else r.name for r in installed() if not r.broken)
+
+
+def options_help() -> str:
+    """--opt's help, from the registry: which keys go to which transport, an example each."""
+    each = []
+    for r in installed():
+        if r.options:
+            keys = ", ".join(o.key for o in r.options)
+            ex = next((o.example for o in r.options if o.example), None)
+            each.append(f"{keys} to {r.name}" + (f", e.g. {ex}" if ex else ""))
+    return ("Transport option KEY=VALUE, repeatable: each key goes to the transport that declares it ("
+            + "; ".join(each) + "); an unknown key is refused.")
+
+
+def libraries() -> tuple[str, ...]:
+    """Every registered transport's library distributions (what env reports the versions of)."""
+    out: list[str] = []
+    for r in installed():
+        out += [d for d in (r.library, *r.libraries) if d and d not in out]
+    return tuple(out)
 
 
 def register(reg: Registered) -> None:

@@ -12,9 +12,28 @@ check taking a `Maker` (the transport and a way to make a connected pair); the l
         check(maker, "auto", "python")
 """
 
+from typing import TYPE_CHECKING
+
 from hopbench.testing.fakes import FakeClock, fake_pair
 
-__all__ = ["FakeClock", "fake_pair", "register_fake"]
+if TYPE_CHECKING:
+    from hopbench.core.transport import Transport
+
+__all__ = ["FakeClock", "fake_pair", "register_fake", "transport_or_skip"]
+
+
+def transport_or_skip(name: str) -> "Transport":
+    """The transport, or the test skipped with its install line (pytest's skip) where its
+    library is absent."""
+    import pytest
+
+    from hopbench.core.transport import get_transport
+    from hopbench.errors import TransportUnavailable
+
+    try:
+        return get_transport(name)
+    except TransportUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def register_fake() -> str:
