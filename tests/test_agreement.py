@@ -122,7 +122,7 @@ class _Net:
         return {"all": {"drafts": [x.astype(np.float64) for x in inputs["all"]]}}
 
     def describe(self):
-        return {"kind": "test", "groups": len(self._groups), "group": "body"}
+        return {"kind": "test", "taps": ["all"], "groups": len(self._groups), "group": "body"}
 
 
 class _SwapsRowsAbove:

@@ -108,6 +108,13 @@ def verb(h: dict[str, Any], bar: float = AGREEMENT_BAR) -> str:
     return "changes the drafts"
 
 
+def verb_with_bar(h: dict[str, Any]) -> str:
+    """verb, and the bar it was judged against where the codec does not keep the drafts (a
+    headline carried by for_codec: its record's bar)."""
+    bar = h.get("bar", AGREEMENT_BAR)
+    return verb(h, bar) + (f" (the bar: {bar:.0%})" if changes_drafts(h, bar) else "")
+
+
 def text(r: dict[str, Any]) -> str:
     """'99.71% [99.40-99.86, n = 1,234]', or 'identical bytes' for a codec that changed none."""
     if r.get("identical_bytes"):
@@ -131,4 +138,4 @@ def said(h: dict[str, Any]) -> str:
 
 
 __all__ = ["AGREEMENT_BAR", "changes_drafts", "compare", "for_codec", "headlines", "identical", "log_softmax",
-           "positions", "said", "summarise", "text", "verb", "wilson"]
+           "positions", "said", "summarise", "text", "verb", "verb_with_bar", "wilson"]

@@ -62,11 +62,12 @@ def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None)
 def agreement_record(folder: Path | Reading) -> dict[str, Any] | None:
     """The codec agreement a run's report.json carries (`run --agreement`, docs/CODECS.md),
     or None (not measured; a sweep's folder has none)."""
+    from hopbench.errors import HopbenchError
     from hopbench.results import ResultFolder
 
     try:
-        rec = ResultFolder(Path(folder)).read_top().get("agreement")
-    except (OSError, ValueError, AttributeError):
+        rec = ResultFolder(Path(folder)).read_header().extra.get("agreement")
+    except (OSError, ValueError, HopbenchError):
         return None
     return rec if isinstance(rec, dict) else None
 

@@ -27,12 +27,11 @@ def render(columns: list[str], rows: list[list[str]], right: set[int] | None = N
     for i, c in enumerate(columns):  # on a terminal the text columns wrap to fit its width; numbers never do
         t.add_column(c, justify="right" if i in right else "left", no_wrap=not tty or i in right,
                      overflow="fold")
-    for row in rows:
+    for i, row in enumerate(rows):
         cells = list(row)
-        style = TONE_STYLES.get(tones[len(t.rows)] or "") if tones else None
-        if tty and call_column is not None:
-            if style:
-                cells[call_column] = f"[{style}]{cells[call_column]}[/{style}]"
+        style = TONE_STYLES.get(tones[i] or "") if tones else None
+        if tty and call_column is not None and style:
+            cells[call_column] = f"[{style}]{cells[call_column]}[/{style}]"
         t.add_row(*cells)
     buf = io.StringIO()
     import shutil

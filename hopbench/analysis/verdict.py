@@ -272,11 +272,9 @@ def best_per_rung(vs: "list[Verdict] | list[dict]") -> "dict[str, int]":
 
     ds = [v if isinstance(v, dict) else asdict(v) for v in vs]
 
-    def sure(d: dict) -> float:
-        if d.get("not_network"):
-            return -math.inf
+    def sure(d: dict) -> tuple[int, float]:  # (rank, the surely-largest gain): a bypass last, then a changed draft
         g = d["gain_ci"][0] if d.get("gain_ci") else d["gain"]
-        return g - 1e6 if (d.get("agreement") or {}).get("changes_drafts") else g  # behind every series that keeps them
+        return (-2 if d.get("not_network") else -1 if (d.get("agreement") or {}).get("changes_drafts") else 0), g
 
     best: dict[str, int] = {}
     for i, d in enumerate(ds):
@@ -370,7 +368,7 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[Place, Series], str | 
         out.append({"rung": v.rung, "transport": base_name, "codec": codec, "hop_ms": v.hop_ms, "raw_hop_ms": base.hop_ms,
                     "hop_ratio": v.hop_ms / base.hop_ms, "gain": v.gain, "raw_gain": base.gain, "pays": pays,
                     "undecided": undecided, "call": call, "payload_source": data, "agreement": v.agreement,
-                    "changes_drafts": bool(v.agreement and v.agreement["changes_drafts"]), "verdict_call": v.call,
+                    "changes_drafts": bool(v.agreement and v.agreement["changes_drafts"]),
                     "line": (f"codec {codec} on {v.rung} ({base_name}{said}): hop {v.hop_ms:.3f} ms = "
                              f"{v.hop_ms / base.hop_ms:.2f}x the raw {base.hop_ms:.3f} ms; gain {v.gain:+.1%} against "
                              f"{base.gain:+.1%} raw: {call}; {drafts}")})
@@ -384,7 +382,7 @@ def _drafts_said(v: Verdict) -> str:
     h = v.agreement
     if h is None:
         return "its effect on the drafts not measured (run --agreement; a lossless codec keeps them exactly)"
-    return f"{AG.said(h)}: it {AG.verb(h, h['bar'])}" + (f" (the bar: {h['bar']:.0%})" if h["changes_drafts"] else "")
+    return f"{AG.said(h)}: it {AG.verb_with_bar(h)}"
 
 
 def targets_calls(vs: "list[Verdict]") -> list[dict]:

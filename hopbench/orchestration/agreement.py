@@ -51,7 +51,7 @@ class Source(Protocol):
 
     def evaluate(self, inputs: dict[Any, list[np.ndarray]]) -> dict[Any, dict[str, list[np.ndarray]]]: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]: ...  # kind, model, taps, groups, group (what a group is)
 
 
 def prompts() -> list[str]:
@@ -123,7 +123,7 @@ class DrafterSource:
                 "groups": len(self.bodies), "group": "body"}
 
 
-def measure(source: Source, codecs: list[str], on_group: Callable[[int], None] | None = None) -> dict[str, Any]:
+def measure(source: Source, codecs: list[str]) -> dict[str, Any]:
     """The agreement table: per codec, tap and measure, top-1 agreement and KL with their
     intervals and n (hopbench.analysis.agreement.summarise)."""
     coders = {name: C.parse(name, source.width) for name in codecs}
@@ -132,7 +132,6 @@ def measure(source: Source, codecs: list[str], on_group: Callable[[int], None] |
     differs: set[tuple[str, Any]] = set()  # (codec, tap) where some group's bytes changed
     t0 = time.perf_counter()
     groups = 0
-    taps: list[Any] = []
     for group in source.groups():
         inputs: dict[Any, list[np.ndarray]] = {}
         index: dict[tuple[str, Any], int] = {}  # (codec, tap) -> its states' place in inputs[tap]; 0: raw's
@@ -149,11 +148,10 @@ def measure(source: Source, codecs: list[str], on_group: Callable[[int], None] |
                     differs.add((name, tap))
                 index[(name, tap)] = j
             inputs[tap] = xs
-        taps = taps or list(group)
         out = source.evaluate(inputs)
         for tap, by in out.items():
             for how, logits in by.items():
-                lr = AG.log_softmax(logits[0])
+                lr = AG.log_softmax(logits[0]) if len(logits) > 1 else None  # only where a codec changed a state
                 for name in coders:
                     j = index[(name, tap)]
                     agree, kl = (np.ones(logits[0].shape[0], bool), np.zeros(logits[0].shape[0])) if j == 0 else \
@@ -161,8 +159,6 @@ def measure(source: Source, codecs: list[str], on_group: Callable[[int], None] |
                     hits.setdefault((name, tap, how), []).append(agree)
                     kls.setdefault((name, tap, how), []).append(kl)
         groups += 1
-        if on_group:
-            on_group(groups)
     rows: list[dict[str, Any]] = []
     for (name, tap, how), each in hits.items():
         r = AG.summarise(each, kls[(name, tap, how)], seed=len(rows)) if (name, tap) in differs else \
@@ -170,7 +166,7 @@ def measure(source: Source, codecs: list[str], on_group: Callable[[int], None] |
         rows.append({"codec": coders[name].name, "asked": name, "lossless": coders[name].lossless, "tap": tap,
                      "measure": how, **r})
     return {"schema": "hopbench.agreement", "schema_version": 2, "source": source.source, "label": source.label,
-            **source.describe(), "taps": taps, "bar": AG.AGREEMENT_BAR, "measure": source.headline, "rows": rows,
+            **source.describe(), "bar": AG.AGREEMENT_BAR, "measure": source.headline, "rows": rows,
             "headline": AG.headlines(rows, source.headline), "seconds": time.perf_counter() - t0}
 
 

@@ -62,7 +62,7 @@ def _drafts(doc: dict, p: str, c: dict) -> str:
         return f'It keeps the drafts: identical bytes ({_esc(h.get("source", ""))})'
     from hopbench.analysis import agreement as AG
 
-    verb = _esc(AG.verb(h, h["bar"])) + (f' (the bar: {h["bar"]:.0%})' if h["changes_drafts"] else "")
+    verb = _esc(AG.verb_with_bar(h))
     return (f'Top-1 agreement {num(doc, f"{p}.agreement.top1", 2, 100)}% [{num(doc, f"{p}.agreement.top1_lo", 2, 100)}'
             f'&ndash;{num(doc, f"{p}.agreement.top1_hi", 2, 100)}%, n = {h["n"]:,}] ({_esc(h.get("source", ""))}): it '
             f'{verb}')
