@@ -82,6 +82,11 @@ def test_weights_load_with_their_shapes_checked(tmp_path, model):
     x = model.rows_from(_rows(3), 1, 3)
     assert (loaded.run(x, 2)[0] == model.run(x, 2)[0]).all()  # the same weights: the same ids
     assert loaded.info()["ids_meaningful"] and not model.info()["ids_meaningful"]
+    import numpy as np
+
+    big = np.full(3 * TINY.fc_in_features, 0x4120, dtype=np.uint16).view(np.uint8)  # BF16 10.0: a real outlier
+    assert float(loaded.rows_from(big, 1, 3).max()) == 10.0  # real weights see the rows as sent
+    assert float(model.rows_from(big, 1, 3).max()) == 4.0  # random weights: clamped (their ids mean nothing)
     wrong = dict(model.w)
     wrong["lm_head.weight"] = torch.zeros(10, 64)
     save_file({k: v.contiguous() for k, v in wrong.items()}, str(path))

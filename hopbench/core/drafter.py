@@ -359,9 +359,12 @@ class Model:
         return self._ev
 
     def _clean(self, raw: Any) -> Any:
-        """Random bytes as BF16 hold NaNs and infinities: 0, +-1, then +-4 at most."""
+        """Random bytes as BF16 hold NaNs and infinities: 0 and +-1; with random weights also
+        +-4 at most (their ids mean nothing). Real weights see the rows as sent, but for
+        non-finite values: a real state's outliers are far beyond 4, and clamping them would
+        make ids that are not the drafter's."""
         x = self.torch.nan_to_num(raw.to(self.dtype), nan=0.0, posinf=1.0, neginf=-1.0)
-        return x.clamp_(-4.0, 4.0)
+        return x.clamp_(-4.0, 4.0) if self.weights_from == "random" else x
 
     def _graph(self, xs: tuple[int, ...], k: int, staged: bool = False) -> tuple[Any, ...]:
         """A captured forward per (batch, rows, K): (graph, static input, output), and with
