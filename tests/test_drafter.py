@@ -77,7 +77,7 @@ def test_weights_load_with_their_shapes_checked(tmp_path, model):
     from safetensors.torch import save_file
 
     path = tmp_path / "w.safetensors"
-    save_file({k: v.contiguous() for k, v in model.w.items()}, str(path))
+    save_file({k: v.contiguous() for k, v in model.tensors().items()}, str(path))
     loaded = DM.Model(TINY, weights=path, device="cpu")
     x = model.rows_from(_rows(3), 1, 3)
     assert (loaded.run(x, 2)[0] == model.run(x, 2)[0]).all()  # the same weights: the same ids
@@ -87,12 +87,12 @@ def test_weights_load_with_their_shapes_checked(tmp_path, model):
     big = np.full(3 * TINY.fc_in_features, 0x4120, dtype=np.uint16).view(np.uint8)  # BF16 10.0: a real outlier
     assert float(loaded.rows_from(big, 1, 3).max()) == 10.0  # real weights see the rows as sent
     assert float(model.rows_from(big, 1, 3).max()) == 4.0  # random weights: clamped (their ids mean nothing)
-    wrong = dict(model.w)
+    wrong = model.tensors()
     wrong["lm_head.weight"] = torch.zeros(10, 64)
     save_file({k: v.contiguous() for k, v in wrong.items()}, str(path))
     with pytest.raises(ConfigError, match=r"lm_head.weight is \[10, 64\], the config says \[512, 64\]"):
         DM.Model(TINY, weights=path, device="cpu")
-    save_file({"fc.weight": model.w["fc.weight"].contiguous()}, str(path))
+    save_file({"fc.weight": model.tensors()["fc.weight"].contiguous()}, str(path))
     with pytest.raises(ConfigError, match="no tensor"):
         DM.Model(TINY, weights=path, device="cpu")
 

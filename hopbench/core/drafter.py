@@ -212,11 +212,13 @@ class Model:
             raise ConfigError(f"the {shape.name} drafter's {nbytes / 1e9:.2f} GB of weights do not fit {where} "
                               f"({free / 1e9:.2f} GB): use a smaller shape, or run it on the drafter's GPU")
         self.graphs = graphs and self.device == "cuda"
-        self._graphs: dict[tuple[int, ...], Any] = {}
+        self._graphs: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+        self._stages: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # run_bodies' pinned buffers
         self._ev: tuple[Any, Any] | None = None  # the timing events, made once (run_bodies)
         self._info: dict[str, Any] | None = None
         try:
-            self.w = load_weights(self, weights) if weights is not None else random_weights(self, seed)
+            self.w = pack(load_weights(self, weights) if weights is not None else random_weights(self, seed),
+                          shape)
         except RuntimeError as exc:  # an allocation that failed anyway (torch.OutOfMemoryError is one)
             raise ConfigError(f"cannot place the {shape.name} drafter's weights on {self.device}: "
                               f"{str(exc).splitlines()[0][:200]}") from None
@@ -231,11 +233,18 @@ class Model:
         return self._clean(t.view(torch.bfloat16).to(device=self.device))
 
     def _norm(self, x: Any, w: Any) -> Any:
-        var = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * self.torch.rsqrt(var + 1e-6)).to(self.dtype) * w
+        return self.torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
-    def trunk(self, h: Any, tokens: Any = None) -> Any:
-        """The decoder layers and the final norm over fc's output h: (batch, rows, hidden)."""
+    def _linear_add(self, h: Any, x: Any, weight: Any) -> Any:
+        """h + x @ weight.T as one matrix product (the residual added in its epilogue)."""
+        return self.torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.T).view(h.shape)
+
+    def trunk(self, h: Any, tokens: Any = None, out_rows: int | None = None) -> Any:
+        """The decoder layers and the final norm over fc's output h: (batch, rows, hidden).
+        `out_rows`: only the last out_rows rows' outputs are wanted (the rows that are
+        sampled), so the last layer's attention queries, o_proj and MLP run over those alone
+        (its keys and values over every row); exact, as a serving engine computes only the
+        positions it samples. None: every row."""
         torch, s, w = self.torch, self.shape, self.w
         b, t, _ = h.shape
         nh, nkv, hd = s.num_attention_heads, s.num_key_value_heads, s.head_dim
@@ -246,17 +255,25 @@ class Model:
                 e = w["embed_tokens.weight"][tokens if tokens is not None else torch.zeros(b, t, dtype=torch.long,
                                                                                          device=h.device)]
                 x = torch.cat([e, x], dim=-1)
-            q = (x @ w[p + "self_attn.q_proj.weight"].T).view(b, t, nh, hd).transpose(1, 2)
-            k = (x @ w[p + "self_attn.k_proj.weight"].T).view(b, t, nkv, hd).transpose(1, 2)
-            v = (x @ w[p + "self_attn.v_proj.weight"].T).view(b, t, nkv, hd).transpose(1, 2)
+            q, k, v = (x @ w[p + "qkv_proj"].T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+            k, v = k.view(b, t, nkv, hd).transpose(1, 2), v.view(b, t, nkv, hd).transpose(1, 2)
             if nkv != nh:
                 k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            h = h + a.transpose(1, 2).reshape(b, t, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
-            x = self._norm(h, w[p + "post_attention_layernorm.weight"])
-            g = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T) * (x @ w[p + "mlp.up_proj.weight"].T)
-            h = h + g @ w[p + "mlp.down_proj.weight"].T
+            n = t if out_rows is None or i < s.num_hidden_layers - 1 else min(out_rows, t)
+            if n < t:  # the last layer: queries of the sampled rows only, over every row's keys
+                h, q = h[:, t - n:], q[:, t - n:]
+            q = q.reshape(b, n, nh, hd).transpose(1, 2)
+            mask = self._mask(n, t, h.device) if 1 < n < t else None  # one last row sees every row
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=n == t)
+            h = self._linear_add(h, a.transpose(1, 2).reshape(b, n, nh * hd), w[p + "self_attn.o_proj.weight"])
+            g, u = (self._norm(h, w[p + "post_attention_layernorm.weight"]) @ w[p + "gate_up_proj"].T).chunk(2, -1)
+            h = self._linear_add(h, torch.nn.functional.silu(g) * u, w[p + "mlp.down_proj.weight"])
         return self._norm(h, w["norm.weight"])
+
+    def _mask(self, n: int, t: int, device: Any) -> Any:
+        """Causal attention of the last n of t rows: query a sees keys up to t - n + a."""
+        torch = self.torch
+        return torch.ones(t, t, dtype=torch.bool, device=device).tril()[t - n:]
 
     def sample(self, last: Any, k: int) -> Any:
         """The K ids from the trunk's output at one row per entry (n, hidden): lm_head, its
@@ -291,7 +308,7 @@ class Model:
         return out
 
     def forward(self, x: Any, k: int) -> Any:
-        return self.sample(self.trunk(self.fc(x))[:, -1, :], k)
+        return self.sample(self.trunk(self.fc(x), out_rows=1)[:, -1, :], k)
 
     def tap_rows(self, body: Any, rows: int) -> Any:
         """One tap's chunk (rows x hidden BF16) as fc's input slice on the device."""
@@ -369,33 +386,68 @@ class Model:
     def _graph(self, xs: tuple[int, ...], k: int, staged: bool = False) -> tuple[Any, ...]:
         """A captured forward per (batch, rows, K): (graph, static input, output), and with
         `staged` its input cleaned inside the graph and its pinned host buffers (stage, ids)."""
+        torch, key = self.torch, (*xs, k, staged)
+        found = self._capture(key, xs, torch.bfloat16 if staged else self.dtype,
+                              lambda inp: self.forward(self._clean(inp) if staged else inp, k))
+        if not staged:
+            return found
+        if key not in self._stages:
+            self._stages[key] = (torch.empty(found[1].numel() * 2, dtype=torch.uint8, pin_memory=True),
+                                 torch.empty(found[2].shape, dtype=found[2].dtype, pin_memory=True))
+        return (*found, *self._stages[key])
+
+    def _tail(self, h: Any, k: int, every: bool) -> Any:
+        y = self.trunk(h, out_rows=None if every else 1)[0]
+        return self.sample(y if every else y[-1:], k)
+
+    def tail(self, h: Any, k: int, every: bool) -> Any:
+        """The forward after fc, from fc's output h (1, rows, hidden) on the device: the K ids
+        of the last row (1, K), or with `every` of every row (rows, K) (--early all's
+        candidates). Graphed where graphs are on (the copy into its static input and the
+        replay are queued: the ids are ready once the stream is)."""
+        if not self.graphs:
+            return self._tail(h, k, every)
+        g, inp, out = self._capture(("tail", *h.shape, k, every), tuple(h.shape), self.dtype,
+                                    lambda inp: self._tail(inp, k, every))
+        inp.copy_(h)
+        g.replay()
+        return out
+
+    def _capture(self, key: tuple[Any, ...], xs: tuple[int, ...], dtype: Any, fn: Any) -> tuple[Any, Any, Any]:
+        """A CUDA graph of fn over a static input of shape xs, made once per key: (graph,
+        static input, output)."""
         torch = self.torch
-        key = (*xs, k, staged)
         if key not in self._graphs:
             try:
-                inp = torch.zeros(xs, dtype=torch.bfloat16 if staged else self.dtype, device=self.device)
-
-                def body() -> Any:
-                    return self.forward(self._clean(inp) if staged else inp, k)
-
+                inp = torch.zeros(xs, dtype=dtype, device=self.device)
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     for _ in range(2):  # warm-up before capture, as torch's graph docs ask
-                        body()
+                        fn(inp)
                 torch.cuda.current_stream().wait_stream(side)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g):
-                    out = body()
-                extra: tuple[Any, ...] = ()
-                if staged:
-                    extra = (torch.empty(inp.numel() * 2, dtype=torch.uint8, pin_memory=True),
-                             torch.empty(out.shape, dtype=out.dtype, pin_memory=True))
+                    out = fn(inp)
             except RuntimeError as exc:
                 raise ConfigError(f"the {self.shape.name} drafter cannot run a batch of {xs[0]} x {xs[1]} rows on "
                                   f"this GPU: {str(exc).splitlines()[0][:200]}") from None
-            self._graphs[key] = (g, inp, out, *extra)
-        return self._graphs[key]  # type: ignore[no-any-return]
+            self._graphs[key] = (g, inp, out)
+        return self._graphs[key]
+
+    def tensors(self) -> dict[str, Any]:
+        """The weights by their names in a .safetensors file (the packed matrices split back:
+        what `--drafter-weights` reads)."""
+        shapes, out = weight_shapes(self.shape), dict[str, Any]()
+        for name, t in self.w.items():
+            if name.endswith(("qkv_proj", "gate_up_proj")):
+                p = name[:name.rindex(".") + 1]
+                parts = ([p + f"self_attn.{c}_proj.weight" for c in "qkv"] if name.endswith("qkv_proj")
+                         else [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+                out.update(zip(parts, t.split([shapes[n][0] for n in parts], dim=0)))
+            else:
+                out[name] = t
+        return out
 
     def info(self) -> dict[str, Any]:
         """What report.json names: the shape, the device, the weight bytes read and their floor
@@ -430,6 +482,20 @@ def random_weights(m: Model, seed: int) -> dict[str, Any]:
         t.normal_(0.0, 1.0 / math.sqrt(shp[-1]), generator=gen)
         out[name] = t
     return out
+
+
+def pack(w: dict[str, Any], s: Shape) -> dict[str, Any]:
+    """Each layer's q/k/v projections as one matrix (`qkv_proj`) and gate/up as one
+    (`gate_up_proj`), as serving engines pack them (vLLM's QKVParallelLinear and
+    MergedColumnParallelLinear): one matrix product each, the same bytes read. The parts are
+    freed as each layer is packed."""
+    torch = load_torch()
+    for i in range(s.num_hidden_layers):
+        p = f"layers.{i}."
+        for fused, parts in (("qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                             ("gate_up_proj", ("mlp.gate_proj", "mlp.up_proj"))):
+            w[p + fused] = torch.cat([w.pop(p + part + ".weight") for part in parts], dim=0)
+    return w
 
 
 def load_weights(m: Model, path: Path) -> dict[str, Any]:

@@ -136,7 +136,9 @@ class StreamedDraft:
     after the accept count. off: the whole forward after the accept count; fc: each tap's
     slice of fc as its chunk lands, the rest after; all: the whole forward for every candidate
     row once the last tap is in (the accept count only picks the row: valid for a drafter
-    conditioned on the states alone). Times: `early_ns` the work before the accept count (its
+    conditioned on the states alone). On a GPU with graphs, off runs the staged graphed
+    forward, fc and all a graph of the forward after fc; fc's slices run eager as they land.
+    Times: `early_ns` the work before the accept count (its
     own device time), `draft_ns` the work after it (the host's clock from the accept count to
     the ids on the host: what the cycle waits for)."""
 
@@ -177,7 +179,7 @@ class StreamedDraft:
         if self.early != "all":
             return
         with self.m.torch.inference_mode():
-            self.ids = self._timed(lambda: self.m.sample(self.m.trunk(self.acc)[0], self.k))  # every candidate
+            self.ids = self._timed(lambda: self.m.tail(self.acc, self.k, every=True))  # every candidate
 
     def answer(self, accepted: int) -> tuple[Any, int]:
         """The K ids once the accept count is in, and the ns the cycle waited for them."""
@@ -186,12 +188,11 @@ class StreamedDraft:
         with m.torch.inference_mode():
             if self.early == "off":
                 body = np.concatenate([t.reshape(self.rows, -1) for t in self.taps], axis=1)
-                ids = m.forward(m.rows_from(body.reshape(-1), 1, self.rows), self.k)[0]
-            elif self.early == "fc":
-                ids = m.sample(m.trunk(self.acc)[:, -1, :], self.k)[0]
+                host = m.run_bodies([body.reshape(-1)], self.rows, self.k)[0][0]
             else:
-                ids = self.ids[min(accepted, self.rows - 1)]
-            host = ids.to("cpu").numpy()
+                ids = m.tail(self.acc, self.k, every=False)[0] if self.early == "fc" else \
+                    self.ids[min(accepted, self.rows - 1)]
+                host = ids.to("cpu").numpy()
         waited = time.perf_counter_ns() - t0
         if self._events:
             self.early_ns = int(round(sum(a.elapsed_time(b) for a, b in self._events) * 1e6))
