@@ -138,22 +138,27 @@ class StreamedDraft:
     row once the last tap is in (the accept count only picks the row: valid for a drafter
     conditioned on the states alone). On a GPU with graphs, off runs the staged graphed
     forward, fc and all a graph of the forward after fc; fc's slices run eager as they land.
-    Times: `early_ns` the work before the accept count (its
-    own device time), `draft_ns` the work after it (the host's clock from the accept count to
-    the ids on the host: what the cycle waits for)."""
+    Times: `early_ns` the early work from the last tap's arrival on (its own device time:
+    what the forward's tail must hide), `draft_ns` the work after the accept count (the
+    host's clock from the accept count to the ids on the host: what the cycle waits for)."""
 
-    def __init__(self, model: Any, rows: int, k: int, early: str) -> None:
+    def __init__(self, model: Any, rows: int, k: int, early: str, taps: int | None = None) -> None:
         self.m, self.rows, self.k, self.early = model, rows, k, early
+        self.last_tap = (taps or model.shape.taps) - 1
         self.taps: list[Any] = []
         self.acc: Any = None
         self.ids: Any = None
         self.early_ns = 0
         self._events: list[Any] = []
 
-    def _timed(self, work: Any) -> Any:
-        """Run one piece of early work, its own time kept (CUDA events on a GPU, summed at
-        the answer; the clock on a CPU): the gaps between chunks are not counted."""
+    def _timed(self, work: Any, counted: bool = True) -> Any:
+        """Run one piece of early work; with `counted` its own time is kept (CUDA events on a
+        GPU, summed at the answer; the clock on a CPU). Counted is the work from the last
+        tap's arrival on, what the forward's tail must hide: the earlier taps' slices run while
+        the target's forward still has layers to go, and the gaps between chunks are not work."""
         m = self.m
+        if not counted:
+            return work()
         if m.device == "cuda":
             start, end = m.torch.cuda.Event(enable_timing=True), m.torch.cuda.Event(enable_timing=True)
             start.record()
@@ -171,7 +176,7 @@ class StreamedDraft:
             self.taps.append(np.frombuffer(body, dtype=np.uint8).copy())
             return
         with self.m.torch.inference_mode():
-            part = self._timed(lambda: self.m.fc(self.m.tap_rows(body, self.rows), tap=j))
+            part = self._timed(lambda: self.m.fc(self.m.tap_rows(body, self.rows), tap=j), counted=j == self.last_tap)
             self.acc = part if self.acc is None else self.acc + part
 
     def end(self) -> None:
@@ -299,7 +304,8 @@ class StreamDraft(StreamDrafter):
 
         def on_chunk(seq: int, j: int, buf: Any) -> None:
             if j == 0:
-                state[0] = StreamedDraft(model, rows, plan.k, plan.drafter.early)  # type: ignore[union-attr]
+                state[0] = StreamedDraft(model, rows, plan.k, plan.drafter.early,  # type: ignore[union-attr]
+                                         plan.stream.chunks)  # type: ignore[union-attr]
             state[0].chunk(j, buf)
             if j == plan.stream.chunks - 1:  # type: ignore[union-attr]
                 state[0].end()
