@@ -110,7 +110,7 @@ def transports(json_out: JsonOpt = False):
 
     rows = describe_transports()
     for row in rows:  # which timed loop runs it here with the default poll mode
-        row["loop"] = native.predict(get_transport(row["name"]), "auto", "auto") if row["available"] else None
+        row["loop"] = str(native.predict(get_transport(row["name"]), "auto", "auto")) if row["available"] else None
     if json_out:
         import json as _json
 

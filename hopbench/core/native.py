@@ -16,7 +16,8 @@ from __future__ import annotations
 import enum
 import time
 import zlib  # noqa: F401  (loads the libz whose crc32 the compiled echo loop calls)
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -39,11 +40,31 @@ Status = enum.IntEnum("Status", {name.upper(): code for code, name in  # type: i
                                  enumerate(_C.STATUS if _C is not None else ("ok",))})
 
 
-def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[NativeEndpoint | None, str]:
-    """(endpoint or None, what runs: 'native' or 'python (why)'). eligible: the reason this
-    plan needs the Python loop, if it does. loop='native' refuses instead of falling back."""
+@dataclass(frozen=True)
+class LoopChoice:
+    """Which loop runs: `kind` "native" (the compiled loop) or "python", and `why` the Python
+    loop runs where it does. Its text ("native", "python (why)") is what ACCEPT announces and
+    the report records; `parse` reads that text back."""
+
+    kind: Literal["native", "python"]
+    why: str | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.why is None else f"{self.kind} ({self.why})"
+
+    @classmethod
+    def parse(cls, text: str) -> "LoopChoice":
+        kind, _, why = text.partition(" (")
+        if kind not in ("native", "python"):
+            raise ConfigError(f"not a loop: {text!r}")
+        return cls("native" if kind == "native" else "python", why[:-1] if why.endswith(")") else None)
+
+
+def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[NativeEndpoint | None, LoopChoice]:
+    """(endpoint or None, the loop that runs). eligible: the reason this plan needs the
+    Python loop, if it does. loop='native' refuses instead of falling back."""
     if loop == "python":
-        return None, "python (asked)"
+        return None, LoopChoice("python", "asked")
     reason = UNAVAILABLE or eligible
     ep = None
     if reason is None:
@@ -53,19 +74,19 @@ def choose(channel: Any, loop: str, eligible: str | None = None) -> tuple[Native
     if reason is not None:
         if loop == "native":
             raise ConfigError(f"--loop native: {reason}")
-        return None, f"python ({reason})"
-    return ep, "native"
+        return None, LoopChoice("python", reason)
+    return ep, LoopChoice("native")
 
 
-def predict(transport: Any, poll: str, loop: str, eligible: str | None = None) -> str:
+def predict(transport: Any, poll: str, loop: str, eligible: str | None = None) -> LoopChoice:
     """What `choose` will answer for a channel of this transport, before it exists (the
     server announces its loop in ACCEPT, before the data channel is connected)."""
     if loop == "python":
-        return "python (asked)"
+        return LoopChoice("python", "asked")
     reason = UNAVAILABLE or eligible or transport.native_note(poll)
     if reason is not None and loop == "native":
         raise ConfigError(f"--loop native: {reason}")
-    return "native" if reason is None else f"python ({reason})"
+    return LoopChoice("native") if reason is None else LoopChoice("python", reason)
 
 
 def _ids(codec: ReplyIds) -> tuple[int, int]:
@@ -150,4 +171,4 @@ def default_clock(clock: Callable[[], int]) -> bool:
     return clock is time.perf_counter_ns
 
 
-__all__ = ["UNAVAILABLE", "Status", "choose", "predict", "run_client", "run_echo"]
+__all__ = ["UNAVAILABLE", "LoopChoice", "Status", "choose", "predict", "run_client", "run_echo"]

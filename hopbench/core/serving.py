@@ -133,7 +133,7 @@ class HostEcho(ServingPath):
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
         ran = native.choose(chan, ctx.config.loop)[1]
-        if ctx.loop and ran.split()[0] != ctx.loop.split()[0]:  # what ACCEPT said runs: the client records it
+        if ctx.loop and ran.kind != native.LoopChoice.parse(ctx.loop).kind:  # what ACCEPT said runs: the client records it
             abort(chan, f"the server announced the {ctx.loop} loop but can run only {ran}", plan)
         return echo_cycles(chan, request, reply, P.ReplyIds(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,

@@ -207,7 +207,7 @@ class ServerSession:
         if transport is not None and reason is None:
             try:
                 ctx = PlanContext(cfg, self.env, self.client_env, self.chan, self.clock, self.log,
-                                  native.predict(transport, cfg.poll, cfg.loop, path.python_only), self.groups)
+                                  str(native.predict(transport, cfg.poll, cfg.loop, path.python_only)), self.groups)
             except ConfigError as exc:  # --loop native and a plan it cannot run
                 reason = f"server cannot serve this plan: {exc}"
         if reason is not None:

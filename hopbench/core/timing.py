@@ -91,7 +91,7 @@ def run_cycles(
               or (gap_s and sleep is not time.sleep))
     ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
     if info is not None:
-        info["loop"] = which
+        info["loop"] = str(which)
     if ep is not None:
         return native.run_client(ep, request, reply, codec, samples, progress, gap_s, share_cpu)
     return _python_loop(channel, request, reply, codec, samples, clock, gap_s, sleep,
@@ -220,7 +220,7 @@ def echo_cycles(
     hooked = send_buf is not None or recv_buf is not None or fetch or after_pack or check_late
     ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
     if info is not None:
-        info["loop"] = which
+        info["loop"] = str(which)
     progress = progress if progress is not None else Progress()
     if ep is not None:
         return native.run_echo(ep, request, reply, codec, total, crc, on_bad_seq, progress, share_cpu)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from hopbench.core.native import LoopChoice
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import ConnectFailed, HopbenchError, PeerClosed, ProtocolError, Timeout
 
@@ -347,7 +348,7 @@ def check_loop_runs_and_records(maker: Maker, poll: str, loop: str) -> None:
     for size in (8, 64, 4096, 61440, 184320):
         samples, which, req, rep = loop_round_trips(maker, poll, loop, size, 40)
         assert (samples > 0).all(), samples
-        assert which["client"].split()[0] == loop and which["server"].split()[0] == loop, which
+        assert {LoopChoice.parse(which[end]).kind for end in ("client", "server")} == {loop}, which
         assert req[:8] == (39).to_bytes(8, "little")  # the last seq stamped
         assert rep == b"".join(((39 * K + j).to_bytes(ID_BYTES, "little")) for j in range(K))
 
