@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 import zlib
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import protocol as P
-from hopbench.core.timing import Progress, run_cycles, wait_until
+from hopbench.core.timing import Progress, StreamHooks, run_cycles, streamed_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import ConfigError, ProtocolError
 
@@ -439,34 +438,20 @@ class StreamedRoundTrip(ClientPath):
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
-        check, clock, samples = self.ids(run).checker(self.reply_host), run.clock, m.samples_ns
-        ready, finish = self.sched.ready_ns, self.sched.end_ns
-        i = 0
-        try:
-            while i < plan.total:
-                t0 = clock()
-                for j in range(chunks):
-                    self.pending = size
-                    out.ready(i, j, i * chunks + j)
-                    wait_until(clock, t0 + ready[j])
-                    lag[i] = max(lag[i], clock() - t0 - ready[j])
-                    out.go(i, j)
-                P.STREAM_END.pack_into(end, 0, i, 0, 0)
-                self.pending = P.STREAM_END_BYTES
-                wait_until(clock, t0 + finish)
-                end_lag[i] = clock() - t0 - finish
-                chan.send(end)
-                self.pending = 0
-                receive(i)
-                samples[i] = clock() - t0 - finish
-                settle()
-                check(i)
-                i += 1
-                if run.gap_s:
-                    time.sleep(run.gap_s)  # think time between cycles (--gap-ms), not synchronisation
-        finally:
-            run.progress.done = i
-        return i
+        samples = m.samples_ns[:plan.total]
+
+        def send_end(i: int) -> None:
+            P.STREAM_END.pack_into(end, 0, i, 0, 0)
+            self.pending = P.STREAM_END_BYTES
+            chan.send(end)
+
+        def pending(n: int) -> None:
+            self.pending = n
+
+        hooks = StreamHooks(out.ready, out.go, send_end, receive, settle, self.ids(run).checker(self.reply_host),
+                            pending)
+        return streamed_cycles(hooks, self.sched.ready_ns, self.sched.end_ns, size, samples, (lag, end_lag),
+                               run.clock, run.progress, run.gap_s)
 
 __all__ = ["ClientPath", "CodecRoundTrip", "DataPath", "GpuDirect", "GpuStaged", "HostRoundTrip", "PlanRun",
            "StreamedRoundTrip",

@@ -1,4 +1,6 @@
-"""The two loops: the client's timed loop and the server's echo loop, one of each.
+"""The timed loops: the client's closed and open loops (run_cycles), the streamed client loop
+(streamed_cycles, its sends on the forward's schedule) and the server's echo loop
+(echo_cycles); the speculative loop's target and drafter ends are in hopbench.core.spec.
 
 Transports never time anything. Each side reads one injected clock: the client loop reads
 it around each round trip; a staged GPU channel (hopbench.core.gpu) wraps the transport
@@ -142,6 +144,57 @@ def wait_until(clock: Callable[[], int], when: int, sleep: Callable[[float], Non
         sleep((ahead - SPIN_NS) / 1e9)
     while clock() < when:
         pass
+
+
+@dataclass
+class StreamHooks:
+    """What a streamed cycle does at each step, the timing kept in streamed_cycles:
+    `ready(i, j, n)` prepares chunk j of cycle i (n: its running number; untimed),
+    `go(i, j)` sends it, `end(i)` sends the end message, `receive(i)` the reply (inside the
+    hop), `settle()` and `check(i)` follow the sample untimed; `pending(n)` is told the bytes
+    a send has in flight (0: none), for a caller that must account for them on an error."""
+
+    ready: Callable[[int, int, int], None]
+    go: Callable[[int, int], None]
+    end: Callable[[int], None]
+    receive: Callable[[int], None]
+    settle: Callable[[], None]
+    check: Callable[[int], None]
+    pending: Callable[[int], None]
+
+
+def streamed_cycles(hooks: StreamHooks, ready_ns: Any, end_ns: int, chunk_bytes: int, samples: np.ndarray,
+                    lags: tuple[np.ndarray, np.ndarray], clock: Callable[[], int], progress: Progress,
+                    gap_s: float = 0.0) -> int:
+    """The streamed client loop (hopbench.core.stream): per cycle t0, each chunk sent at
+    t0 + ready_ns[j] (its lag behind that in lags[0]), the end message at t0 + end_ns (its lag
+    in lags[1]), the reply; the sample is the exposed hop, reply time - t0 - end_ns. The
+    forward's schedule is the load's definition (wait_until), not synchronisation."""
+    send_lag, end_lag = lags
+    i = 0
+    try:
+        while i < len(samples):
+            t0 = clock()
+            for j in range(len(ready_ns)):
+                hooks.pending(chunk_bytes)
+                hooks.ready(i, j, i * len(ready_ns) + j)
+                wait_until(clock, t0 + ready_ns[j])
+                send_lag[i] = max(send_lag[i], clock() - t0 - ready_ns[j])
+                hooks.go(i, j)
+            wait_until(clock, t0 + end_ns)
+            end_lag[i] = clock() - t0 - end_ns
+            hooks.end(i)
+            hooks.pending(0)
+            hooks.receive(i)
+            samples[i] = clock() - t0 - end_ns
+            hooks.settle()
+            hooks.check(i)
+            i += 1
+            if gap_s:
+                time.sleep(gap_s)  # think time between cycles (--gap-ms), not synchronisation
+    finally:
+        progress.done = i
+    return i
 
 
 def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
