@@ -105,7 +105,7 @@ def client(host: str, port: int, n: int, blocks: int, block: int, warm: int, loo
     import nixl_pingpong as pp
 
     from hopbench.core.protocol import SEQ, ReplyIds
-    from hopbench.core.timing import run_cycles
+    from hopbench.core.timing import LoopPolicy, run_cycles
 
     chan = _hopbench("client", host, port, n)
     c = socket.create_connection((host, port + 1), timeout=30)  # listening before the server accepted chan
@@ -120,7 +120,7 @@ def client(host: str, port: int, n: int, blocks: int, block: int, warm: int, loo
         samples = np.zeros(block, dtype=np.int64)
         if which == "hb":
             info: dict = {}
-            run_cycles(chan, request, reply, codec, samples, loop=loop, info=info)
+            run_cycles(chan, request, reply, codec, samples, loop=LoopPolicy(loop, info=info))
             out["loop"] = info.get("loop")
         else:
             for i in range(block):

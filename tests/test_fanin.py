@@ -151,7 +151,7 @@ def test_open_loop_measures_from_the_intended_send_time():
     each send waits for the previous reply, its lag grows, and the sample, measured from the
     intended time, carries the backlog (coordinated omission corrected)."""
     from hopbench.core import protocol as P
-    from hopbench.core.timing import run_cycles
+    from hopbench.core.timing import Pacing, run_cycles
 
     now = [0]
 
@@ -177,10 +177,10 @@ def test_open_loop_measures_from_the_intended_send_time():
     schedule = np.arange(40, dtype=np.int64) * interval
     samples, lag = np.zeros(40, dtype=np.int64), np.zeros(40, dtype=np.int64)
     ch.rtt = 50_000  # keeps up
-    assert run_cycles(ch, request, reply, codec, samples, clock=clock, schedule=schedule, lag=lag) == 40
+    assert run_cycles(ch, request, reply, codec, samples, clock=clock, pacing=Pacing(schedule=schedule, lag=lag)) == 40
     assert lag.max() <= 300 and np.all(samples >= 50_000) and samples.max() <= 50_000 + 500
     ch.rtt = 200_000  # falls behind by 50 us a cycle
-    run_cycles(ch, request, reply, codec, samples, clock=clock, schedule=schedule, lag=lag)
+    run_cycles(ch, request, reply, codec, samples, clock=clock, pacing=Pacing(schedule=schedule, lag=lag))
     assert np.all(np.diff(lag[1:]) > 40_000)  # each send later than the last
     assert samples[-1] > samples[0] + 30 * 40_000  # the backlog is in the latency
     assert np.all(samples[1:] >= lag[1:] + 200_000)

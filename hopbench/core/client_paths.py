@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import protocol as P
-from hopbench.core.timing import Progress, StreamHooks, run_cycles, streamed_cycles
+from hopbench.core.timing import LoopHooks, LoopPolicy, Pacing, Progress, StreamHooks, run_cycles, streamed_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import ConfigError, ProtocolError
 
@@ -61,8 +61,11 @@ class PlanRun:
     def ids(self) -> P.ReplyIds:
         return P.ReplyIds(self.plan.k, self.plan.id_bytes)
 
-    def loop_args(self) -> dict[str, Any]:
-        return {"clock": self.clock, "gap_s": self.gap_s, "info": self.loop_info, "progress": self.progress}
+    def loop_args(self, loop: str | None = None, lag: np.ndarray | None = None) -> dict[str, Any]:
+        """run_cycles' clock, pacing (this run's think time, or its open-loop schedule with
+        `lag`), loop policy (`loop`: this path's own choice, else the run's) and progress."""
+        return {"clock": self.clock, "pacing": Pacing(self.gap_s, schedule=self.schedule, lag=lag),
+                "loop": LoopPolicy(loop or self.loop, self.share_cpu, self.loop_info), "progress": self.progress}
 
 
 class ClientPath:
@@ -142,8 +145,7 @@ class HostRoundTrip(ClientPath):
         if run.schedule is not None:
             lag = run.m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
             run.m.stages["intended_ns"] = run.schedule
-        return run_cycles(chan, request, self.reply_host, run.ids, run.m.samples_ns, loop=run.loop,
-                          share_cpu=run.share_cpu, schedule=run.schedule, lag=lag, **run.loop_args())
+        return run_cycles(chan, request, self.reply_host, run.ids, run.m.samples_ns, **run.loop_args(lag=lag))
 
 
 class _Gpu(ClientPath):
@@ -192,8 +194,7 @@ class GpuStaged(_Gpu):
         stages = np.zeros((run.plan.total, len(CLIENT_STAGES)), dtype=np.int64)
         run.m.stages.update({name: stages[:, j] for j, name in enumerate(CLIENT_STAGES)})
         staged = StagedClientChannel(data.channel, request, reply, stages, run.clock)
-        return run_cycles(staged, request.host, reply.host, run.ids, run.m.samples_ns, loop=run.loop,
-                          **run.loop_args())
+        return run_cycles(staged, request.host, reply.host, run.ids, run.m.samples_ns, **run.loop_args())
 
 
 class GpuDirect(_Gpu):
@@ -203,8 +204,9 @@ class GpuDirect(_Gpu):
 
     def _loop(self, data: DataPath, run: PlanRun, request: Any, reply: Any) -> int:
         return run_cycles(data.channel, request.host, reply.host, run.ids, run.m.samples_ns,
-                          send_buf=request.device, recv_buf=reply.device, stamp=partial(request.h2d, 0, P.SEQ_BYTES),
-                          settle=reply.d2h, loop=run.loop, **run.loop_args())
+                          hooks=LoopHooks(send_buf=request.device, recv_buf=reply.device,
+                                          stamp=partial(request.h2d, 0, P.SEQ_BYTES), settle=reply.d2h),
+                          **run.loop_args())
 
 
 class CodecRoundTrip(ClientPath):
@@ -255,7 +257,7 @@ class CodecRoundTrip(ClientPath):
         m.stages["encode_ns"], m.stages["wire_bytes"] = self.stages.encode_ns, self.stages.wire_bytes
         wrapped = codec_wire.CodecClientChannel(data.channel, self.where, self.bodies, self.crcs, self.stages, run.clock)
         request, self.reply_host = data.channel.alloc(plan.request_bytes), data.channel.alloc(plan.reply_bytes)
-        return run_cycles(wrapped, request, self.reply_host, run.ids, m.samples_ns, loop="python", **run.loop_args())
+        return run_cycles(wrapped, request, self.reply_host, run.ids, m.samples_ns, **run.loop_args("python"))
 
     def after(self, data: DataPath, run: PlanRun) -> None:
         super().after(data, run)  # the server's decode times follow the last reply

@@ -335,7 +335,7 @@ class DraftRoundTrip(HostRoundTrip):
         body = np.frombuffer(memoryview(request).cast("B"), dtype=np.uint8)
         body[:] = np.random.default_rng(0).integers(0, 256, body.size, dtype=np.uint8)  # the rows: random states
         return run_cycles(chan, request, self.reply_host, DraftIds(plan.k, plan.id_bytes), run.m.samples_ns,
-                          loop="python", **run.loop_args())
+                          **run.loop_args("python"))
 
     def after(self, data: DataPath, run: PlanRun) -> None:
         super().after(data, run)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from hopbench.core import native
 from hopbench.core import protocol as P
-from hopbench.core.timing import Progress, echo_cycles
+from hopbench.core.timing import LoopHooks, LoopPolicy, Progress, echo_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import HopbenchError, ProtocolError
 from hopbench.records import TIMEOUT_S
@@ -137,8 +137,8 @@ class HostEcho(ServingPath):
             abort(chan, f"the server announced the {ctx.loop} loop but can run only {ran}", plan)
         return echo_cycles(chan, request, reply, P.ReplyIds(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
-                           on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop=ctx.config.loop,
-                           share_cpu=ctx.share_cpu, progress=ctx.progress)
+                           on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan),
+                           loop=LoopPolicy(ctx.config.loop, ctx.share_cpu), progress=ctx.progress)
 
 
 class _Gpu(ServingPath):
@@ -184,7 +184,7 @@ class GpuStaged(_Gpu):
         done = echo_cycles(staged, req.host, rep.host, P.ReplyIds(plan.k, plan.id_bytes), plan.total,
                            crc=plan.payload_crc32 if plan.verify else None,
                            on_bad_seq=lambda seq: bad_request(ctx, chan, req.host, seq, plan),
-                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), progress=ctx.progress)
+                           hooks=LoopHooks(after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes)), progress=ctx.progress)
         if done == plan.total:
             P.send_tails(chan, plan, {"server_stages": timings})
         return done
@@ -208,10 +208,10 @@ class GpuDirect(_Gpu):
             abort(chan, f"request {seq} failed its CRC-32 check (checked after the reply was sent)", plan)
 
         return echo_cycles(chan, req.host, rep.host, P.ReplyIds(plan.k, plan.id_bytes), plan.total, crc=crc,
-                           on_bad_seq=bad_seq, on_bad_crc=bad_crc, recv_buf=req.device, send_buf=rep.device,
-                           fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
-                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True,
-                           progress=ctx.progress)
+                           on_bad_seq=bad_seq, progress=ctx.progress,
+                           hooks=LoopHooks(recv_buf=req.device, send_buf=rep.device, on_bad_crc=bad_crc,
+                                           fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
+                                           after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True))
 
 
 class SpecDrafter(ServingPath):

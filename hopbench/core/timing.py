@@ -19,6 +19,7 @@ after sending (the check reads device memory, kept off the client's critical pat
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import zlib
 from dataclasses import dataclass
@@ -43,73 +44,120 @@ class Progress:
     done: int = 0
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """What a loop does around its timed send and receive, untimed, and the buffers the
+    channel moves (default: the host buffers themselves; the direct GPU path hands it device
+    buffers). Client: `stamp()` after the seq is written (direct GPU: copy it to the
+    device), `settle()` after t1 (direct GPU: copy the reply back to check it). Server:
+    `fetch()` brings the request to host before a late check, `after_pack()` runs after
+    every packing of ids (a GPU server moves them to its device), `check_late` checks the
+    request after the reply is sent, and a body failing its CRC then goes to `on_bad_crc(seq)`."""
+
+    send_buf: Any = None
+    recv_buf: Any = None
+    stamp: Callable[[], None] | None = None
+    settle: Callable[[], None] | None = None
+    fetch: Callable[[], None] | None = None
+    after_pack: Callable[[], None] | None = None
+    check_late: bool = False
+    on_bad_crc: Callable[[int], None] | None = None
+
+    def any(self) -> bool:
+        return any(getattr(self, f.name) is not None and getattr(self, f.name) is not False
+                   for f in dataclasses.fields(self))
+
+
+NO_HOOKS = LoopHooks()
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """When the client sends: closed loop, with `gap_s` of think time after each hop
+    (`sleep` waits it); or open loop, `schedule` (ns from the loop's start, one per cycle)
+    with each send's lag behind it recorded in `lag`."""
+
+    gap_s: float = 0.0
+    sleep: Callable[[float], None] = time.sleep
+    schedule: np.ndarray | None = None
+    lag: np.ndarray | None = None
+
+
+CLOSED = Pacing()
+
+
+@dataclass(frozen=True)
+class LoopPolicy:
+    """Which loop may run: `loop` "auto" hands the whole loop to the compiled one
+    (hopbench.core.native) where it is built and applies, "python" runs the reference loop
+    here, "native" refuses without the compiled loop; `info["loop"]` gets which ran (and,
+    for Python, why). `share_cpu`: the peer may run on this process's CPUs
+    (native.may_share_cpu), so a busy-polling compiled loop yields now and then."""
+
+    loop: str = "auto"
+    share_cpu: bool = True
+    info: dict[str, Any] | None = None
+
+    @staticmethod
+    def of(loop: "str | LoopPolicy") -> "LoopPolicy":
+        return loop if isinstance(loop, LoopPolicy) else LoopPolicy(loop)
+
+    def choose(self, channel: Channel, hooked: bool) -> Any:
+        ep, which = native.choose(channel, self.loop, _HOOKED if hooked else None)
+        if self.info is not None:
+            self.info["loop"] = str(which)
+        return ep
+
+
 def run_cycles(
     channel: Channel,
     request: Any,
     reply: Any,
-    codec: ReplyIds,
+    ids: ReplyIds,
     samples: np.ndarray,
     *,
     clock: Callable[[], int] = time.perf_counter_ns,
-    gap_s: float = 0.0,
-    sleep: Callable[[float], None] = time.sleep,
-    send_buf: Any = None,
-    recv_buf: Any = None,
-    stamp: Callable[[], None] | None = None,
-    settle: Callable[[], None] | None = None,
-    loop: str = "auto",
-    info: dict[str, Any] | None = None,
-    share_cpu: bool = True,
-    schedule: np.ndarray | None = None,
-    lag: np.ndarray | None = None,
+    hooks: LoopHooks = NO_HOOKS,
+    pacing: Pacing = CLOSED,
+    loop: str | LoopPolicy = "auto",
     progress: Progress | None = None,
 ) -> int:
     """Run len(samples) round trips; samples[i] gets the round trip of seq i in ns.
 
-    Open loop (`schedule`, ns from the loop's start, one per cycle): cycle i is sent at its
-    intended time start + schedule[i], or at once when the previous reply came back later;
-    samples[i] is then measured from the intended time (coordinated omission corrected, as
-    wrk2 does) and lag[i] = actual send - intended (>= 0; > 0: a late send).
+    Open loop (`pacing.schedule`): cycle i is sent at its intended time start + schedule[i],
+    or at once when the previous reply came back later; samples[i] is then measured from the
+    intended time (coordinated omission corrected, as wrk2 does) and lag[i] = actual send -
+    intended (>= 0; > 0: a late send).
 
-    `request`/`reply` are the host buffers the loop stamps and checks. The channel moves
-    `send_buf`/`recv_buf` (default: the same buffers; the direct GPU path hands it device
-    buffers). `stamp()` runs untimed after the seq is written (direct GPU: copy it to the
-    device); `settle()` runs untimed after t1 (direct GPU: copy the reply back to check it).
+    `request`/`reply` are the host buffers the loop stamps and checks; `hooks` what runs
+    around the timed part and the buffers the channel moves (LoopHooks).
 
     Returns the number of cycles completed; `progress.done` holds it too, also when the loop
     raises (transport error, verify error, KeyboardInterrupt): samples[:done] are valid.
-
-    `loop`: "auto" hands the whole loop to the compiled one (hopbench.core.native) where it
-    is built and applies, "python" runs this one (the reference), "native" refuses without
-    the compiled loop; `info["loop"]` says which ran and, for Python, why. `share_cpu`: the
-    peer may run on this process's CPUs (hopbench.core.native.may_share_cpu), so a
-    busy-polling compiled loop yields now and then.
+    `loop`: which loop may run (LoopPolicy, or its `loop` alone).
     """
     progress = progress if progress is not None else Progress()
-    if schedule is not None:
-        return _open_loop(channel, request, reply, codec, samples, clock, schedule,
-                          lag if lag is not None else np.zeros(len(samples), dtype=np.int64), info, progress)
-    hooked = (stamp or settle or send_buf is not None or recv_buf is not None or not native.default_clock(clock)
-              or (gap_s and sleep is not time.sleep))
-    ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
-    if info is not None:
-        info["loop"] = str(which)
+    policy = LoopPolicy.of(loop)
+    if pacing.schedule is not None:
+        return _open_loop(channel, request, reply, ids, samples, clock, pacing, policy.info, progress)
+    hooked = hooks.any() or not native.default_clock(clock) or bool(pacing.gap_s and pacing.sleep is not time.sleep)
+    ep = policy.choose(channel, hooked)
     if ep is not None:
-        return native.run_client(ep, request, reply, codec, samples, progress, gap_s, share_cpu)
-    return _python_loop(channel, request, reply, codec, samples, clock, gap_s, sleep,
-                        request if send_buf is None else send_buf, reply if recv_buf is None else recv_buf,
-                        stamp, settle, progress)
+        return native.run_client(ep, request, reply, ids, samples, progress, pacing.gap_s, policy.share_cpu)
+    return _python_loop(channel, request, reply, ids, samples, clock, pacing, hooks, progress)
 
 
-def _python_loop(channel: Channel, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
-                 clock: Callable[[], int], gap_s: float, sleep: Callable[[float], None], out: Any, into: Any,
-                 stamp: Callable[[], None] | None, settle: Callable[[], None] | None, progress: Progress) -> int:
+def _python_loop(channel: Channel, request: Any, reply: Any, ids: ReplyIds, samples: np.ndarray,
+                 clock: Callable[[], int], pacing: Pacing, hooks: LoopHooks, progress: Progress) -> int:
     """run_cycles' reference loop, in Python: the hooks run untimed around the timed send and
-    receive; `out`/`into` are what the channel moves."""
+    receive."""
+    out = request if hooks.send_buf is None else hooks.send_buf
+    into = reply if hooks.recv_buf is None else hooks.recv_buf
+    stamp, settle, gap_s, sleep = hooks.stamp, hooks.settle, pacing.gap_s, pacing.sleep
     pack_seq = SEQ.pack_into
     send = channel.send
     recv_into = channel.recv_into
-    check = codec.checker(reply)
+    check = ids.checker(reply)
     n = len(samples)
     i = 0
     try:
@@ -197,15 +245,17 @@ def streamed_cycles(hooks: StreamHooks, ready_ns: Any, end_ns: int, chunk_bytes:
     return i
 
 
-def _open_loop(channel: Channel, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
-               clock: Callable[[], int], schedule: np.ndarray, lag: np.ndarray, info: dict[str, Any] | None,
-               progress: Progress) -> int:
+def _open_loop(channel: Channel, request: Any, reply: Any, ids: ReplyIds, samples: np.ndarray,
+               clock: Callable[[], int], pacing: Pacing, info: dict[str, Any] | None, progress: Progress) -> int:
     """run_cycles' open loop (see there): pacing to a schedule is the load's definition, so the
     wait before a send is a sleep then a spin on the clock (not synchronisation)."""
     if info is not None:
         info["loop"] = "python (open loop: sends paced to a schedule)"
+    schedule = pacing.schedule
+    assert schedule is not None
+    lag = pacing.lag if pacing.lag is not None else np.zeros(len(samples), dtype=np.int64)
     pack_seq, send, recv_into = SEQ.pack_into, channel.send, channel.recv_into
-    check = codec.checker(reply)
+    check = ids.checker(reply)
     sleep = time.sleep
     n = len(samples)
     i = 0
@@ -243,53 +293,40 @@ def echo_cycles(
     channel: Channel,
     request: Any,
     reply: Any,
-    codec: ReplyIds,
+    ids: ReplyIds,
     total: int,
     *,
-    crc: int | None = None,
     on_bad_seq: Callable[[int], None],
-    on_bad_crc: Callable[[int], None] | None = None,
-    send_buf: Any = None,
-    recv_buf: Any = None,
-    fetch: Callable[[], None] | None = None,
-    after_pack: Callable[[], None] | None = None,
-    check_late: bool = False,
-    loop: str = "auto",
-    info: dict[str, Any] | None = None,
-    share_cpu: bool = True,
+    crc: int | None = None,
+    hooks: LoopHooks = NO_HOOKS,
+    loop: str | LoopPolicy = "auto",
     progress: Progress | None = None,
 ) -> int:
     """The server's loop for one plan: `total` round trips. Returns the cycles served, which
     `progress.done` holds too, also when the loop raises.
 
-    `request`/`reply` are the host buffers checked and packed; the channel moves
-    `recv_buf`/`send_buf` (default the same). A request whose seq is not the expected one
-    goes to `on_bad_seq(seq)` and ends the plan (an abort from the client, or a fault the
-    callback turns into an exception). A body failing its CRC gets the ids inverted (the
-    client's signal), or with `check_late` goes to `on_bad_crc(seq)`. `fetch()` brings the
-    request to host before a late check; `after_pack()` runs after every packing of ids
-    (a GPU server moves them to its device buffer, as a drafter would produce them there).
-    `loop`/`info` as for run_cycles."""
-    hooked = send_buf is not None or recv_buf is not None or fetch or after_pack or check_late
-    ep, which = native.choose(channel, loop, _HOOKED if hooked else None)
-    if info is not None:
-        info["loop"] = str(which)
+    `request`/`reply` are the host buffers checked and packed; `hooks` the buffers the
+    channel moves and what runs around the loop's steps (LoopHooks). A request whose seq is
+    not the expected one goes to `on_bad_seq(seq)` and ends the plan (an abort from the
+    client, or a fault the callback turns into an exception). A body failing its CRC gets
+    the ids inverted (the client's signal), or with `hooks.check_late` goes to
+    `hooks.on_bad_crc(seq)`. `loop` as for run_cycles."""
+    policy = LoopPolicy.of(loop)
+    ep = policy.choose(channel, hooks.any())
     progress = progress if progress is not None else Progress()
     if ep is not None:
-        return native.run_echo(ep, request, reply, codec, total, crc, on_bad_seq, progress, share_cpu)
-    progress.done = _echo(channel, request, reply, codec, total, crc, on_bad_seq, on_bad_crc, send_buf, recv_buf,
-                          fetch, after_pack, check_late, progress)
+        return native.run_echo(ep, request, reply, ids, total, crc, on_bad_seq, progress, policy.share_cpu)
+    progress.done = _echo(channel, request, reply, ids, total, crc, on_bad_seq, hooks, progress)
     return progress.done
 
 
 def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyIds, total: int, crc: int | None,
-          on_bad_seq: Callable[[int], None], on_bad_crc: Callable[[int], None] | None, send_buf: Any, recv_buf: Any,
-          fetch: Callable[[], None] | None, after_pack: Callable[[], None] | None, check_late: bool,
-          progress: Progress) -> int:
+          on_bad_seq: Callable[[int], None], hooks: LoopHooks, progress: Progress) -> int:
     """echo_cycles' Python loop (see there); progress.done follows every served cycle."""
     recv_into, send = channel.recv_into, channel.send
-    into = request if recv_buf is None else recv_buf
-    out = reply if send_buf is None else send_buf
+    into = request if hooks.recv_buf is None else hooks.recv_buf
+    out = reply if hooks.send_buf is None else hooks.send_buf
+    fetch, after_pack, check_late, on_bad_crc = hooks.fetch, hooks.after_pack, hooks.check_late, hooks.on_bad_crc
     unpack_seq = SEQ.unpack_from
     pack = codec.packer(reply)
     body = memoryview(request).cast("B")[SEQ.size:] if crc is not None else None

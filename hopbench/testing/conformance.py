@@ -323,7 +323,7 @@ def loop_round_trips(maker: Maker | str, poll: str, loop: str, request_bytes: in
 
     import numpy as np
 
-    from hopbench.core.timing import echo_cycles, run_cycles
+    from hopbench.core.timing import LoopPolicy, echo_cycles, run_cycles
 
     with _loop_pair(maker if isinstance(maker, Maker) else maker_for(maker), poll) as (client, server):
         codec = _codec()
@@ -334,9 +334,9 @@ def loop_round_trips(maker: Maker | str, poll: str, loop: str, request_bytes: in
         info_s: dict = {}
         info_c: dict = {}
         th, box = _thread(lambda: echo_cycles(server, sreq, srep, codec, n, crc=zlib.crc32(body) if crc else None,
-                                              on_bad_seq=lambda seq: None, loop=loop, info=info_s))
+                                              on_bad_seq=lambda seq: None, loop=LoopPolicy(loop, info=info_s)))
         samples = np.zeros(n, dtype=np.int64)
-        done = run_cycles(client, creq, crep, codec, samples, loop=loop, info=info_c)
+        done = run_cycles(client, creq, crep, codec, samples, loop=LoopPolicy(loop, info=info_c))
         th.join(30)
         assert "error" not in box, box.get("error")
         assert done == n and box["result"] == n, (done, box)
