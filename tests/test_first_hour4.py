@@ -118,7 +118,7 @@ def test_a_long_plan_reports_its_cycles_as_they_complete(server, tmp_path, monke
                                  warmup=2, gap_ms=10.0, floor=False))
     seen = []
     runner.run_session(server.host, server.port, loads[:1], cfg, folder=tmp_path,
-                       on_progress=lambda *a: seen.append(a))
+                       hooks=runner.SessionHooks(on_progress=lambda *a: seen.append(a)))
     assert seen, "a 0.4 s plan reported nothing at 0.05 s intervals"
     total = 40 + 2 + 1
     assert all(label == loads[0].label and t == total and 0 <= d <= total for label, d, t, _ in seen)

@@ -12,7 +12,7 @@ from hopbench.core import auth
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.errors import HopbenchError, ProtocolError, Refused
-from hopbench.orchestration.runner import run_session
+from hopbench.orchestration.runner import SessionHooks, run_session
 from hopbench.records import Payload, RunConfig
 from hopbench.testing import fake_transport as fake
 from tests.conftest import small_plan
@@ -75,7 +75,7 @@ def test_run_interrupted_between_payloads_is_marked_incomplete(server, tmp_path)
 
     with pytest.raises(KeyboardInterrupt):
         run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T2", 2, 122880, 8)],
-                    RunConfig("tcp", k=2, id_bytes=4, cycles=20, warmup=2), folder=out, on_payload=interrupt)
+                    RunConfig("tcp", k=2, id_bytes=4, cycles=20, warmup=2), folder=out, hooks=SessionHooks(on_payload=interrupt))
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "incomplete" and len(rep["payloads"]) == 1
 

@@ -12,7 +12,7 @@ from hopbench import results as R
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
-from hopbench.orchestration.runner import run_session
+from hopbench.orchestration.runner import SessionHooks, run_session
 from hopbench.records import Payload, RunConfig
 from tests.conftest import small_plan
 
@@ -116,7 +116,7 @@ def test_server_killed_mid_run_keeps_what_was_measured(server_factory, tmp_path)
     # after the first payload, the server's end of the connection is shut down
     with pytest.raises(HopbenchError):
         run_session(st.host, st.port, payloads, RunConfig("tcp", k=2, id_bytes=4, cycles=30, warmup=2, timeout_s=2),
-                    folder=out, on_payload=lambda s: _kill_session(st))
+                    folder=out, hooks=SessionHooks(on_payload=lambda s: _kill_session(st)))
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "error" and rep["error"]
     assert rep["payloads"][0]["summary"]["complete"] is True

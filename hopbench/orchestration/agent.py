@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from hopbench.errors import HopbenchError
-from hopbench.orchestration.runner import run_session
+from hopbench.orchestration.runner import RunIdentity, run_session
 from hopbench.records import Payload, RunConfig
 
 
@@ -36,7 +36,7 @@ def main() -> None:
                 if record["errors"]:
                     raise HopbenchError("; ".join(f"target {t}: {e}" for t, e in record["errors"].items()))
             else:
-                run_session(job["host"], job["port"], loads, cfg, folder=folder, extra=job.get("extra"))
+                run_session(job["host"], job["port"], loads, cfg, folder=folder, identity=RunIdentity(extra=job.get("extra")))
             answer: dict[str, object] = {"ok": True}
         except HopbenchError as exc:
             answer = {"ok": False, "error": str(exc)}

@@ -99,7 +99,7 @@ def target_process(target: int | None, cpu: int | None, done: Any, measure: Call
 def _target_main(job: TargetJob, done: Any) -> None:
     """A `run` target: one session, its own result folder; with `job.progress`, a long plan's
     progress on stderr, named by its target."""
-    from hopbench.orchestration.runner import progress_line, run_session
+    from hopbench.orchestration.runner import RunIdentity, SessionHooks, progress_line, run_session
 
     who = f"target {job.target}" if job.target else "the reference"
 
@@ -107,9 +107,9 @@ def _target_main(job: TargetJob, done: Any) -> None:
         print(f"{who}:{progress_line(*a)}", file=sys.stderr, flush=True)
 
     target_process(job.target, job.cpu, done, lambda: run_session(
-        job.host, job.port, job.payloads, job.cfg, secret=job.secret, group=job.group, target=job.target,
+        job.host, job.port, job.payloads, job.cfg, secret=job.secret, identity=RunIdentity(job.group, job.target),
         folder=lambda: R.new_folder(job.folder.parent, job.folder.name, job.folder),
-        on_progress=report if job.progress else None))
+        hooks=SessionHooks(on_progress=report if job.progress else None)))
 
 
 def run_targets(jobs: list[Any], entry: Callable[[Any, Any], None] = _target_main) -> dict[int | None, str | None]:

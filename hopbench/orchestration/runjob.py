@@ -291,7 +291,14 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     (what was measured is kept, status error); KeyboardInterrupt carries it as a note."""
     from hopbench.orchestration.calibrate import placement_note
     from hopbench.orchestration.doctor import preflight
-    from hopbench.orchestration.runner import PROGRESS_EVERY_S, naming_what_was_kept, progress_line, run_session
+    from hopbench.orchestration.runner import (
+        PROGRESS_EVERY_S,
+        RunIdentity,
+        SessionHooks,
+        naming_what_was_kept,
+        progress_line,
+        run_session,
+    )
 
     loads, cfg = plan(req)
     source = None
@@ -334,9 +341,9 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         console.row(summary)
 
     with naming_what_was_kept(made):
-        w = run_session(req.host, req.port, loads, cfg, folder=make_folder, on_payload=on_payload,
-                        on_warning=console.warn, secret=req.secret, extra=extra, floor=req.floor, source=source,
-                        on_progress=progress)
+        w = run_session(req.host, req.port, loads, cfg, folder=make_folder, secret=req.secret,
+                        identity=RunIdentity(extra=extra), floor=req.floor, source=source,
+                        hooks=SessionHooks(on_payload, console.warn, progress))
     if cfg.stream:
         stream_lines(cfg, model, rows, loads, console)
     if cfg.drafter:

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -278,12 +279,32 @@ def duration_cycles(session: Session, plan: P.Plan, cfg: RunConfig, source: Any 
     return cycles, {"cycles": PROBE_CYCLES, "p50_ns": p50_ns, "per_cycle_s": per_cycle_s, "cap": cap}
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """Who a run is among several: the start group of its cfg.clients targets (every plan's
+    ACCEPT waits for all of them), this target's number, and `extra`, recorded at the top of
+    report.json (a sweep cell's identity)."""
+
+    group: str | None = None
+    target: int | None = None
+    extra: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SessionHooks:
+    """What a run tells its caller as it goes: `on_payload(summary)` as each payload ends,
+    `on_warning(note)` for each of its notes, `on_progress` a long plan's cycles as they
+    complete (reporting_progress)."""
+
+    on_payload: Callable[[dict], None] | None = None
+    on_warning: Callable[[str], None] | None = None
+    on_progress: ProgressReport | None = None
+
+
 def run_session(
     host: str, port: int, payloads: list[Payload], cfg: RunConfig, *, folder: Path | Callable[[], Path],
-    extra: dict | None = None, on_payload: Callable[[dict], None] | None = None,
-    on_warning: Callable[[str], None] | None = None, secret: str | None = None, floor: bool = False,
-    source: Any = None, group: str | None = None, target: int | None = None,
-    on_progress: ProgressReport | None = None,
+    identity: RunIdentity = RunIdentity(), hooks: SessionHooks = SessionHooks(), secret: str | None = None,
+    floor: bool = False, source: Any = None,
 ) -> RunWriter:
     """Measure every payload in one session and write the result folder.
 
@@ -292,10 +313,9 @@ def run_session(
     server's caps refuse) leaves nothing on disk. Errors propagate after the files are
     written (status "incomplete" / "error").
 
-    Several targets at once (hopbench.orchestration.clients): `group` names the start group
-    of this run's cfg.clients targets (every plan's ACCEPT waits for all of them) and `target`
-    this one's number; cfg.mps paces each target's sends (open loop). `on_progress`: a long
-    plan's cycles as they complete (reporting_progress)."""
+    Several targets at once (hopbench.orchestration.clients): `identity` names this one
+    (RunIdentity); cfg.mps paces each target's sends (open loop). `hooks`: what the caller is
+    told as the run goes (SessionHooks)."""
     if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
         from hopbench.core.hidden import source_for
 
@@ -304,8 +324,8 @@ def run_session(
     with Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
                  transport_settings=cfg.transport_settings, client_env=client_env, secret=secret,
                  loop=cfg.loop) as session:
-        return _measure_payloads(session, host, port, payloads, cfg, folder, client_env, source, group, target, floor,
-                                 extra, on_payload, on_warning, on_progress)
+        return _measure_payloads(session, f"{host}:{port}", payloads, cfg, folder, client_env, source, identity,
+                                 hooks, floor)
 
 
 def check_drafter(info: dict[str, Any] | None, cfg: RunConfig) -> None:
@@ -337,11 +357,11 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
                   drafter=P.DrafterPlan(cfg.early) if cfg.drafter and p.drafter else None)
 
 
-def _measure_payloads(session: Session, host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Any,
-                      client_env: dict[str, Any], source: Any, group: str | None, target: int | None, floor: bool,
-                      extra: dict[str, Any] | None, on_payload: Any, on_warning: Any,
-                      on_progress: ProgressReport | None = None) -> "RunWriter":
+def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg: RunConfig, folder: Any,
+                      client_env: dict[str, Any], source: Any, identity: RunIdentity, hooks: SessionHooks,
+                      floor: bool) -> "RunWriter":
     """run_session's measuring, over its open session: each payload's plan, written as it ends."""
+    group, target = identity.group, identity.target
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
         return _plan_for(cfg, p, group, cycles)
@@ -355,9 +375,9 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
 
         stream_schedule = from_record(cfg.stream)
     folder = folder() if callable(folder) else folder
-    header = R.RunReport(peer=f"{host}:{port}", config=cfg.to_dict(), client_env=client_env,
+    header = R.RunReport(peer=peer, config=cfg.to_dict(), client_env=client_env,
                          server_env=session.server_env, server_software=session.server_hello.get("software"),
-                         server_caps=session.server_hello.get("caps"), extra=extra or {}).to_dict()
+                         server_caps=session.server_hello.get("caps"), extra=identity.extra or {}).to_dict()
     load = {"clients": cfg.clients, "offered_per_s": cfg.mps} if cfg.clients > 1 or cfg.mps or target else None
     writer = RunWriter(folder, header, target, load)
     status, error = "complete", None
@@ -371,7 +391,7 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
 
                 schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
             try:
-                with reporting_progress(session, p.label, plan.total, on_progress):
+                with reporting_progress(session, p.label, plan.total, hooks.on_progress):
                     m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
                                         stream=stream_schedule if p.stream else None)
             except BaseException:
@@ -381,10 +401,10 @@ def _measure_payloads(session: Session, host: str, port: int, payloads: list[Pay
             summary = writer.add(m, p, probe)
             writer.write("running")
             for note in m.data_info.get("warnings") or []:
-                if on_warning:
-                    on_warning(note)
-            if on_payload:
-                on_payload(summary)
+                if hooks.on_warning:
+                    hooks.on_warning(note)
+            if hooks.on_payload:
+                hooks.on_payload(summary)
         session.bye()
         if floor:
             writer.header["floor"] = measure_floor(cfg.transport, cfg.k, cfg.id_bytes, min(cfg.cycles, 2000), cfg.poll,

@@ -54,7 +54,7 @@ class _Agent:
     def run(self, host: str, port: int, job: dict) -> dict:
         import tempfile
 
-        from hopbench.orchestration.runner import run_session
+        from hopbench.orchestration.runner import RunIdentity, run_session
         from hopbench.records import Payload
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -62,8 +62,8 @@ class _Agent:
             out.mkdir()
             try:
                 loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: the fan-in's
-                run_session(host, port, loads, RunConfig.from_dict(job["config"]), folder=out, extra=job.get("extra"),
-                            group=job.get("group"), target=job.get("target"))
+                run_session(host, port, loads, RunConfig.from_dict(job["config"]), folder=out,
+                            identity=RunIdentity(job.get("group"), job.get("target"), job.get("extra")))
                 answer: dict[str, Any] = {"ok": True}
             except HopbenchError as exc:
                 answer = {"ok": False, "error": str(exc)}
