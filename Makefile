@@ -143,14 +143,15 @@ bench-native: install
 	$(PY) benchmarks/bench_native.py --placement split $(BENCH_ARGS)
 	$(PY) benchmarks/nixl_paired.py --place loopback
 
-# The native floor on a many-core host (issue 43): bench_native (split) and nixl_paired, one
-# table against the targets; FLOOR_ARGS e.g. --out docs/sessions/native-floor-HOST.md
-# (benchmarks/native_floor.py --wheels DIR installs from a wheelhouse where no index is reachable)
+# The native floor on a many-core host (issues 43, 53): each transport's native tool and
+# hopbench alternated in ABBA blocks on pinned CPUs until the paired ratio's interval is
+# within +-3% (benchmarks/native_paired.py), and NIXL paired in one process pair;
+# FLOOR_ARGS e.g. --json docs/native/paired-HOST.json
 bench-native-floor: install
 	@command -v sockperf >/dev/null && command -v qperf >/dev/null && command -v NPtcp >/dev/null && command -v ucx_perftest >/dev/null \
 	  || (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf qperf netpipe-tcp ucx-utils)
 	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
-	$(PY) benchmarks/native_floor.py $(FLOOR_ARGS)
+	$(PY) benchmarks/native_paired.py $(FLOOR_ARGS)
 	$(PY) benchmarks/nixl_paired.py --place veth
 
 # GPU payloads (needs a CUDA GPU; installs CuPy): host vs staged vs direct, docs/GPU.md.
