@@ -102,7 +102,7 @@ def test_a_second_writer_of_a_sweep_folder_is_refused_with_the_first_writers_pid
 
     from hopbench.config_sweep import load_sweep
     from hopbench.errors import HopbenchError
-    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
     from hopbench.shape import load_shape
 
     folder = tmp_path / "sweep"
@@ -116,7 +116,7 @@ def test_a_second_writer_of_a_sweep_folder_is_refused_with_the_first_writers_pid
         cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
         before = sorted(p.name for p in folder.rglob("*"))
         with pytest.raises(HopbenchError, match=f"being written by another hopbench \\(pid {holder.pid}\\)"):
-            run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path, out=folder, only_rungs=["loopback"],
+            run_sweep(cfg, load_shape().shape, results_root=tmp_path, out=folder, options=SweepOptions(only_rungs=["loopback"]),
                       log=lambda m: None)
         assert sorted(p.name for p in folder.rglob("*")) == before  # nothing written by the refused writer
     finally:
@@ -185,7 +185,7 @@ def test_a_real_rung_whose_server_does_not_answer_is_refused_in_the_preflight(tm
 
     from hopbench.config_sweep import load_sweep
     from hopbench.errors import ConfigError
-    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
     from hopbench.shape import load_shape
     from tests.conftest import dead_port
 
@@ -193,7 +193,7 @@ def test_a_real_rung_whose_server_does_not_answer_is_refused_in_the_preflight(tm
     rung.write_text(f'[rung]\nname = "lab"\nkind = "real"\npeer = "127.0.0.1:{dead_port()}"\ntransports = ["tcp"]\n')
     cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
     with pytest.raises(ConfigError, match="no hopbench server answers at 127.0.0.1:"):
-        run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path / "results", only_rungs=[str(rung)],
+        run_sweep(cfg, load_shape().shape, results_root=tmp_path / "results", options=SweepOptions(only_rungs=[str(rung)]),
                   log=lambda m: None)
     assert not (tmp_path / "results").exists()
 

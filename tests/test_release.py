@@ -87,11 +87,11 @@ def test_a_sweep_that_plans_nothing_is_refused_before_creating_a_folder(tmp_path
     import dataclasses
 
     from hopbench.config_sweep import load_sweep
-    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
 
     cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=["nosuch"])
     with pytest.raises(HopbenchError, match="nothing to measure"):
-        run_sweep(cfg, load_shape().shape, 4, results_root=tmp_path, only_rungs=["loopback"])
+        run_sweep(cfg, load_shape().shape, results_root=tmp_path, options=SweepOptions(only_rungs=["loopback"]))
     assert not any(tmp_path.iterdir())
 
 

@@ -391,7 +391,7 @@ def sweep(
 ):
     """Measure rungs x transports x payloads, interleaved and repeated; resumable (run the same command again)."""
     from hopbench.config_sweep import load_sweep
-    from hopbench.orchestration.sweep import run_sweep
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
     from hopbench.shape import load_shape
 
     scfg = load_shape(shape)
@@ -399,9 +399,10 @@ def sweep(
     only = [r for r in rungs.split(",") if r] if rungs else None
     bar = _live_bar() if sys.stderr.isatty() else None
     try:
-        folder = run_sweep(cfg, scfg.shape, scfg.shape.id_bytes, results_root=results_dir, out=out,
-                           resume=not new, only_rungs=only, strict=strict, analyse=analyse, skip_missing=skip_missing,
-                           on_progress=bar.update if bar else None, forward_ms=scfg.cycle_ms - scfg.t_draft_ms)
+        folder = run_sweep(cfg, scfg.shape, results_root=results_dir, out=out,
+                           options=SweepOptions(resume=not new, only_rungs=only, strict=strict, analyse=analyse,
+                                                skip_missing=skip_missing, forward_ms=scfg.cycle_ms - scfg.t_draft_ms),
+                           on_progress=bar.update if bar else None)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     finally:

@@ -235,10 +235,6 @@ class Model:
     def _norm(self, x: Any, w: Any) -> Any:
         return self.torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
-    def _linear_add(self, h: Any, x: Any, weight: Any) -> Any:
-        """h + x @ weight.T as one matrix product (the residual added in its epilogue)."""
-        return self.torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.T).view(h.shape)
-
     def trunk(self, h: Any, tokens: Any = None, out_rows: int | None = None) -> Any:
         """The decoder layers and the final norm over fc's output h: (batch, rows, hidden).
         `out_rows`: only the last out_rows rows' outputs are wanted (the rows that are
@@ -263,17 +259,12 @@ class Model:
             if n < t:  # the last layer: queries of the sampled rows only, over every row's keys
                 h, q = h[:, t - n:], q[:, t - n:]
             q = q.reshape(b, n, nh, hd).transpose(1, 2)
-            mask = self._mask(n, t, h.device) if 1 < n < t else None  # one last row sees every row
+            mask = _last_rows_mask(torch, n, t, h.device) if 1 < n < t else None  # one last row sees every row
             a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=n == t)
-            h = self._linear_add(h, a.transpose(1, 2).reshape(b, n, nh * hd), w[p + "self_attn.o_proj.weight"])
+            h = _linear_add(torch, h, a.transpose(1, 2).reshape(b, n, nh * hd), w[p + "self_attn.o_proj.weight"])
             g, u = (self._norm(h, w[p + "post_attention_layernorm.weight"]) @ w[p + "gate_up_proj"].T).chunk(2, -1)
-            h = self._linear_add(h, torch.nn.functional.silu(g) * u, w[p + "mlp.down_proj.weight"])
+            h = _linear_add(torch, h, torch.nn.functional.silu(g) * u, w[p + "mlp.down_proj.weight"])
         return self._norm(h, w["norm.weight"])
-
-    def _mask(self, n: int, t: int, device: Any) -> Any:
-        """Causal attention of the last n of t rows: query a sees keys up to t - n + a."""
-        torch = self.torch
-        return torch.ones(t, t, dtype=torch.bool, device=device).tril()[t - n:]
 
     def sample(self, last: Any, k: int) -> Any:
         """The K ids from the trunk's output at one row per entry (n, hidden): lm_head, its
@@ -436,37 +427,56 @@ class Model:
         return self._graphs[key]
 
     def tensors(self) -> dict[str, Any]:
-        """The weights by their names in a .safetensors file (the packed matrices split back:
-        what `--drafter-weights` reads)."""
-        shapes, out = weight_shapes(self.shape), dict[str, Any]()
-        for name, t in self.w.items():
-            if name.endswith(("qkv_proj", "gate_up_proj")):
-                p = name[:name.rindex(".") + 1]
-                parts = ([p + f"self_attn.{c}_proj.weight" for c in "qkv"] if name.endswith("qkv_proj")
-                         else [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
-                out.update(zip(parts, t.split([shapes[n][0] for n in parts], dim=0)))
-            else:
-                out[name] = t
-        return out
+        """The weights by their names in a .safetensors file (what `--drafter-weights` reads)."""
+        return file_tensors(self)
 
     def info(self) -> dict[str, Any]:
         """What report.json names: the shape, the device, the weight bytes read and their floor
         (the copy bandwidth measured once)."""
-        if self._info is not None:
-            return dict(self._info)
-        torch = self.torch
-        out: dict[str, Any] = {"shape": self.shape.to_dict(), "device": self.device,
-                               "dtype": str(self.dtype).replace("torch.", ""), "weights": self.weights_from,
-                               "weight_bytes": self.shape.weight_bytes(2 if self.device == "cuda" else 4),
-                               "cuda_graphs": self.graphs, "torch": torch.__version__,
-                               "ids_meaningful": self.weights_from != "random"}
-        if self.device == "cuda":
-            out["gpu"] = torch.cuda.get_device_name()
-        bw = copy_bandwidth(torch, self.device)
-        out["copy_bytes_per_s"] = bw
-        out["weight_read_floor_ns"] = int(out["weight_bytes"] / bw * 1e9)
-        self._info = out
-        return dict(out)
+        if self._info is None:
+            self._info = describe(self)
+        return dict(self._info)
+
+
+def file_tensors(m: Model) -> dict[str, Any]:
+    """The model's weights by their names in a .safetensors file: the packed matrices split
+    back into q/k/v and gate/up."""
+    shapes, out = weight_shapes(m.shape), dict[str, Any]()
+    for name, t in m.w.items():
+        if name.endswith(("qkv_proj", "gate_up_proj")):
+            p = name[:name.rindex(".") + 1]
+            parts = ([p + f"self_attn.{c}_proj.weight" for c in "qkv"] if name.endswith("qkv_proj")
+                     else [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"])
+            out.update(zip(parts, t.split([shapes[n][0] for n in parts], dim=0)))
+        else:
+            out[name] = t
+    return out
+
+
+def describe(m: Model) -> dict[str, Any]:
+    """Model.info's record, its copy bandwidth measured now."""
+    torch = m.torch
+    out: dict[str, Any] = {"shape": m.shape.to_dict(), "device": m.device,
+                           "dtype": str(m.dtype).replace("torch.", ""), "weights": m.weights_from,
+                           "weight_bytes": m.shape.weight_bytes(2 if m.device == "cuda" else 4),
+                           "cuda_graphs": m.graphs, "torch": torch.__version__,
+                           "ids_meaningful": m.weights_from != "random"}
+    if m.device == "cuda":
+        out["gpu"] = torch.cuda.get_device_name()
+    bw = copy_bandwidth(torch, m.device)
+    out["copy_bytes_per_s"] = bw
+    out["weight_read_floor_ns"] = int(out["weight_bytes"] / bw * 1e9)
+    return out
+
+
+def _linear_add(torch: Any, h: Any, x: Any, weight: Any) -> Any:
+    """h + x @ weight.T as one matrix product (the residual added in its epilogue)."""
+    return torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.T).view(h.shape)
+
+
+def _last_rows_mask(torch: Any, n: int, t: int, device: Any) -> Any:
+    """Causal attention of the last n of t rows: query a sees keys up to t - n + a."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()[t - n:]
 
 
 def random_weights(m: Model, seed: int) -> dict[str, Any]:

@@ -28,11 +28,12 @@ def main() -> None:
             loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: one session, in order
             cfg = RunConfig.from_dict(job["config"])
             if cfg.clients > 1:  # M target processes at once; the sweep's M = 1 cells are the reference
-                from hopbench.orchestration.clients import run_clients
+                from hopbench.orchestration.clients import ClientsOptions, run_clients
 
                 record = run_clients(job["host"], job["port"], loads, cfg, functools.partial(Path, folder), cpu=cfg.cpu,
-                                     reference=False, extra=job.get("extra"),
-                                     warn=lambda text: print(f"warning: {text}"), say=lambda text: None)
+                                     options=ClientsOptions(reference=False, extra=job.get("extra"),
+                                                            warn=lambda text: print(f"warning: {text}"),
+                                                            say=lambda text: None))
                 if record["errors"]:
                     raise HopbenchError("; ".join(f"target {t}: {e}" for t, e in record["errors"].items()))
             else:

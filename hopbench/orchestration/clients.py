@@ -372,19 +372,30 @@ def _reference(runner: Callable[[list[TargetJob]], dict[int | None, str | None]]
     return alone
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientsOptions:
+    """How run_clients runs its phases: without `reference` only the M phase (a sweep's M = 1
+    cells are its reference); `extra` is recorded at the top of report.json (a sweep cell's
+    identity); `runner` runs the target jobs (default: one spawned process each on this host;
+    the Ray fan-in: one per node); `progress`: the reference and target 1 print a long
+    plan's progress; `say`/`warn` print its lines and its notes."""
+
+    reference: bool = True
+    extra: dict[str, Any] | None = None
+    runner: Callable[[list[TargetJob]], dict[int | None, str | None]] | None = None
+    progress: bool = False
+    say: Callable[[str], None] = print
+    warn: Callable[[str], None] = print
+
+
 def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
-                secret: str | None = None, cpu: str | None = None, warn: Callable[[str], None] = print,
-                say: Callable[[str], None] = print, reference: bool = True,
-                extra: dict[str, Any] | None = None,
-                runner: Callable[[list[TargetJob]], dict[int | None, str | None]] | None = None,
-                progress: bool = False) -> dict[str, Any]:
+                secret: str | None = None, cpu: str | None = None,
+                options: ClientsOptions = ClientsOptions()) -> dict[str, Any]:
     """Both phases (alone, then cfg.clients at once) and the run's folder, made by `folder()`
-    once the server has said it serves M sessions at once; its `clients` record. Without
-    `reference` only the M phase (a sweep's M = 1 cells are its reference); `extra` is
-    recorded at the top of report.json (a sweep cell's identity). `runner` runs the target
-    jobs (default: one spawned process each on this host; the Ray fan-in: one per node);
-    `progress`: the reference and target 1 print a long plan's progress."""
-    runner = runner or run_targets
+    once the server has said it serves M sessions at once; its `clients` record
+    (ClientsOptions: which phases, who runs the targets, what is said)."""
+    runner = options.runner or run_targets
+    reference, extra, progress, say, warn = options.reference, options.extra, options.progress, options.say, options.warn
     m = cfg.clients
     limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret, cfg.connect_timeout_s)
     if m > limit:
@@ -469,4 +480,4 @@ def _ms(ns: Any) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-__all__ = ["aggregate", "cpu_plan", "json_record", "result_table", "run_clients", "run_targets"]
+__all__ = ["ClientsOptions", "aggregate", "cpu_plan", "json_record", "result_table", "run_clients", "run_targets"]

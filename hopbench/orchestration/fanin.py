@@ -45,7 +45,7 @@ def run_fanin(agents: Any, server: str, targets: int, payloads: Callable[[str, i
               folder: Callable[[], Path], say: Callable[[str], None] = print,
               warn: Callable[[str], None] = print) -> dict[str, Any]:
     """The server on `server`, `targets` targets on the other nodes (one each); the run's record."""
-    from hopbench.orchestration.clients import run_clients
+    from hopbench.orchestration.clients import ClientsOptions, run_clients
 
     nodes = agents.nodes()
     if server not in nodes:
@@ -58,8 +58,9 @@ def run_fanin(agents: Any, server: str, targets: int, payloads: Callable[[str, i
     loads, cfg = payloads(host, port)
     cfg = dataclasses.replace(cfg, clients=targets)
     say(f"fan-in: server {server} ({host}:{port}), targets on {', '.join(others[:targets])}")
-    record = run_clients(host, port, loads, cfg, folder, warn=warn, say=say, runner=ray_runner(agents, others),
-                         extra={"fanin": {"server": server, "targets": others[:targets]}})
+    record = run_clients(host, port, loads, cfg, folder,
+                         options=ClientsOptions(extra={"fanin": {"server": server, "targets": others[:targets]}},
+                                                runner=ray_runner(agents, others), say=say, warn=warn))
     return record
 
 

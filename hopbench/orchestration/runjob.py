@@ -286,11 +286,25 @@ class RunConsole:
         self.say(f"results: {folder}")
 
 
+def _preflight(req: RunRequest, console: RunConsole) -> Any:
+    """The pre-flight checks, their warnings said (--strict refuses on one), and an --out
+    that exists refused: before anything is measured."""
+    from hopbench.orchestration.doctor import preflight
+
+    pre = preflight(req.host, req.interface, req.rate)
+    for finding in pre.warnings:
+        console.warn(finding.message)
+    if req.strict and pre.warnings:
+        raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
+    if req.out is not None and req.out.exists():
+        raise ConfigError(f"result folder {req.out} already exists; refusing to overwrite it (choose another --out)")
+    return pre
+
+
 def run(req: RunRequest, console: RunConsole) -> Path:
     """Check, plan, measure; the folder written. An error after the folder exists names it
     (what was measured is kept, status error); KeyboardInterrupt carries it as a note."""
     from hopbench.orchestration.calibrate import placement_note
-    from hopbench.orchestration.doctor import preflight
     from hopbench.orchestration.runner import (
         PROGRESS_EVERY_S,
         RunIdentity,
@@ -306,13 +320,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         from hopbench.core.hidden import source_for
 
         source = source_for(req.payload_from, (cfg.bytes_per_token or 0) // (2 * cfg.hidden), cfg.hidden)
-    pre = preflight(req.host, req.interface, req.rate)
-    for finding in pre.warnings:
-        console.warn(finding.message)
-    if req.strict and pre.warnings:
-        raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
-    if req.out is not None and req.out.exists():
-        raise ConfigError(f"result folder {req.out} already exists; refusing to overwrite it (choose another --out)")
+    pre = _preflight(req, console)
     made: list[Path] = []
 
     def make_folder() -> Path:
@@ -493,7 +501,8 @@ def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg
 
     with naming_what_was_kept(made):
         record = CL.run_clients(req.host, req.port, loads, cfg, make_folder, secret=req.secret, cpu=req.cpu,
-                               warn=console.warn, say=console.say, progress=progress, extra=extra)
+                                options=CL.ClientsOptions(extra=extra, progress=progress, say=console.say,
+                                                          warn=console.warn))
     folder: Path = record["folder"]
     CL.result_table(record["payloads"], console.say)
     if record["errors"]:

@@ -163,12 +163,14 @@ def _summary(rows: np.ndarray, mode: str, repeat: int) -> dict[str, Any]:
             "batch_mean": float(timed[:, cols["batch"]].mean()) if len(timed) and timed[:, cols["batch"]].any() else None}
 
 
-def _report_head(cfg: SpecConfig, host: str | None, port: int | None, seed: int, acceptance: Any, verify: Any,
-                 local_draft: Any, client_env: dict[str, Any], server_env: dict[str, Any] | None,
+def _report_head(cfg: SpecConfig, peer: str | None, seed: int, acceptance: Any, work: tuple[Any, Any],
+                 client_env: dict[str, Any], server_env: dict[str, Any] | None,
                  group: dict[str, Any] | None, target: int, source: Any) -> dict[str, Any]:
-    """The spec report's header (results.SpecReport): what was asked, modelled and measured."""
+    """The spec report's header (results.SpecReport): what was asked, modelled (`work`: the
+    verify and the local draft work models) and measured."""
+    verify, local_draft = work
     return R.SpecReport(
-        peer=f"{host}:{port}" if host else None, config=cfg.to_dict(), seed=seed,
+        peer=peer, config=cfg.to_dict(), seed=seed,
         acceptance={"spec": acceptance.spec, "probs": list(acceptance.probs), "mean_tokens": acceptance.mean_tokens,
                     "ranked": acceptance.ranked()},
         work={"verify": verify.describe(), "draft_local": local_draft.describe(),
@@ -249,8 +251,8 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                 # the server runs a drafter model: the remote draft is its forward, not the work model
                 cfg = replace(cfg, draft_remote="model")
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
-        report = _report_head(cfg, host, port, seed, acceptance, verify, local_draft, client_env,
-                              session.server_env if session else None, group, target, source)
+        report = _report_head(cfg, f"{host}:{port}" if host else None, seed, acceptance, (verify, local_draft),
+                              client_env, session.server_env if session else None, group, target, source)
         cycles_rows: list[dict] = []
         summaries: list[dict] = []
 

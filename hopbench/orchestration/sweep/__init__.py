@@ -10,6 +10,6 @@ report says "complete" is never measured again, so re-running resumes.
 
 from __future__ import annotations
 
-from hopbench.orchestration.sweep.run import missing_requirements, run_sweep
+from hopbench.orchestration.sweep.run import SweepOptions, missing_requirements, run_sweep
 
-__all__ = ["run_sweep", "missing_requirements"]
+__all__ = ["SweepOptions", "run_sweep", "missing_requirements"]

@@ -10,7 +10,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -151,21 +151,36 @@ def _namespaces_or_loopback(rungs: list[Rung], log: Callable[[str], None]) -> tu
     return rungs, fallback
 
 
-def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Path, out: Path | None = None,
-              resume: bool = True, only_rungs: list[str] | None = None, strict: bool = False,
-              log: Callable[[str], None] = print, analyse: bool = False, skip_missing: bool = False,
-              on_progress: Callable[[int, int, float, float, str], None] | None = None,
-              forward_ms: float | None = None) -> Path:
-    """Measure every cell of the sweep; returns its folder. `on_progress(done, total,
-    elapsed_s, eta_s, cell_key)` after each cell (default: plain lines, one per 10%)."""
+@dataclass(frozen=True)
+class SweepOptions:
+    """How a sweep runs: `resume` an unfinished sweep of the same fingerprint, `only_rungs`
+    (default: the config's), `strict` (a failed preflight stops it), `analyse` (codec cells'
+    analysis checked first), `skip_missing` (a cell whose library is missing is left out),
+    `forward_ms` (the verify forward a streamed sweep's schedule follows)."""
+
+    resume: bool = True
+    only_rungs: list[str] | None = None
+    strict: bool = False
+    analyse: bool = False
+    skip_missing: bool = False
+    forward_ms: float | None = None
+
+
+def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path | None = None,
+              options: SweepOptions = SweepOptions(), log: Callable[[str], None] = print,
+              on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
+    """Measure every cell of the sweep (ids of the shape's id_bytes); returns its folder.
+    `on_progress(done, total, elapsed_s, eta_s, cell_key)` after each cell (default: plain
+    lines, one per 10%)."""
     report_progress = on_progress or progress
+    only_rungs, resume, strict = options.only_rungs, options.resume, options.strict
     rung_names = only_rungs or list(cfg.rungs)
     rungs = [load_rung(n) for n in rung_names]
     if not any(t in r.transports for r in rungs for t in cfg.transports):
         raise ConfigError(f"nothing to measure: the sweep's transports ({', '.join(cfg.transports)}) and the rungs' "
                           + "; ".join(f"{r.name}: {', '.join(r.transports) or 'none'}" for r in rungs)
                           + " share none (nothing was created)")
-    cfg, stream = _checked(cfg, shape, rungs, forward_ms, analyse, skip_missing, log)
+    cfg, stream = _checked(cfg, shape, rungs, options.forward_ms, options.analyse, options.skip_missing, log)
     preflight = _preflight(rungs, strict, log)
     rungs, fallback = _namespaces_or_loopback(rungs, log)
     folder = out or (find_resumable(results_root, cfg) if resume else None)
@@ -178,7 +193,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, id_bytes: int, *, results_root: Pa
         seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)
     lock = R.FolderLock(folder).acquire()  # held until the sweep ends: a second writer is refused
     try:
-        return _measure(folder, seed, cfg, rungs, shape, id_bytes, fallback, preflight, log, report_progress, stream)
+        return _measure(folder, seed, cfg, rungs, shape, fallback, preflight, log, report_progress, stream)
     finally:
         lock.release()
 
@@ -259,11 +274,12 @@ def _run_cell(rt: RungRuntime, job: dict[str, Any], est: float, key: str, attemp
         log(f"\ncell {key} failed: {answer.get('error')}")
 
 
-def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, id_bytes: int,
-             fallback: str | None, preflight: dict[str, Any], log: Callable[[str], None],
+def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, fallback: str | None,
+             preflight: dict[str, Any], log: Callable[[str], None],
              report_progress: Callable[[int, int, float, float, str], None],
              stream: dict[str, Any] | None = None) -> Path:
     """Measure the planned cells into a locked sweep folder (new or resumed)."""
+    id_bytes = shape.id_bytes
     (folder / "logs").mkdir(exist_ok=True)
     (folder / "configs").mkdir(exist_ok=True)
     for path in [r.path for r in rungs] + ([cfg.path] if cfg.path else []):  # the configs as measured
