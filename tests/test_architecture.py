@@ -274,3 +274,20 @@ def test_transports_describe_themselves():
     assert not _grep(r'"(pyzmq|ucxx-cu12|libucx-cu12|nixl-cu12)"', "hopbench/core/env.py")
     assert not _grep(r'\{"UCX_": ', "tests/test_conformance.py")
     assert len(_grep(r"^\s*def transport_or_skip", "tests", "hopbench")) == 1
+
+
+def test_identity_is_typed_to_the_end():
+    """REVIEW5 F2's checks (issue 49), but the typed readers: fits join on their Place and
+    Series (no label rebuilt as a key), the verdict's decision is an enum, the presenters
+    never parse the call back, and the summary has tidy series columns."""
+    import dataclasses
+
+    import hopbench.analysis.fit as F
+    import hopbench.analysis.verdict as V
+    from hopbench.analysis.summary import AGG_COLUMNS
+
+    assert not _grep(r"gap_label\(", "hopbench/analysis")
+    assert not _grep(r'startswith\(|" in call', "hopbench/analysis/report/markup.py", "hopbench/analysis/tables.py")
+    assert {"place", "series"} <= {f.name for f in dataclasses.fields(F.Fit)}
+    assert "decision" in {f.name for f in dataclasses.fields(V.Verdict)}
+    assert {"codec", "design", "stream", "clients"} <= set(AGG_COLUMNS)

@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from hopbench.analysis.data import Group
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import gap_label
 from hopbench.results import CYCLES_FILE, ResultFolder, atomic_write
 
 #: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
@@ -59,11 +58,11 @@ def record_id(study: str, rid: str, g: Group) -> str:
 def records(groups: list[Group], top: dict, source: str, study: str, fits=(), *, rid: str) -> list[dict]:
     """rid: the result's id (hopbench.analysis.data.result_id), which the record ids are built
     from; source: the folder's name, for people only."""
-    fit_by = {(f.rung, f.transport): f for f in fits}
+    fit_by = {(f.place, f.series): f for f in fits}
     out = []
     for g in groups:
         e = g.estimate()
-        f = fit_by.get((gap_label(g.rung, g.gap_ms), g.transport))  # the fit of this cell's own gap
+        f = fit_by.get((g.place, g.series))  # the fit of this cell's own place (its gap too) and series
         out.append({
             "id": record_id(study, rid, g), "schema_version": RECORD_SCHEMA_VERSION, "study": study, "result_id": rid,
             "source": source,

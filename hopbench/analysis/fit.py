@@ -18,7 +18,7 @@ import numpy as np
 
 from hopbench.analysis.data import Group
 from hopbench.estimate import norm_ppf
-from hopbench.records import gap_label
+from hopbench.records import Place, Series
 
 RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
 HUBER_K = 1.345
@@ -126,6 +126,10 @@ class Fit:
     operating_bytes: int
     share_bandwidth: float  # bandwidth term / (alpha + bandwidth term) at the operating payload
     regime: str
+    #: the fit's identity, typed: where (its rung, placement and think time) and what crossed;
+    #: `rung` and `transport` above are their labels (Place.label, Series.label)
+    place: Place
+    series: Series
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -243,7 +247,7 @@ def why_no_fit(groups: list[Group]) -> str:
     """Why fit_groups found nothing to fit: the payload sizes each rung x transport has."""
     sizes: dict[tuple[str, str], set[int]] = {}
     for g in groups:
-        sizes.setdefault((gap_label(g.rung, g.gap_ms), g.transport), set()).add(g.request_bytes)
+        sizes.setdefault((g.place.label, g.series.label), set()).add(g.request_bytes)
     has = ", ".join(f"{r}/{t} {len(s)}" for (r, t), s in sorted(sizes.items())) or "no cells"
     return (f"no fit: a line needs at least 3 payload sizes per rung x transport x gap; this folder has {has} "
             "(measure more: run --bytes grid, or a sweep)")
@@ -255,12 +259,12 @@ def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int,
     gap is named with it (records.gap_label: the gap is part of the cell)."""
     rng = np.random.default_rng(seed)
     out = []
-    keys = sorted({(g.rung, g.transport, g.gap_ms) for g in groups})
+    keys = sorted({(g.place, g.series) for g in groups},
+                  key=lambda k: (k[0].rung_label, k[1].label, k[0].gap_ms))
     op_bytes = operating_tokens * bytes_per_token
-    for base_rung, tr, gap in keys:
-        rung = gap_label(base_rung, gap)
-        gs = sorted((g for g in groups if g.rung == base_rung and g.transport == tr and g.gap_ms == gap),
-                    key=lambda g: g.request_bytes)
+    for place, series in keys:
+        rung, tr = place.label, series.label
+        gs = sorted((g for g in groups if g.place == place and g.series == series), key=lambda g: g.request_bytes)
         by_size: dict[int, list[Group]] = {}
         for g in gs:
             by_size.setdefault(g.request_bytes, []).append(g)
@@ -292,7 +296,7 @@ def fit_groups(groups: list[Group], bytes_per_token: int, operating_tokens: int,
             goodput_ratio=seg_op.beta_Bps / (rate * 1e6 / 8 * MSS / WIRE_FRAME) if rate else None,
             max_rel_resid=main.max_rel_resid, breakpoint_bytes=bp, segments=[asdict(s) for s in segments],
             operating_bytes=op_bytes, share_bandwidth=share,
-            regime="bandwidth-bound" if share > 0.5 else "latency-bound"))
+            regime="bandwidth-bound" if share > 0.5 else "latency-bound", place=place, series=series))
     return out
 
 
