@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hopbench.analysis.data import load_groups, recorded_shape
-from hopbench.errors import ConfigError
+from hopbench.errors import ConfigError, HopbenchError
 
 
 @dataclass
@@ -45,10 +45,10 @@ def _spec_frames(path: str | Path) -> Frames | None:
     from hopbench.analysis import spec as AS
 
     try:
-        top = R.ResultFolder(path).read_top()
-    except (OSError, ValueError):
+        header = R.ResultFolder(path).read_header()
+    except (OSError, ValueError, HopbenchError):
         return None
-    if not isinstance(top, dict) or top.get("schema") != R.SPEC_SCHEMA:
+    if not isinstance(header, R.SpecReport):
         return None
     pd = _pandas()
     report, cycles, _ = AS.load(path)

@@ -59,15 +59,17 @@ def calibrate(cycles: int = 300) -> tuple[str, dict[str, dict[str, Any]]]:
 
 def last_calibration(results_root: Path = Path("results")) -> str | None:
     """The placement the newest sweep in results_root calibrated and chose here, if any."""
-    from hopbench.results import ResultFolder, sweep_folders
+    from hopbench.errors import HopbenchError
+    from hopbench.results import ResultFolder, SweepReport, sweep_folders
 
     for folder in sweep_folders(results_root) if results_root.is_dir() else []:
         try:
-            doc = ResultFolder(folder).read_top()
-        except (OSError, ValueError):
+            header = ResultFolder(folder).read_header()
+        except (OSError, ValueError, HopbenchError):
             continue
-        if doc.get("placement_calibration") and doc.get("placements_resolved"):
-            return f"{doc['placements_resolved'][0]} (measured by the sweep in {folder})"
+        chosen = header.extra.get("placements_resolved") if isinstance(header, SweepReport) else None
+        if chosen and header.extra.get("placement_calibration"):
+            return f"{chosen[0]} (measured by the sweep in {folder})"
     return None
 
 
