@@ -92,40 +92,39 @@ class HopbenchArm:
             self.proc.wait(30)
 
 
-def sockperf_block(size: int, cpus: tuple[str, str], port: int) -> float:
-    """sockperf ping-pong for 1 s: its p50 of full round trips, us."""
-    srv = subprocess.Popen(pinned(cpus[0], ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)]),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(port)
-        out = subprocess.run(pinned(cpus[1], ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-m",
-                                              str(size), "-t", "1", "--full-rtt"]),
-                             capture_output=True, text=True, timeout=60)
-        found = re.search(r"percentile 50\.000 =\s*([\d.]+)", out.stdout + out.stderr)
-        if found is None:
-            raise RuntimeError(f"sockperf {size} B: {(out.stdout + out.stderr).strip()[-300:]}")
-        return float(found.group(1))
-    finally:
-        srv.kill()
-        srv.wait()
+class TcpTool:
+    """sockperf's or qperf's server, up for the whole size (both serve one client after
+    another), and one 1 s client run per block (the shortest either takes; its start-up is
+    outside what it reports)."""
 
-
-def qperf_block(size: int, cpus: tuple[str, str], port: int) -> float:
-    """qperf tcp_lat for 1 s: its mean one-way latency x 2, us (a mean, not a p50)."""
-    srv = subprocess.Popen(pinned(cpus[0], ["qperf", "-lp", str(port)]), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-    try:
+    def __init__(self, tool: str, size: int, cpus: tuple[str, str], port: int) -> None:
+        self.tool, self.size, self.cpus, self.port = tool, size, cpus, port
+        cmd = (["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)] if tool == "sockperf"
+               else ["qperf", "-lp", str(port)])
+        self.srv = subprocess.Popen(pinned(cpus[0], cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_listening(port)
-        out = subprocess.run(pinned(cpus[1], ["qperf", "-lp", str(port), "127.0.0.1", "-m", str(size), "-t", "1",
-                                              "tcp_lat"]), capture_output=True, text=True, timeout=60)
-        found = re.search(r"latency\s*=\s*([\d.]+)\s*(\w+)", out.stdout + out.stderr)
-        if found is None:
-            raise RuntimeError(f"qperf {size} B: {(out.stdout + out.stderr).strip()[-300:]}")
-        v, unit = found.groups()
+
+    def block(self) -> float:
+        """sockperf: its p50 of full round trips; qperf: its mean one-way latency x 2 (a mean). us."""
+        p, n = str(self.port), str(self.size)
+        cmd = (["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", p, "-m", n, "-t", "1", "--full-rtt"]
+               if self.tool == "sockperf" else ["qperf", "-lp", p, "127.0.0.1", "-m", n, "-t", "1", "tcp_lat"])
+        out = subprocess.run(pinned(self.cpus[1], cmd), capture_output=True, text=True, timeout=60)
+        text = out.stdout + out.stderr
+        if self.tool == "sockperf":
+            found = re.search(r"percentile 50\.000 =\s*([\d.]+)", text)
+            if found is None:
+                raise RuntimeError(f"sockperf {n} B: {text.strip()[-300:]}")
+            return float(found.group(1))
+        lat = re.search(r"latency\s*=\s*([\d.]+)\s*(\w+)", text)
+        if lat is None:
+            raise RuntimeError(f"qperf {n} B: {text.strip()[-300:]}")
+        v, unit = lat.groups()
         return 2 * float(v) * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}[unit]
-    finally:
-        srv.kill()
-        srv.wait()
+
+    def close(self) -> None:
+        self.srv.kill()
+        self.srv.wait()
 
 
 def perftest_block(size: int, cpus: tuple[str, str], port: int, iters: int) -> float:
@@ -163,28 +162,41 @@ def _perftest() -> tuple[list[str], dict[str, str], str]:
 
     if not _PERFTEST:
         _PERFTEST.append(bench_native.ucx_perftest())
-    return _PERFTEST[0]  # type: ignore[no-any-return]
+    return _PERFTEST[0]
 
 
-def arm_for(transport: str, size: int, cpus: tuple[str, str]) -> tuple[str, str, Callable[[int, float], float],
-                                                                       Callable[[np.ndarray], float]]:
-    """(the tool's name, its statistic, one block of it (port, last rtt us) -> us, hopbench's
+def arm_for(transport: str, size: int, cpus: tuple[str, str], port: int) -> tuple[str, str, Any,
+                                                                                  Callable[[np.ndarray], float]]:
+    """(the tool's name, its statistic, the tool (block(last rtt us) -> us, close()), hopbench's
     like statistic of a block's round trips in ns -> us)."""
     if transport == "tcp" and size <= SOCKPERF_MAX:
-        return "sockperf", "p50", lambda port, _: sockperf_block(size, cpus, port), \
-            lambda ns: float(np.median(ns)) / 1e3
+        return "sockperf", "p50", TcpTool("sockperf", size, cpus, port), lambda ns: float(np.median(ns)) / 1e3
     if transport == "tcp":
-        return "qperf", "mean", lambda port, _: qperf_block(size, cpus, port), lambda ns: float(np.mean(ns)) / 1e3
-    return "ucx_perftest", "p50 of the last 2,048", \
-        lambda port, rtt_us: perftest_block(size, cpus, port, int(min(200_000, max(2 * WINDOW, 0.5e6 / rtt_us)))), \
+        return "qperf", "mean", TcpTool("qperf", size, cpus, port), lambda ns: float(np.mean(ns)) / 1e3
+    return "ucx_perftest", "p50 of the last 2,048", Perftest(size, cpus, port), \
         lambda ns: float(np.median(ns[-WINDOW:])) / 1e3
+
+
+class Perftest:
+    """ucx_perftest: its server serves one test, so a pair of processes per block."""
+
+    def __init__(self, size: int, cpus: tuple[str, str], port: int) -> None:
+        self.size, self.cpus, self.port, self.n = size, cpus, port, 0
+
+    def block(self, rtt_us: float) -> float:
+        self.n += 1
+        iters = int(min(200_000, max(2 * WINDOW, 0.5e6 / rtt_us)))
+        return perftest_block(self.size, self.cpus, self.port + self.n % 200, iters)
+
+    def close(self) -> None:
+        pass
 
 
 def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) -> dict[str, Any]:
     from hopbench.estimate import median_interval
 
     cpus = (a.server_cpu, a.client_cpu)
-    tool, stat, native_block, hb_stat = arm_for(transport, size, cpus)
+    tool, stat, native, hb_stat = arm_for(transport, size, cpus, port_base)
     poll = "block" if transport == "tcp" else "busy"
     settings = {"UCX_TLS": "tcp"} if transport == "ucx" else {}
     hb = HopbenchArm(transport, size, a.server_cpu, poll, settings)
@@ -201,7 +213,7 @@ def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) ->
                     got["hb"] = hb_stat(hb.block(a.block_s))
                     last = got["hb"]
                 else:
-                    got["tool"] = native_block(port_base + len(pairs) % 1000, last)
+                    got["tool"] = native.block(last) if isinstance(native, Perftest) else native.block()
             pairs.append((got["hb"], got["tool"]))
             if len(pairs) >= 8:
                 r = [h / t for h, t in pairs]
@@ -211,6 +223,7 @@ def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) ->
                     break
     finally:
         hb.close()
+        native.close()
     ratios = [h / t for h, t in pairs]
     med = float(np.median(ratios))
     lo, hi, level = median_interval(ratios)
@@ -246,7 +259,7 @@ def main() -> None:
     try:
         for ti, transport in enumerate(a.transports.split(",")):
             for si, size in enumerate(int(x) for x in a.sizes.split(",")):
-                r = measure(transport, size, a, 21000 + 2000 * ti + 400 * si)
+                r = measure(transport, size, a, 21000 + 2000 * ti + 400 * si + 1)
                 rows.append(r)
                 target = targets.get(size, 1.05)
                 width = "within" if r["halfwidth"] <= a.halfwidth else f"needs ~{r['pairs_needed']} pairs for"
