@@ -2,6 +2,7 @@
 every target (a regression that makes a parser crash on bad input fails CI); `make fuzz`
 runs long ones. Every crash a campaign found is replayed here as a regression test."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,7 @@ def test_short_campaign(name, tmp_path):
                         f"-artifact_prefix={tmp_path}/"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     crash = [p.name for p in tmp_path.glob("crash-*")]
     assert r.returncode == 0 and not crash, (crash, r.stderr[-3000:])
-    assert "Done 3000 runs" in r.stderr
+    assert re.search(r"Done 300[0-9] runs", r.stderr), r.stderr[-500:]  # libFuzzer may count a few past -runs
 
 
 def test_a_huge_size_grid_is_refused_at_once():

@@ -185,7 +185,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path |
     rungs, fallback = _namespaces_or_loopback(rungs, log)
     folder = out or (find_resumable(results_root, cfg) if resume else None)
     if folder is not None and R.ResultFolder(folder).is_sweep:
-        seed = _header(R.ResultFolder(folder)).seed
+        seed = R.ResultFolder(folder).read_top()["seed"]  # before the lock: a writer's half-made record too
         log(f"resuming unfinished sweep {folder}")
     else:
         folder = R.new_folder(results_root, f"sweep-{cfg.name}-{cfg.profile}", out)
@@ -197,18 +197,10 @@ def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path |
         lock.release()
 
 
-def _header(rf: R.ResultFolder) -> R.SweepReport:
-    """A sweep folder's starting record, typed."""
-    header = rf.read_header()
-    if not isinstance(header, R.SweepReport):
-        raise HopbenchError(f"{rf.path} holds no sweep")
-    return header
-
-
 def _placements(rf: R.ResultFolder, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[list[str], Any]:
     """The sweep's placements as resolved: "auto" is chosen by measurement on this machine,
     once per sweep folder (a resumed sweep keeps its choice). Returns (names, calibration)."""
-    resolved = _header(rf).extra.get("placements_resolved") if rf.is_sweep else None
+    resolved = rf.read_top().get("placements_resolved") if rf.is_sweep else None
     calibration = None
     if resolved is None:
         resolved = []
