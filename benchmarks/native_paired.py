@@ -254,7 +254,7 @@ def main() -> None:
     print(f"server CPU {a.server_cpu}, client CPU {a.client_cpu}; ABBA blocks of {a.block_s:g} s; the interval: "
           f"distribution-free, of the median of the paired ratios; stop at +-{a.halfwidth:.0%}")
     print(f"{'transport':>9} {'bytes':>7} {'tool':>12} {'statistic':>20} {'hopbench us':>11} {'tool us':>9} "
-          f"{'ratio':>6} {'interval':>13} {'+-':>6} {'pairs':>5}  verdict")
+          f"{'ratio':>6} {'interval':>13} {'level':>6} {'+-':>6} {'pairs':>5}  verdict")
     rows = []
     try:
         for ti, transport in enumerate(a.transports.split(",")):
@@ -266,7 +266,7 @@ def main() -> None:
                 verdict = (f"{'meets' if r['hi'] <= target else 'misses' if r['lo'] > target else 'undecided at'} "
                            f"<= {target:.2f}; {width} +-{a.halfwidth:.0%}")
                 print(f"{transport:>9} {size:>7} {r['tool']:>12} {r['statistic']:>20} {r['hopbench_us']:>11.1f} "
-                      f"{r['tool_us']:>9.1f} {r['ratio']:>6.3f} {r['lo']:>6.3f}-{r['hi']:<6.3f} "
+                      f"{r['tool_us']:>9.1f} {r['ratio']:>6.3f} {r['lo']:>6.3f}-{r['hi']:<6.3f} {r['level']:>6.1%} "
                       f"{r['halfwidth']:>6.1%} {r['pairs']:>5}  {verdict}", flush=True)
     finally:
         if a.json:

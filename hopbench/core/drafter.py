@@ -235,12 +235,12 @@ class Model:
     def _norm(self, x: Any, w: Any) -> Any:
         return self.torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
 
-    def trunk(self, h: Any, tokens: Any = None, out_rows: int | None = None) -> Any:
+    def trunk(self, h: Any, tokens: Any = None, last_only: bool = False) -> Any:
         """The decoder layers and the final norm over fc's output h: (batch, rows, hidden).
-        `out_rows`: only the last out_rows rows' outputs are wanted (the rows that are
-        sampled), so the last layer's attention queries, o_proj and MLP run over those alone
-        (its keys and values over every row); exact, as a serving engine computes only the
-        positions it samples. None: every row."""
+        `last_only`: only the last row's output is wanted (the row that is sampled), so the
+        last layer's attention query, o_proj and MLP run over it alone (its keys and values
+        over every row); exact, as a serving engine computes only the positions it samples.
+        Returns (batch, 1, hidden) then, else (batch, rows, hidden)."""
         torch, s, w = self.torch, self.shape, self.w
         b, t, _ = h.shape
         nh, nkv, hd = s.num_attention_heads, s.num_key_value_heads, s.head_dim
@@ -255,12 +255,11 @@ class Model:
             k, v = k.view(b, t, nkv, hd).transpose(1, 2), v.view(b, t, nkv, hd).transpose(1, 2)
             if nkv != nh:
                 k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
-            n = t if out_rows is None or i < s.num_hidden_layers - 1 else min(out_rows, t)
-            if n < t:  # the last layer: queries of the sampled rows only, over every row's keys
-                h, q = h[:, t - n:], q[:, t - n:]
+            n = 1 if last_only and i == s.num_hidden_layers - 1 else t
+            if n < t:  # the last layer: the last row's query only; it sees every row's key (no mask)
+                h, q = h[:, -1:], q[:, -1:]
             q = q.reshape(b, n, nh, hd).transpose(1, 2)
-            mask = _last_rows_mask(torch, n, t, h.device) if 1 < n < t else None  # one last row sees every row
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=n == t)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=n == t)
             h = _linear_add(torch, h, a.transpose(1, 2).reshape(b, n, nh * hd), w[p + "self_attn.o_proj.weight"])
             g, u = (self._norm(h, w[p + "post_attention_layernorm.weight"]) @ w[p + "gate_up_proj"].T).chunk(2, -1)
             h = _linear_add(torch, h, torch.nn.functional.silu(g) * u, w[p + "mlp.down_proj.weight"])
@@ -299,7 +298,7 @@ class Model:
         return out
 
     def forward(self, x: Any, k: int) -> Any:
-        return self.sample(self.trunk(self.fc(x), out_rows=1)[:, -1, :], k)
+        return self.sample(self.trunk(self.fc(x), last_only=True)[:, -1, :], k)
 
     def tap_rows(self, body: Any, rows: int) -> Any:
         """One tap's chunk (rows x hidden BF16) as fc's input slice on the device."""
@@ -388,8 +387,7 @@ class Model:
         return (*found, *self._stages[key])
 
     def _tail(self, h: Any, k: int, every: bool) -> Any:
-        y = self.trunk(h, out_rows=None if every else 1)[0]
-        return self.sample(y if every else y[-1:], k)
+        return self.sample(self.trunk(h, last_only=not every)[0], k)
 
     def tail(self, h: Any, k: int, every: bool) -> Any:
         """The forward after fc, from fc's output h (1, rows, hidden) on the device: the K ids
@@ -472,11 +470,6 @@ def describe(m: Model) -> dict[str, Any]:
 def _linear_add(torch: Any, h: Any, x: Any, weight: Any) -> Any:
     """h + x @ weight.T as one matrix product (the residual added in its epilogue)."""
     return torch.addmm(h.reshape(-1, h.shape[-1]), x.reshape(-1, x.shape[-1]), weight.T).view(h.shape)
-
-
-def _last_rows_mask(torch: Any, n: int, t: int, device: Any) -> Any:
-    """Causal attention of the last n of t rows: query a sees keys up to t - n + a."""
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril()[t - n:]
 
 
 def random_weights(m: Model, seed: int) -> dict[str, Any]:

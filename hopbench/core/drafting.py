@@ -142,9 +142,9 @@ class StreamedDraft:
     what the forward's tail must hide), `draft_ns` the work after the accept count (the
     host's clock from the accept count to the ids on the host: what the cycle waits for)."""
 
-    def __init__(self, model: Any, rows: int, k: int, early: str, taps: int | None = None) -> None:
+    def __init__(self, model: Any, rows: int, k: int, early: str) -> None:
         self.m, self.rows, self.k, self.early = model, rows, k, early
-        self.last_tap = (taps or model.shape.taps) - 1
+        self.last_tap = model.shape.taps - 1  # a streamed drafter plan's chunks are its taps (StreamDraft.check)
         self.taps: list[Any] = []
         self.acc: Any = None
         self.ids: Any = None
@@ -304,8 +304,7 @@ class StreamDraft(StreamDrafter):
 
         def on_chunk(seq: int, j: int, buf: Any) -> None:
             if j == 0:
-                state[0] = StreamedDraft(model, rows, plan.k, plan.drafter.early,  # type: ignore[union-attr]
-                                         plan.stream.chunks)  # type: ignore[union-attr]
+                state[0] = StreamedDraft(model, rows, plan.k, plan.drafter.early)  # type: ignore[union-attr]
             state[0].chunk(j, buf)
             if j == plan.stream.chunks - 1:  # type: ignore[union-attr]
                 state[0].end()
