@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/cor
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[dev,zmq,ucx,plot,analysis,codecs]'
+	$(PY) -m pip install -q -e '.[dev,zmq,ucx,mooncake,plot,analysis,codecs]'
 	# the nixl transport's library, as `hopbench transports` says (its wheel declares torch: --no-deps)
 	$(PY) -m pip install -q --no-deps 'nixl-cu12>=1.5'
 	# the drafter extra's torch, the CPU build (the tests run the tiny drafter on the CPU; a GPU
@@ -40,9 +40,10 @@ test: test-tools install-dev lint wheel-check
 # (veth offloads on the emulated rungs), chromium (the report's browser test, driven by
 # Playwright), gcc (the compiled timed loop, built at install), ibverbs-providers (rdma-core's
 # libibverbs and libnl, as on every RDMA-capable host: a nixl process must end cleanly with
-# them loaded beside nixl-cu12's bundled copies, issue 42). Listed as package:command, or
-# package:/a/file it installs.
-TEST_TOOLS := iproute2:ip ethtool:ethtool chromium:chromium gcc:cc ibverbs-providers:/etc/libibverbs.d/mlx5.driver
+# them loaded beside nixl-cu12's bundled copies, issue 42), libibverbs1 (the mooncake wheel's
+# engine links it even over TCP, issue 49). Listed as package:command, or package:/a/file it installs.
+TEST_TOOLS := iproute2:ip ethtool:ethtool chromium:chromium gcc:cc ibverbs-providers:/etc/libibverbs.d/mlx5.driver \
+	libibverbs1:/usr/share/doc/libibverbs1/copyright
 test-tools:
 	@missing=""; for pc in $(TEST_TOOLS); do c=$${pc#*:}; \
 	  if [ "$${c#/}" != "$$c" ]; then [ -e "$$c" ]; else command -v $$c >/dev/null; fi || missing="$$missing $${pc%%:*}"; done; \

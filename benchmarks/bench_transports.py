@@ -1,10 +1,11 @@
 """Benchmark (not a test): hopbench's p50 per transport beside a minimal same-shape
-ping-pong written directly against the same library (stdlib socket, pyzmq, ucxx), at
+ping-pong written directly against the same library (stdlib socket, pyzmq, ucxx, Mooncake's
+Transfer Engine), at
 61,440 B and 184,320 B, on loopback and across two network namespaces, interleaved in a
 random order, several repeats, in one run.
 
     python benchmarks/bench_transports.py [--repeats 5] [--cycles 1000] [--poll block|busy]
-                                          [--places loopback,netns] [--transports tcp,zmq,ucx]
+                                          [--places loopback,netns] [--transports tcp,zmq,ucx,mooncake]
 
 Prints per place x transport x size the median of per-repeat p50s ([min-max] across
 repeats) for both and the ratio hopbench / minimal (issue target: <= 1.10)."""
@@ -113,7 +114,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--poll", choices=["auto", "block", "busy"], default="auto")
     ap.add_argument("--places", default="loopback,netns")
-    ap.add_argument("--transports", default="tcp,zmq,ucx")
+    ap.add_argument("--transports", default="tcp,zmq,ucx,mooncake")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpu", choices=["same", "split", "none"], default="split",
                     help="servers and client on one CPU, on two, or left to the scheduler")

@@ -5,7 +5,7 @@ Each is the smallest honest program: request of N bytes, reply of R bytes, a rec
 that waits for the whole message, TCP_NODELAY where it applies. No verification, no
 protocol, no result files. A server serves one client until it leaves:
 
-    python benchmarks/minimal.py tcp|zmq|ucx HOST N R [busy]     # prints its port
+    python benchmarks/minimal.py tcp|zmq|ucx|mooncake HOST N R [busy]     # prints its port
 
 A client is an object: connect once, then measure(cycles, warmup) -> int64 ns array."""
 
@@ -180,8 +180,81 @@ def ucx_server(host, n, r, busy=False):
         return
 
 
-SERVERS = {"tcp": tcp_server, "zmq": zmq_server, "ucx": ucx_server}
-CLIENTS = {"tcp": TcpClient, "zmq": ZmqClient, "ucx": UcxClient}
+def _mooncake(host, sock, n):
+    """An engine (P2PHANDSHAKE, TCP), a registered buffer of n bytes, and the peer's
+    (segment, buffer address) swapped over the setup socket as two numbers."""
+    from mooncake.engine import TransferEngine
+
+    e = TransferEngine()
+    e.initialize(host, "P2PHANDSHAKE", "tcp", "")
+    buf = np.zeros(max(n, 1), dtype=np.uint8)
+    e.register_memory(buf.ctypes.data, buf.nbytes)
+    sock.sendall(f"{e.get_rpc_port()} {buf.ctypes.data}\n".encode())
+    port, addr = sock.makefile().readline().split()
+    return e, buf, f"{sock.getpeername()[0]}:{port}", int(addr)
+
+
+def _mooncake_wait(e, busy):
+    while not e.get_notifies():
+        if not busy:
+            time.sleep(50e-6)  # hopbench's poll=block default (MOONCAKE_progress_delay_us)
+
+
+class MooncakeClient:
+    """A WRITE of N bytes into the server's registered buffer with a notification, then a
+    wait for the server's WRITE of R bytes and its notification: the NIXL-shaped hop."""
+
+    def __init__(self, host, port, n, r, busy=False):
+        from mooncake.engine import TransferNotify, TransferOpcode
+
+        self.s = socket.create_connection((host, port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.e, self.buf, self.peer, self.addr = _mooncake(self.s.getsockname()[0], self.s, max(n, r))
+        self.n, self.busy, self.op, self.note = n, busy, TransferOpcode.Write, TransferNotify("r", "")
+
+    def measure(self, cycles, warmup):
+        e, src, peer, dst, n, op, note, busy = self.e, self.buf.ctypes.data, self.peer, self.addr, self.n, self.op, \
+            self.note, self.busy
+        out = np.zeros(cycles, dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i in range(warmup + cycles):
+            t0 = clock()
+            e.transfer_sync(peer, src, dst, n, op, note)
+            _mooncake_wait(e, busy)
+            t1 = clock()
+            if i >= warmup:
+                out[i - warmup] = t1 - t0
+        return out
+
+    def close(self):
+        self.s.close()
+
+
+def mooncake_server(host, n, r, busy=False):
+    from mooncake.engine import TransferNotify, TransferOpcode
+
+    ls = socket.socket()
+    ls.bind((host, 0))
+    ls.listen(1)
+    print(ls.getsockname()[1], flush=True)
+    c, _ = ls.accept()
+    e, buf, peer, addr = _mooncake(host, c, max(n, r))
+    c.setblocking(False)
+    op, note = TransferOpcode.Write, TransferNotify("a", "")
+    while True:
+        while not e.get_notifies():
+            try:
+                if c.recv(1) == b"":
+                    return
+            except BlockingIOError:
+                pass
+            if not busy:
+                time.sleep(50e-6)
+        e.transfer_sync(peer, buf.ctypes.data, addr, r, op, note)
+
+
+SERVERS = {"tcp": tcp_server, "zmq": zmq_server, "ucx": ucx_server, "mooncake": mooncake_server}
+CLIENTS = {"tcp": TcpClient, "zmq": ZmqClient, "ucx": UcxClient, "mooncake": MooncakeClient}
 
 if __name__ == "__main__":
     kind, host, n, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

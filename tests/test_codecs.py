@@ -15,7 +15,9 @@ from hopbench.core import codecs as C
 from hopbench.core import hidden as H
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
+from hopbench.core.transport import registry
 from hopbench.errors import ConfigError
+from hopbench.testing import transport_or_skip
 
 runner = CliRunner()
 W = 6144
@@ -129,8 +131,9 @@ def test_hidden_states_from_safetensors_and_npy(tmp_path):
         H.from_file(str(tmp_path / "absent.npy"), 5, W)
 
 
-@pytest.mark.parametrize("transport", ["tcp", "zmq", "ucx"])
+@pytest.mark.parametrize("transport", sorted(registry()))  # every registered transport
 def test_codec_plans_end_to_end_with_verify(server, transport):
+    transport_or_skip(transport)
     s = Session(server.host, server.port)
     try:
         for spec in ("zstd:1", "fp8"):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from hopbench.core.transport import installed
 from hopbench.orchestration import netem
 from hopbench.orchestration.serverproc import ready_port
 
@@ -21,9 +22,7 @@ def start_server(link, *extra):
     return proc, ready_port(proc)
 
 
-@pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
-                                       pytest.param("ucx", marks=pytest.mark.ucx),
-                                       pytest.param("nixl", marks=pytest.mark.nixl)])
+@pytest.mark.parametrize("transport", sorted(r.name for r in installed()))  # every installed transport
 def test_two_hosts_run(tmp_path, transport):
     from hopbench.core.transport import get_transport
     from hopbench.errors import TransportUnavailable

@@ -12,6 +12,7 @@ import pytest
 from hopbench.core import protocol as P
 from hopbench.core import stream as ST
 from hopbench.core.client import Session
+from hopbench.core.transport import registry
 from hopbench.errors import ConfigError
 from hopbench.orchestration import netem
 from tests.specpeer import SpecClient
@@ -62,9 +63,7 @@ def _streamed(transport, chunks=5, size=4096, cycles=12):
     return P.Plan(transport, chunks * size, 8, 2, 4, cycles, 2, stream=P.StreamPlan(chunks, size))
 
 
-@pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq),
-                                       pytest.param("ucx", marks=pytest.mark.ucx),
-                                       pytest.param("nixl", marks=pytest.mark.nixl)])
+@pytest.mark.parametrize("transport", sorted(registry()))  # every registered transport
 def test_a_streamed_plan_runs_on_every_transport(server, transport):
     from tests.test_protocol_contract import _need
 

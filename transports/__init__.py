@@ -22,3 +22,10 @@ UCX = Registered("ucx", "hopbench.transports.ucx:UcxTransport", "ucx", "ucxx-cu1
 NIXL = Registered("nixl", "hopbench.transports.nixl:NixlTransport", None, "nixl-cu12", settings_prefix="NIXL_",
                   install="pip install --no-deps 'nixl-cu12>=1.5'", summary="NIXL one-sided WRITEs with notifications",
                   options=(Option("NIXL_*", "str", "NIXL_UCX_* for its UCX backend", "NIXL_UCX_TLS=tcp"),))
+MOONCAKE = Registered("mooncake", "hopbench.transports.mooncake:MooncakeTransport", "mooncake",
+                      "mooncake-transfer-engine-non-cuda", settings_prefix="MOONCAKE_",
+                      # its engine links libibverbs even over TCP: Debian's libibverbs1 first
+                      install="apt-get install libibverbs1 && pip install 'hopbench[mooncake]'",
+                      summary="Mooncake Transfer Engine one-sided WRITEs with notifications (TCP; RDMA)",
+                      options=(Option("MOONCAKE_*", "str", "MOONCAKE_protocol (tcp|rdma), MOONCAKE_device, MOONCAKE_ring_mib, "
+                                      "MOONCAKE_progress_delay_us", "MOONCAKE_protocol=tcp"),))

@@ -3,7 +3,6 @@ peer credited, with notifications (the choices: the package's docstring, __init_
 
 from __future__ import annotations
 
-import select
 import socket
 import time
 from typing import Any
@@ -15,6 +14,7 @@ from hopbench.core.transport import NativeEndpoint, Spinner, TransportOptions
 from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
 from hopbench.lanes import bypass, bypass_note
 
+from .._setup import peer_gone
 from . import native
 from .agent import _BUSY_VALUE, _DONE_VALUE, BACKEND, _Agent, _loaded_libucp, _status_error, _translate, _version
 from .memory import Memory, _copy
@@ -101,13 +101,7 @@ class Waits:
         """The timeout, and the liveness connection: its end is the peer's."""
         if time.monotonic() > deadline:
             raise Timeout(f"NIXL {what} timed out after {self._timeout} s")
-        try:
-            ready = select.select([self._sock], [], [], sleep_s)[0]
-            if ready and not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                self._box.goodbye = True
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
+        if peer_gone(self._sock, sleep_s):
             self._box.goodbye = True
         if self._box.goodbye:
             raise PeerClosed(f"NIXL peer closed the channel during {what}")
@@ -175,15 +169,7 @@ class NixlChannel:
 
     def _alive(self) -> bool:
         """False once the liveness connection says the peer is gone."""
-        try:
-            ready = select.select([self._sock], [], [], 0)[0]
-            if ready and not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                return False
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            return False
-        return True
+        return not peer_gone(self._sock)
 
     # -- the two calls ---------------------------------------------------------------------
     def send(self, buf: Any) -> None:

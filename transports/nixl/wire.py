@@ -9,7 +9,9 @@ import socket
 import struct
 from typing import Any
 
-from hopbench.errors import PeerClosed, ProtocolError
+from hopbench.errors import ProtocolError
+
+from .._setup import recv_exact
 
 HELLO = b"HOPBNIX1"
 MAX_METADATA = 1 << 20  # a peer's agent metadata: 0.5 KiB measured; more is refused
@@ -77,19 +79,9 @@ def _send_block(sock: socket.socket, *parts: bytes) -> None:
     sock.sendall(struct.pack("!I", len(body)) + body)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        got = sock.recv(n - len(out))
-        if not got:
-            raise PeerClosed("the NIXL peer closed its setup connection")
-        out += got
-    return bytes(out)
-
-
 def _recv_block(sock: socket.socket) -> bytes:
-    n = struct.unpack("!I", _recv_exact(sock, 4))[0]
+    n = struct.unpack("!I", recv_exact(sock, 4, "NIXL"))[0]
     if n > MAX_METADATA:
         raise ProtocolError(f"NIXL setup block of {n} B (at most {MAX_METADATA})")
-    return _recv_exact(sock, n)
+    return recv_exact(sock, n, "NIXL")
 
