@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from hopbench.columns import (  # re-exported
     CODEC_COLUMNS as CODEC_COLUMNS,
@@ -466,6 +466,45 @@ _FAILED = ".failed-"  # r<N>.failed-<stamp>[-<i>]: an attempt that did not compl
 ANALYSIS = "analysis"  # derived files (fit, verdict, figures, the report's JSON)
 
 
+@dataclass(frozen=True)
+class SpecTargetsReport:
+    """The header of a `hopbench spec --targets` report.json (SPEC_TARGETS_SCHEMA): the peer,
+    what was asked (the spec config, the target counts, their CPUs) and the server; its rows,
+    errors and status are its writer's (orchestration.spectargets)."""
+
+    peer: str
+    config: dict[str, Any]
+    server_env: dict[str, Any]
+    server_software: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    created_utc: str = ""
+    result_id: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SpecTargetsReport":
+        named = {"schema", "schema_version", "software", "created_utc", "result_id", "peer", "config", "server_env",
+                 "server_software", "status", "rows", "errors", "finished_utc"}
+        return cls(peer=str(d.get("peer") or ""), config=d.get("config") or {}, server_env=d.get("server_env") or {},
+                   server_software=d.get("server_software"), extra={k: v for k, v in d.items() if k not in named},
+                   created_utc=str(d.get("created_utc") or ""), result_id=str(d.get("result_id") or ""))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A result folder's top record as read: `header`, typed by its schema (RunReport,
+    SweepReport, SpecReport: what was asked and where), and `record`, the record as its writer
+    keeps it current (status, payloads or runs or rungs), for the parts no header types and
+    for the documents that print it whole."""
+
+    header: "RunReport | SweepReport | SpecReport | SpecTargetsReport"
+    record: dict[str, Any]
+
+    @property
+    def status(self) -> str | None:
+        status = self.record.get("status")
+        return None if status is None else str(status)
+
+
 class ResultFolder:
     """A hopbench result folder: a run (report.json + its CSVs), a sweep or matrix
     (sweep.json + cells/...), or a spec run (report.json + cycles.csv + summary.csv)."""
@@ -504,16 +543,46 @@ class ResultFolder:
 
         return json.loads(self.top_path.read_text())
 
-    def read_header(self) -> "RunReport | SweepReport | SpecReport":
+    def read_header(self) -> "RunReport | SweepReport | SpecReport | SpecTargetsReport":
         """The top record's header, typed by its schema (a run's, a sweep's or matrix's, a
-        spec's); HopbenchError for another file."""
+        spec's, spec targets'); HopbenchError for another file."""
+        return self.read().header
+
+    def read(self) -> "Reading":
+        """The top record as a Reading: its header typed by its schema, and the record as its
+        writer keeps it (status, payloads, runs, rungs); HopbenchError for another file,
+        OSError or ValueError for one that cannot be read or parsed."""
         top = self.read_top()
-        kinds: dict[str, Any] = {SCHEMA: RunReport, SWEEP_SCHEMA: SweepReport, SPEC_SCHEMA: SpecReport}
+        kinds: dict[str, Any] = {SCHEMA: RunReport, SWEEP_SCHEMA: SweepReport, SPEC_SCHEMA: SpecReport,
+                                 SPEC_TARGETS_SCHEMA: SpecTargetsReport}
         kind = kinds.get(str(top.get("schema"))) if isinstance(top, dict) else None
         if kind is None:
             raise HopbenchError(f"{self.top_path}: not a run, sweep or spec record")
-        header: RunReport | SweepReport | SpecReport = kind.from_dict(top)
-        return header
+        return Reading(kind.from_dict(top), top)
+
+    def read_or_none(self) -> "Reading | None":
+        """read(), or None for a folder whose record is missing, half-written or another's
+        (the readers that look over many folders, or a target that never wrote one)."""
+        try:
+            return self.read()
+        except (OSError, ValueError, HopbenchError):
+            return None
+
+    def resume_seed(self) -> int:
+        """A sweep folder's seed, read before its lock is taken: from the record as it stands,
+        a second writer's half-made one too (that writer is then refused by the lock, not here)."""
+        return int(self.read_top()["seed"])
+
+    @staticmethod
+    def find_resumable(root: "str | os.PathLike[str]", name: str, match: Callable[["Reading"], bool]) -> Path | None:
+        """The newest unfinished sweep or matrix folder under root whose name ends with
+        `-{name}` (new_folder's stamp first) and whose record `match` accepts, if any."""
+        for path in sorted(Path(root).glob(f"*-{name}"), reverse=True):
+            rf = ResultFolder(path)
+            reading = rf.read_or_none() if rf.is_sweep else None
+            if reading is not None and reading.status != "complete" and match(reading):
+                return path
+        return None
 
     def analysis_dir(self) -> Path:
         """Where derived files go, created on first use (for writing)."""

@@ -277,15 +277,17 @@ def test_transports_describe_themselves():
 
 
 def test_identity_is_typed_to_the_end():
-    """REVIEW5 F2's checks (issue 49), but the typed readers: fits join on their Place and
-    Series (no label rebuilt as a key), the verdict's decision is an enum, the presenters
-    never parse the call back, and the summary has tidy series columns."""
+    """REVIEW5 F2's checks (issue 49): the readers go through the typed reading (read_top is
+    results.py's own), fits join on their Place and Series (no label rebuilt as a key), the
+    verdict's decision is an enum, the presenters never parse the call back, and the summary
+    has tidy series columns."""
     import dataclasses
 
     import hopbench.analysis.fit as F
     import hopbench.analysis.verdict as V
     from hopbench.analysis.summary import AGG_COLUMNS
 
+    assert [h for h in _grep(r"\.read_top\(\)", "hopbench") if not h.startswith("hopbench/results.py:")] == []
     assert not _grep(r"gap_label\(", "hopbench/analysis")
     assert not _grep(r'startswith\(|" in call', "hopbench/analysis/report/markup.py", "hopbench/analysis/tables.py")
     assert {"place", "series"} <= {f.name for f in dataclasses.fields(F.Fit)}

@@ -47,12 +47,12 @@ def load(folder: str | Path) -> tuple[dict[str, Any], Any, Any]:
 
     rf = R.ResultFolder(folder)
     try:
-        report = rf.read_top()
-    except (OSError, ValueError) as exc:
+        reading = rf.read()
+    except (OSError, ValueError, HopbenchError) as exc:
         raise HopbenchError(f"{folder}: not a hopbench spec folder ({exc})") from None
-    schema = report.get("schema") if isinstance(report, dict) else type(report).__name__
-    if schema != R.SPEC_SCHEMA:
-        raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {schema!r})")
+    if not isinstance(reading.header, R.SpecReport):
+        raise HopbenchError(f"{folder}: not a hopbench spec folder (schema {reading.record.get('schema')!r})")
+    report = reading.record
     R.verify_files(rf.file(R.RUN_FILE), report)  # the CSVs as written (spec results before the manifest: unchecked)
     pd = pandas()
     return report, pd.read_csv(rf.file(R.CYCLES_FILE)), pd.read_csv(rf.file(R.SUMMARY_FILE))

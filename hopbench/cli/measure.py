@@ -289,7 +289,7 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
         folder = SPT.run_spec_targets(host, port, cfg.check(), parse_int_list(targets, "--targets"), make,
                                      secret=secret or None, cpu=cpu, say=say,
                                      warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
-    doc = R.ResultFolder(folder).read_top()
+    doc = R.ResultFolder(folder).read().record
     for line in SPT.summary_lines(doc):
         say(line)
     say(f"results: {folder}")

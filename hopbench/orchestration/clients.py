@@ -192,11 +192,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def _read_report(folder: Path) -> dict[str, Any] | None:
-    try:
-        doc: dict[str, Any] = R.ResultFolder(folder).read_top()
-    except (OSError, ValueError):
-        return None
-    return doc
+    reading = R.ResultFolder(folder).read_or_none()
+    return None if reading is None else reading.record
 
 
 def _ends(rows: list[dict[str, str]], gap_ns: int, forward_ns: int = 0) -> np.ndarray:

@@ -64,11 +64,10 @@ def _estimate(values: list[float]) -> dict[str, Any]:
 
 def _per_repeat(folder: Path, mode: str) -> tuple[dict[int, float], list[float]]:
     """A target's tok/s per repeat of one mode, and its batch sizes' means."""
-    try:
-        doc = R.ResultFolder(folder).read_top()
-    except (OSError, ValueError):
+    reading = R.ResultFolder(folder).read_or_none()
+    if reading is None:
         return {}, []
-    runs = [r for r in doc.get("runs", []) if r.get("mode") == mode and r.get("tok_s") is not None]
+    runs = [r for r in reading.record.get("runs", []) if r.get("mode") == mode and r.get("tok_s") is not None]
     return {int(r["repeat"]): float(r["tok_s"]) for r in runs}, [r["batch_mean"] for r in runs if r.get("batch_mean")]
 
 

@@ -117,18 +117,12 @@ def _cfg_dict(cfg: MatrixConfig) -> dict:
 def find_resumable(root: Path, cfg: MatrixConfig) -> Path | None:
     """The newest unfinished matrix folder of this configuration under root, if any."""
     want = _cfg_dict(cfg)
-    for path in sorted(Path(root).glob("*-matrix"), reverse=True):
-        rf = R.ResultFolder(path)
-        if not rf.is_sweep:
-            continue
-        try:
-            doc = rf.read_top()
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and doc.get("kind") == "matrix" and doc.get("status") != "complete" \
-                and (doc.get("matrix") or {}).get("config") == want:
-            return path
-    return None
+
+    def same(reading: R.Reading) -> bool:
+        h = reading.header
+        return isinstance(h, R.SweepReport) and h.kind == "matrix" and (h.extra.get("matrix") or {}).get("config") == want
+
+    return R.ResultFolder.find_resumable(root, "matrix", same)
 
 
 def command_line(argv: list[str]) -> str:

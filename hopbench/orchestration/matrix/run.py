@@ -76,8 +76,9 @@ class _MatrixRun:
     def _top(self) -> dict:
         cfg, rf = self.cfg, self.rf
         if rf.is_sweep:
-            top = rf.read_top()
-            if (top.get("matrix") or {}).get("config") != _cfg_dict(cfg):
+            reading = rf.read()
+            top = reading.record
+            if (reading.header.extra.get("matrix") or {}).get("config") != _cfg_dict(cfg):
                 raise ConfigError(f"{rf.path} holds a matrix of another configuration; choose another --out")
             self.log(f"resuming the matrix in {rf.path}")
             return top

@@ -185,7 +185,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path |
     rungs, fallback = _namespaces_or_loopback(rungs, log)
     folder = out or (find_resumable(results_root, cfg) if resume else None)
     if folder is not None and R.ResultFolder(folder).is_sweep:
-        seed = R.ResultFolder(folder).read_top()["seed"]  # before the lock: a writer's half-made record too
+        seed = R.ResultFolder(folder).resume_seed()  # before the lock: a writer's half-made record too
         log(f"resuming unfinished sweep {folder}")
     else:
         folder = R.new_folder(results_root, f"sweep-{cfg.name}-{cfg.profile}", out)
@@ -200,7 +200,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path |
 def _placements(rf: R.ResultFolder, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[list[str], Any]:
     """The sweep's placements as resolved: "auto" is chosen by measurement on this machine,
     once per sweep folder (a resumed sweep keeps its choice). Returns (names, calibration)."""
-    resolved = rf.read_top().get("placements_resolved") if rf.is_sweep else None
+    resolved = rf.read().header.extra.get("placements_resolved") if rf.is_sweep else None
     calibration = None
     if resolved is None:
         resolved = []

@@ -21,14 +21,5 @@ def _fingerprint(cfg: SweepConfig) -> str:
 def find_resumable(root: Path, cfg: SweepConfig) -> Path | None:
     """The newest unfinished sweep folder of this exact config, if any."""
     fp = _fingerprint(cfg)
-    for path in sorted(Path(root).glob(f"*-sweep-{cfg.name}-{cfg.profile}"), reverse=True):
-        rf = R.ResultFolder(path)
-        if not rf.is_sweep:
-            continue
-        try:
-            rep = rf.read_top()
-        except (OSError, ValueError):
-            continue
-        if isinstance(rep, dict) and rep.get("fingerprint") == fp and rep.get("status") != "complete":
-            return path
-    return None
+    return R.ResultFolder.find_resumable(root, f"sweep-{cfg.name}-{cfg.profile}",
+                                         lambda reading: reading.header.extra.get("fingerprint") == fp)
