@@ -27,7 +27,7 @@ from pathlib import Path
 from hopbench.orchestration.serverproc import parse_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = "zmq,ucx,analysis,plot,codecs"
+EXTRAS = "zmq,ucx,mooncake,analysis,plot,codecs"
 # source folder -> its installed package path inside the wheel
 MAPPED = {"hopbench": "hopbench", "transports": "hopbench/transports", "configs": "hopbench/configs"}
 
