@@ -178,14 +178,15 @@ def test_result_headers_are_typed_records():
     SweepReport, which the readers' schema checks accept; no writer spells the header as a
     dict literal of its own."""
     from hopbench import results as R
+    from hopbench import schema as S
 
     run = R.RunReport(peer="h:1", config={"rung": "r"}, client_env={}, server_env={}, extra={"doctor": {}}).to_dict()
-    R.check_record({**run, "payloads": []}, R.RUN_RECORD, "run")
+    S.check_record({**run, "payloads": []}, S.RUN_RECORD, "run")
     assert run["schema"] == R.SCHEMA and run["doctor"] == {} and len(run["result_id"]) == 32
     for kind in ("sweep", "matrix"):
         top = R.SweepReport(kind=kind, seed=1, config={"operating_tokens": 3}, shape=R.ShapeRecord(61440, 2, 4),
                             preflight={}).to_dict()
-        R.check_record(top, R.SWEEP_RECORD, kind)
+        S.check_record(top, S.SWEEP_RECORD, kind)
         assert top["kind"] == kind and top["shape"]["bytes_per_token"] == 61440
     literal = re.compile(r"""["']schema["']\s*:\s*R\.(SCHEMA|SWEEP_SCHEMA)""")
     found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "hopbench" / "orchestration").rglob("*.py"))

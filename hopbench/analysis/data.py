@@ -18,15 +18,13 @@ from hopbench.estimate import LEVEL, Estimate, cell_estimate
 from hopbench.lanes import bypass
 from hopbench.records import CellKey, Place, Series
 from hopbench.results import (
-    RUN_RECORD,
     SAMPLES_FILE,
     SCHEMA_VERSION,
-    SWEEP_RECORD,
     SWEEP_SCHEMA,
     ResultFolder,
-    check_record,
     verify_files,
 )
+from hopbench.schema import RUN_RECORD, SWEEP_RECORD, check_record
 
 
 def _of_cell(name: str) -> Any:

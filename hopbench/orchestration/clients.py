@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench import columns as COL
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import CONNECT_TIMEOUT_S, Payload, RunConfig, StreamSpec, clients_label
@@ -353,8 +354,8 @@ def write_run(folder: Path, alone: dict[str, Any] | None, alone_dir: Path | None
            "payloads": summ_alone + entries}
     draft = any("drafter" in p["plan"] for p in summ_alone + entries)  # the drafter's stage columns
     R.ResultFolder(folder).write_run(doc, {
-        R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, True, draft=draft), rows_alone + sample_rows),
-        R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, True, draft=draft),
+        R.SAMPLES_FILE: R.csv_text(COL.sample_columns(gpu, codec, True, draft=draft), rows_alone + sample_rows),
+        R.SUMMARY_FILE: R.csv_text(COL.summary_columns(gpu, codec, True, draft=draft),
                                    [p["summary"] for p in summ_alone] + summary_rows)})
 
 

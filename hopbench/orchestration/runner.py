@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from hopbench import columns as COL
 from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
@@ -138,8 +139,8 @@ def payload_rows(m: Measurement, payload: Payload, target: int | None = None) ->
     rows = []
     first_timed = 1 + plan.warmup
     streamed = plan.stream is not None  # its send lags are a stage (summarised), not open loop's load columns
-    stage_items = [(name, m.stages[name]) for name in R.STAGE_COLUMNS + R.CODEC_STAGE_COLUMNS + ["wire_bytes"]
-                   + (R.STREAM_STAGE_COLUMNS if streamed else []) + R.DRAFT_STAGE_COLUMNS if name in m.stages]
+    stage_items = [(name, m.stages[name]) for name in COL.STAGE_COLUMNS + COL.CODEC_STAGE_COLUMNS + ["wire_bytes"]
+                   + (COL.STREAM_STAGE_COLUMNS if streamed else []) + COL.DRAFT_STAGE_COLUMNS if name in m.stages]
     load_items = [(name, m.stages[name]) for name in ("intended_ns", "send_lag_ns")
                   if name in m.stages and not streamed]
     for seq in range(m.completed):
@@ -160,7 +161,7 @@ def payload_rows(m: Measurement, payload: Payload, target: int | None = None) ->
             summary["ratio"] = (plan.request_bytes - P.SEQ_BYTES) / (mean - P.CODEC_FRAME_BYTES) if mean else None
             continue
         st = summarize(arr[first_timed:last])
-        for key, stat in zip(R.stage_summary_keys(name), ("p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns")):
+        for key, stat in zip(COL.stage_summary_keys(name), ("p50_ns", "p50_ci_lo_ns", "p50_ci_hi_ns")):
             summary[key] = st.get(stat)
     return rows, summary
 
@@ -213,8 +214,8 @@ class RunWriter:
         stream = any("stream" in p["plan"] for p in self.payloads)  # stage columns only where a plan streamed
         draft = any("drafter" in p["plan"] for p in self.payloads)  # the drafter's columns where it ran
         R.ResultFolder(self.folder).write_run(report, {
-            R.SAMPLES_FILE: R.csv_text(R.sample_columns(gpu, codec, load, stream, draft), self.samples),
-            R.SUMMARY_FILE: R.csv_text(R.summary_columns(gpu, codec, load, stream, draft), self.summaries)})
+            R.SAMPLES_FILE: R.csv_text(COL.sample_columns(gpu, codec, load, stream, draft), self.samples),
+            R.SUMMARY_FILE: R.csv_text(COL.summary_columns(gpu, codec, load, stream, draft), self.summaries)})
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,
