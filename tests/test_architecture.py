@@ -239,6 +239,10 @@ def test_plan_kinds_are_declared_with_typed_sub_records():
             if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") in ("stream", "spec", "group"):
                 assert "dict" not in ast.unparse(n.annotation), (f, n.lineno)
     assert "Adding a plan kind" in (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    # the paths choose their variant by table (KINDS by Plan.kind, a body table by Plan.body), not by branches
+    branches = _grep(r"if plan\.(stream|spec|codec) is not None|if plan\.(codec|uses_gpu)\b",
+                     "hopbench/core/client_paths.py", "hopbench/core/serving.py")
+    assert len(branches) <= 2, branches
 
 
 def test_the_loops_are_in_one_room_and_their_choice_is_a_value():

@@ -338,6 +338,111 @@ class _DirectChunks(_RawChunks):
         self.chan.send(self.bufs.device(j))
 
 
+class _RawBody:
+    """A streamed plan's body in host memory, raw: its chunks from one buffer, the reply
+    received into host memory. The bodies below vary what `chunks` and `reply` build."""
+
+    def __init__(self, run: PlanRun) -> None:
+        self.reply_host: Any = None
+
+    def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
+        return _RawChunks(chan, size)
+
+    def reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
+        """The reply's receive (inside the hop) and what follows the sample, untimed."""
+        host = self.reply_host = chan.alloc(run.plan.reply_bytes)
+        return (lambda i: chan.recv_into(host)), (lambda: None)
+
+
+class _CodecBody(_RawBody):
+    """Windows of the run's hidden states, K + 1 tokens each, split by aux layer (chunk j
+    holds layer j's K + 1 rows), each chunk encoded on its own in the hop."""
+
+    def __init__(self, run: PlanRun) -> None:
+        from hopbench.core import codecs
+
+        super().__init__(run)
+        plan, source = run.plan, run.source
+        assert plan.stream is not None
+        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
+        if source is None:
+            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+        tokens, width = size // (source.width * 2), source.width
+        if source.layers != chunks or tokens * width * 2 != size:
+            raise ConfigError(f"streamed chunks of {size:,} B do not split {source.label}'s tokens of {source.layers} "
+                              f"layers x {width} values by layer")
+        assert plan.codec is not None
+        self.codec = codecs.parse(plan.codec, plan.codec_group)
+        self.bodies: list[list[np.ndarray]] = []  # per body of the source, its chunks
+        for body in source.bodies(tokens * chunks * width * 2, tokens, min(plan.total, -(-source.tokens // tokens))):
+            rows = body.view(np.uint16).reshape(tokens, chunks, width)
+            self.bodies.append([np.ascontiguousarray(rows[:, j, :]).view(np.uint8).reshape(-1) for j in range(chunks)])
+        run.m.codec_info = {"codec": self.codec.name, "library": self.codec.library, "lossless": self.codec.lossless,
+                            "kernel": "library", "source": source.record, "bodies": len(self.bodies)}
+        if not self.codec.lossless:
+            run.m.codec_info["error"] = codecs.reconstruction_error(self.codec, [c for b in self.bodies for c in b])
+
+    def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
+        return _CodecChunks(chan, self.codec, self.bodies, run.m, run.plan.total, run.clock)
+
+
+class _StagedBody(_RawBody):
+    """CUDA memory at one end or both, staged: at this end, when its memory is CUDA, the rows
+    are copied down as each layer ends and the reply's ids up inside the hop (timed as h2d_ns)."""
+
+    def __init__(self, run: PlanRun) -> None:
+        from hopbench.core import gpu
+
+        super().__init__(run)
+        plan = run.plan
+        assert plan.stream is not None
+        gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, run.transport, run.settings)
+        self.gpu: Any = None  # hopbench.core.gpu.ChunkStaging where this end's memory is CUDA
+        if plan.client_memory == "cuda":
+            run.m.gpu_info = gpu.device_info()
+            self.gpu = gpu.ChunkStaging(plan.stream.chunks, plan.stream.chunk_bytes, plan.reply_bytes)
+
+    def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
+        if self.gpu is None:
+            return super().chunks(chan, run, size)
+        return _StagedChunks(chan, self.gpu, run.m, run.plan.total, run.clock)
+
+    def reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
+        if self.gpu is None:
+            return super().reply(chan, run)
+        gpu, clock = self.gpu, run.clock
+        self.reply_host = gpu.reply.host
+        h2d = run.m.stages["h2d_ns"] = np.zeros(run.plan.total, dtype=np.int64)
+
+        def staged(i: int) -> None:
+            chan.recv_into(gpu.reply.host)
+            t = clock()
+            gpu.reply.h2d()
+            h2d[i] = clock() - t
+        return staged, (lambda: None)
+
+
+class _DirectBody(_StagedBody):
+    """CUDA memory, direct: the transport is handed the device slices; the reply lands on the
+    device and its ids go back to the host after the sample (untimed) to be checked."""
+
+    def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
+        return _RawBody.chunks(self, chan, run, size) if self.gpu is None else _DirectChunks(chan, self.gpu)
+
+    def reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
+        if self.gpu is None:
+            return _RawBody.reply(self, chan, run)
+        reply = self.gpu.reply
+        self.reply_host = reply.host
+        return (lambda i: chan.recv_into(reply.device)), reply.d2h
+
+
+#: a streamed plan's bodies, keyed by Plan.body (a codec's chunks are host memory: a streamed
+#: plan in CUDA memory sends raw chunks, which the plan's check says before this is reached)
+_STREAM_BODIES: dict[str, Callable[[PlanRun], _RawBody]] = {
+    "raw": _RawBody, "codec": _CodecBody, "staged": _StagedBody, "direct": _DirectBody}
+
+
 class StreamedRoundTrip(ClientPath):
     """The streamed hop (docs/STREAM.md): each cycle the forward's clock starts at t0, chunk j
     goes at t0 + its ready time, the accept count (the end message) at t0 + the forward's end
@@ -352,9 +457,7 @@ class StreamedRoundTrip(ClientPath):
     def __init__(self, sched: Any) -> None:
         self.sched = sched  # hopbench.core.stream.Schedule
         self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
-        self.codec: Any = None  # a codec plan: each chunk a codec frame of its aux layer's rows
-        self.bodies: list[list[np.ndarray]] = []  # per body of the source, its chunks
-        self.gpu: Any = None  # --memory cuda at this end: hopbench.core.gpu.ChunkStaging
+        self.body: _RawBody  # how the chunks and the reply live (prepare chooses it)
 
     def abort_bytes(self, plan: P.Plan) -> int:
         return self.pending or plan.request_frame_bytes
@@ -364,69 +467,13 @@ class StreamedRoundTrip(ClientPath):
         return run.ids
 
     def prepare(self, run: PlanRun) -> P.Plan:
-        """A codec plan's chunks: windows of the run's hidden states, K + 1 tokens each, split
-        by aux layer (chunk j holds layer j's K + 1 rows), encoded each on its own in the hop.
-        GPU memory at this end: the rows' device and pinned buffers (the CUDA context before UCX's)."""
-        plan, source = run.plan, run.source
-        assert plan.stream is not None
-        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
-        if plan.uses_gpu:
-            from hopbench.core import gpu
-
-            if plan.codec is not None:
-                raise ConfigError("a streamed plan in CUDA memory sends raw chunks: not with --codec")
-            gpu.check_choice((plan.client_memory, plan.server_memory), plan.gpu_path, run.transport, run.settings)
-            if plan.client_memory == "cuda":
-                run.m.gpu_info = gpu.device_info()
-                self.gpu = gpu.ChunkStaging(chunks, size, plan.reply_bytes)
-        if plan.codec is None:
-            return plan
-        from hopbench.core import codecs
-
-        if source is None:
-            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
-        tokens, width = size // (source.width * 2), source.width
-        if source.layers != chunks or tokens * width * 2 != size:
-            raise ConfigError(f"streamed chunks of {size:,} B do not split {source.label}'s tokens of {source.layers} "
-                              f"layers x {width} values by layer")
-        self.codec = codecs.parse(plan.codec, plan.codec_group)
-        for body in source.bodies(tokens * chunks * width * 2, tokens, min(plan.total, -(-source.tokens // tokens))):
-            rows = body.view(np.uint16).reshape(tokens, chunks, width)
-            self.bodies.append([np.ascontiguousarray(rows[:, j, :]).view(np.uint8).reshape(-1) for j in range(chunks)])
-        run.m.codec_info = {"codec": self.codec.name, "library": self.codec.library, "lossless": self.codec.lossless,
-                            "kernel": "library", "source": source.record, "bodies": len(self.bodies)}
-        if not self.codec.lossless:
-            run.m.codec_info["error"] = codecs.reconstruction_error(self.codec, [c for b in self.bodies for c in b])
-        return plan
-
-    def _chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
-        """How this plan's chunks go (chosen once)."""
-        if self.codec is not None:
-            return _CodecChunks(chan, self.codec, self.bodies, run.m, run.plan.total, run.clock)
-        if self.gpu is None:
-            return _RawChunks(chan, size)
-        if run.plan.gpu_path == "direct":
-            return _DirectChunks(chan, self.gpu)
-        return _StagedChunks(chan, self.gpu, run.m, run.plan.total, run.clock)
-
-    def _reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
-        """The reply's receive (inside the hop: staged, the ids' copy up to the GPU, timed as
-        h2d_ns) and what follows the sample untimed (direct: the ids back to the host, checked)."""
-        gpu, clock = self.gpu, run.clock
-        if gpu is None:
-            self.reply_host = chan.alloc(run.plan.reply_bytes)
-            return (lambda i: chan.recv_into(self.reply_host)), (lambda: None)
-        self.reply_host = gpu.reply.host
-        if run.plan.gpu_path == "direct":
-            return (lambda i: chan.recv_into(gpu.reply.device)), gpu.reply.d2h
-        h2d = run.m.stages["h2d_ns"] = np.zeros(run.plan.total, dtype=np.int64)
-
-        def staged(i: int) -> None:
-            chan.recv_into(gpu.reply.host)
-            t = clock()
-            gpu.reply.h2d()
-            h2d[i] = clock() - t
-        return staged, (lambda: None)
+        """The plan's body, chosen once (_STREAM_BODIES, keyed by Plan.body), readies what the
+        chunks and the reply need before the channel (GPU memory: the CUDA context before UCX's)."""
+        wrong = run.plan.range_error()  # a streamed plan's combinations, refused here before the server does
+        if wrong:
+            raise ConfigError(wrong)
+        self.body = _STREAM_BODIES[run.plan.body](run)
+        return run.plan
 
     def cycles(self, data: DataPath, run: PlanRun) -> int:
         plan, chan, m = run.plan, data.channel, run.m
@@ -435,8 +482,9 @@ class StreamedRoundTrip(ClientPath):
         if len(self.sched.ready_ns) != chunks:
             raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
         end = chan.alloc(P.STREAM_END_BYTES)
-        out = self._chunks(chan, run, size)
-        receive, settle = self._reply(chan, run)
+        out = self.body.chunks(chan, run, size)
+        receive, settle = self.body.reply(chan, run)
+        self.reply_host = self.body.reply_host
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"

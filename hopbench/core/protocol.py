@@ -284,6 +284,16 @@ class Plan:
         return "host"
 
     @property
+    def body(self) -> str:
+        """How the request's bytes live and cross, the axis beside `kind` that a kind's paths
+        vary by (each keeps a table keyed by it, as KINDS is keyed by kind): "codec" (encoded
+        in the hop), "staged" or "direct" (CUDA memory at one end or both, by gpu_path), else
+        "raw" (host memory). Declared here once, so no path re-derives it."""
+        if self.codec is not None:
+            return "codec"
+        return self.gpu_path if self.uses_gpu else "raw"
+
+    @property
     def tails(self) -> list[Tail]:
         """What follows the last reply, in order (docs/PROTOCOL.md "After the last reply")."""
         out: list[Tail] = []

@@ -371,10 +371,22 @@ class CodecEcho(ServingPath):
 class _ChunksIn:
     """A streamed plan's chunks as the drafter receives them: into host memory, raw (each's
     first 8 bytes its running counter). `take(chan, seq, j)` returns the counter it carried;
-    `bad` is the message to read a client's abort from."""
+    `bad` is the message to read a client's abort from. Each body of a streamed plan
+    (_STREAM_IN, keyed by Plan.body) says why the server cannot take it (`refusal`) and builds
+    its receiver, the reply's host buffer and the reply's send (`make`)."""
 
     def __init__(self, chan: Channel, size: int) -> None:
         self.buf = self.bad = chan.alloc(size)
+
+    @classmethod
+    def refusal(cls, path: "StreamDrafter", plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        return None
+
+    @classmethod
+    def make(cls, path: "StreamDrafter", chan: Channel, plan: P.Plan, ctx: PlanContext,
+             timings: Any) -> tuple["_ChunksIn", Any, Any]:
+        assert plan.stream is not None
+        return _ChunksIn(chan, plan.stream.chunk_bytes), chan.alloc(plan.reply_bytes), (lambda host, seq: chan.send(host))
 
     def take(self, chan: Channel, seq: int, j: int) -> int:
         chan.recv_into(self.buf)
@@ -399,6 +411,21 @@ class _FramesIn(_ChunksIn):
         self.decode[seq] += ns
         return got
 
+    @classmethod
+    def refusal(cls, path: "StreamDrafter", plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        try:
+            path.parse_codec(plan)
+        except HopbenchError as exc:
+            return f"server cannot decode this plan: {exc}"
+        return None
+
+    @classmethod
+    def make(cls, path: "StreamDrafter", chan: Channel, plan: P.Plan, ctx: PlanContext,
+             timings: Any) -> tuple["_ChunksIn", Any, Any]:
+        assert plan.stream is not None
+        frames = _FramesIn(path.codec, plan.stream.chunk_bytes, plan.total, ctx.clock)
+        return frames, chan.alloc(plan.reply_bytes), (lambda host, seq: chan.send(host))
+
 
 class _StagedIn(_ChunksIn):
     """GPU memory, staged: each chunk lands in pinned memory and is copied up to the device
@@ -415,10 +442,54 @@ class _StagedIn(_ChunksIn):
         self.timings[seq, 0] += self.clock() - t
         return int(P.SEQ.unpack_from(host, 0)[0])
 
+    @classmethod
+    def refusal(cls, path: "StreamDrafter", plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
+        """CUDA memory at the client only: this end's chunks are raw host memory."""
+        return _Gpu.check(path, plan, ctx, transport) if plan.server_memory == "cuda" else None
 
-class _DirectIn(_ChunksIn):
+    @classmethod
+    def make(cls, path: "StreamDrafter", chan: Channel, plan: P.Plan, ctx: PlanContext,
+             timings: Any) -> tuple["_ChunksIn", Any, Any]:
+        """GPU memory writes the drafter's ids on the device, then sends them (staged: copied
+        down, timed as the server's d2h)."""
+        if plan.server_memory != "cuda":
+            return _ChunksIn.make(path, chan, plan, ctx, timings)
+        rep, ids, bufs = cls._staging(plan)
+
+        def staged(host: Any, seq: int) -> None:
+            rep.h2d(0, ids)  # the drafter's ids, as it would produce them on its GPU (untimed)
+            t = ctx.clock()
+            rep.d2h()
+            timings[seq, 1] = ctx.clock() - t
+            chan.send(rep.host)
+        return _StagedIn(bufs, timings, ctx.clock), rep.host, staged
+
+    @staticmethod
+    def _staging(plan: P.Plan) -> tuple[Any, int, Any]:
+        """The chunks' and the reply's device and pinned buffers, and the ids' bytes."""
+        from hopbench.core.gpu import ChunkStaging
+
+        assert plan.stream is not None
+        bufs = ChunkStaging(plan.stream.chunks, plan.stream.chunk_bytes, plan.reply_bytes, seed=1)
+        return bufs.reply, plan.k * plan.id_bytes, bufs
+
+
+class _DirectIn(_StagedIn):
     """GPU memory, direct: the transport receives each chunk into the device; its counter is
-    copied back to be checked (the whole chunk when it is wrong: it may be the client's abort)."""
+    copied back to be checked (the whole chunk when it is wrong: it may be the client's abort).
+    The reply's ids are written on the device and sent from there."""
+
+    @classmethod
+    def make(cls, path: "StreamDrafter", chan: Channel, plan: P.Plan, ctx: PlanContext,
+             timings: Any) -> tuple["_ChunksIn", Any, Any]:
+        if plan.server_memory != "cuda":
+            return _ChunksIn.make(path, chan, plan, ctx, timings)
+        rep, ids, bufs = cls._staging(plan)
+
+        def direct(host: Any, seq: int) -> None:
+            rep.h2d(0, ids)
+            chan.send(rep.device)
+        return _DirectIn(bufs), rep.host, direct
 
     def __init__(self, bufs: Any) -> None:
         self.bufs = bufs
@@ -431,6 +502,11 @@ class _DirectIn(_ChunksIn):
         if P.is_abort(host):
             self.bufs.rows.d2h(j * self.bufs.size, (j + 1) * self.bufs.size)
         return got
+
+
+#: a streamed plan's bodies at the drafter, keyed by Plan.body (as kinds.KINDS is by kind)
+_STREAM_IN: dict[str, type[_ChunksIn]] = {"raw": _ChunksIn, "codec": _FramesIn, "staged": _StagedIn,
+                                          "direct": _DirectIn}
 
 
 class StreamDrafter(_Gpu):
@@ -447,46 +523,11 @@ class StreamDrafter(_Gpu):
     python_only = "a streamed plan's chunks and accept count are read in Python"
 
     def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
-        if plan.server_memory == "cuda":
-            return super().check(plan, ctx, transport)
-        if plan.codec is None:
-            return None
-        try:
-            self.parse_codec(plan)
-        except HopbenchError as exc:
-            return f"server cannot decode this plan: {exc}"
-        return None
+        return _STREAM_IN[plan.body].refusal(self, plan, ctx, transport)
 
     def _incoming(self, chan: Channel, plan: P.Plan, ctx: PlanContext, timings: Any) -> tuple[_ChunksIn, Any, Any]:
-        """How the chunks land (chosen once), the reply's host buffer, and its send: GPU
-        memory writes the drafter's ids on the device, then sends them (staged: copied down,
-        timed as the server's d2h; direct: from the device)."""
-        assert plan.stream is not None
-        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
-
-        def send(host: Any, seq: int) -> None:
-            chan.send(host)
-        if self.codec is not None:
-            return _FramesIn(self.codec, size, plan.total, ctx.clock), chan.alloc(plan.reply_bytes), send
-        if plan.server_memory != "cuda":
-            return _ChunksIn(chan, size), chan.alloc(plan.reply_bytes), send
-        from hopbench.core.gpu import ChunkStaging
-
-        bufs, ids = ChunkStaging(chunks, size, plan.reply_bytes, seed=1), plan.k * plan.id_bytes
-        rep = bufs.reply
-        if plan.gpu_path == "direct":
-            def direct(host: Any, seq: int) -> None:
-                rep.h2d(0, ids)
-                chan.send(rep.device)
-            return _DirectIn(bufs), rep.host, direct
-
-        def staged(host: Any, seq: int) -> None:
-            rep.h2d(0, ids)  # the drafter's ids, as it would produce them on its GPU (untimed)
-            t = ctx.clock()
-            rep.d2h()
-            timings[seq, 1] = ctx.clock() - t
-            chan.send(rep.host)
-        return _StagedIn(bufs, timings, ctx.clock), rep.host, staged
+        """How the chunks land (chosen once, by the plan's body), the reply's host buffer, and its send."""
+        return _STREAM_IN[plan.body].make(self, chan, plan, ctx, timings)
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         return self.run_stream(chan, plan, ctx)
