@@ -5,7 +5,7 @@ Transfer Engine), at
 random order, several repeats, in one run.
 
     python benchmarks/bench_transports.py [--repeats 5] [--cycles 1000] [--poll block|busy]
-                                          [--places loopback,netns] [--transports tcp,zmq,ucx,mooncake]
+                                          [--places loopback,netns] [--transports LIST]
 
 Prints per place x transport x size the median of per-repeat p50s ([min-max] across
 repeats) for both and the ratio hopbench / minimal (issue target: <= 1.10)."""
@@ -25,12 +25,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import minimal  # noqa: E402  (benchmarks/, on the path above)
+
 SIZES = (61_440, 184_320)
 
 
 def client_main(spec: dict) -> None:
-    import minimal
-
     from hopbench.core import protocol as P
     from hopbench.core.client import Session
 
@@ -114,7 +114,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--poll", choices=["auto", "block", "busy"], default="auto")
     ap.add_argument("--places", default="loopback,netns")
-    ap.add_argument("--transports", default="tcp,zmq,ucx,mooncake")
+    ap.add_argument("--transports", default=",".join(minimal.CLIENTS),
+                    help="default: every transport benchmarks/minimal.py has a ping-pong for")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpu", choices=["same", "split", "none"], default="split",
                     help="servers and client on one CPU, on two, or left to the scheduler")

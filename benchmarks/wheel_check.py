@@ -24,10 +24,13 @@ import time
 import zipfile
 from pathlib import Path
 
+from hopbench.core.transport import installed
 from hopbench.orchestration.serverproc import parse_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = "zmq,ucx,mooncake,analysis,plot,codecs"
+#: the wheel's venv takes every registered transport's extra (each module of the wheel must
+#: import there, every transport's included) and the analysis', plots' and codecs' extras
+EXTRAS = ",".join(sorted({r.extra for r in installed() if r.extra}) + ["analysis", "plot", "codecs"])
 # source folder -> its installed package path inside the wheel
 MAPPED = {"hopbench": "hopbench", "transports": "hopbench/transports", "configs": "hopbench/configs"}
 
