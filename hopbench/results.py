@@ -347,6 +347,21 @@ SPEC_TARGETS_SCHEMA = "hopbench.spec-targets"  # hopbench spec --targets' report
 RUN_FILE, SWEEP_FILE = "report.json", "sweep.json"  # a run's (or a cell's) top record; a sweep's or matrix's
 SAMPLES_FILE, SUMMARY_FILE = "samples.csv", "summary.csv"
 CYCLES_FILE = "cycles.csv"  # a spec run's per-cycle rows
+
+#: every JSON document hopbench writes, name -> (schema, schema_version): the folders' top
+#: records above and the --json documents (docs/RESULTS.md). Emit sites call document().
+DOCUMENTS: dict[str, tuple[str, int]] = {
+    "run": (SCHEMA, SCHEMA_VERSION), "sweep": (SWEEP_SCHEMA, SCHEMA_VERSION), "spec": (SPEC_SCHEMA, SPEC_SCHEMA_VERSION),
+    "spec-targets": (SPEC_TARGETS_SCHEMA, 1), "run-result": ("hopbench.run-result", 1),
+    "verdict": ("hopbench.verdict", 1), "compare": ("hopbench.compare", 1), "matrix-verdict": ("hopbench.matrix", 1),
+    "report": ("hopbench.report", 1), "transports": ("hopbench.transports", 1), "codecs": ("hopbench.codecs", 1),
+    "agreement": ("hopbench.agreement", 2), "drafter": ("hopbench.drafter", 1)}
+
+
+def document(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The document `name` (DOCUMENTS): its schema and version first, then `body`."""
+    schema, version = DOCUMENTS[name]
+    return {"schema": schema, "schema_version": version, **body}
 CELLS = "cells"
 _CELL_GLOB = "*/*/*/*/" + RUN_FILE  # cells/<rung>/<transport>/<payload-gap>/r<N>/report.json
 _FAILED = ".failed-"  # r<N>.failed-<stamp>[-<i>]: an attempt that did not complete, kept aside
@@ -547,3 +562,12 @@ def result_folders(parent: Path) -> list[Path]:
 def sweep_folders(parent: Path) -> list[Path]:
     """The sweep (or matrix) folders directly inside parent, newest name first."""
     return sorted((p for p in Path(parent).glob("*") if (p / SWEEP_FILE).exists()), reverse=True)
+
+
+def spec_folders(folder: Path) -> list[Path]:
+    """A `hopbench spec` folder (its cycles.csv), or the spec folders directly inside a
+    spec-rungs parent, one per rung."""
+    folder = Path(folder)
+    if (folder / CYCLES_FILE).exists():
+        return [folder]
+    return sorted(p.parent for p in folder.glob(f"*/{CYCLES_FILE}"))

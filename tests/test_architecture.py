@@ -298,3 +298,18 @@ def test_identity_is_typed_to_the_end():
     assert {"place", "series"} <= {f.name for f in dataclasses.fields(F.Fit)}
     assert "decision" in {f.name for f in dataclasses.fields(V.Verdict)}
     assert {"codec", "design", "stream", "clients"} <= set(AGG_COLUMNS)
+
+
+def test_documents_and_folder_names_have_one_owner():
+    """REVIEW5 F6's checks (issue 49): every JSON document's schema and version come from
+    results.DOCUMENTS (emitted through results.document), the run schema is spelled once, and
+    no module but results.py globs a folder's names."""
+    from hopbench import results as R
+
+    outside = [h for h in _grep(r'"schema": "hopbench|SCHEMA = "hopbench|"hopbench\.run"', "hopbench")
+               if not h.startswith("hopbench/results.py:")]
+    assert not outside, outside
+    globs = [h for h in _grep(r'glob\(f?"\*-(sweep|matrix)|glob\(f"\*/\{', "hopbench") if not h.startswith("hopbench/results.py:")]
+    assert not globs, globs
+    assert R.document("verdict", {"results": []}) == {"schema": "hopbench.verdict", "schema_version": 1, "results": []}
+    assert len({schema for schema, _ in R.DOCUMENTS.values()}) == len(R.DOCUMENTS)  # one name per schema

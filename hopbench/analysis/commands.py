@@ -15,7 +15,7 @@ from hopbench.analysis.hops import instrument_floors, placement_note, trend_warn
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN
-from hopbench.results import RUN_FILE, ResultFolder, atomic_write
+from hopbench.results import RUN_FILE, ResultFolder, atomic_write, document
 
 
 def _out(folder: "Path | Reading") -> Path:
@@ -209,4 +209,4 @@ def verdict_documents(folders: list[Path], inputs: V.Inputs, tokens: int | None,
         top = load_groups(folder)[1]
         docs.append({"folder": str(folder), "operating_tokens": op, "inputs": vars(inputs), "status": top.get("status"),
                      "placement": placement_note(top), "verdicts": [v.to_dict() for v in vs], **calls})
-    return {"schema": "hopbench.verdict", "schema_version": 1, "results": docs}
+    return document("verdict", {"results": docs})

@@ -24,6 +24,9 @@ from hopbench.results import (
     ResultFolder,
     verify_files,
 )
+from hopbench.results import (
+    SCHEMA as R_SCHEMA,
+)
 from hopbench.schema import RUN_RECORD, SWEEP_RECORD, check_record
 
 
@@ -288,7 +291,7 @@ def _read_folder(folder: Path) -> Folder:
         check_record(top, SWEEP_RECORD, str(rf.top_path))
         paths = rf.cell_reports()
     else:
-        check_schema(top, rf.top_path, "hopbench.run")
+        check_schema(top, rf.top_path, R_SCHEMA)
         paths = [rf.top_path]
     cells: list[tuple[Path, dict]] = []
     left_out: list[str] = []
@@ -296,7 +299,7 @@ def _read_folder(folder: Path) -> Folder:
     for rp in paths:
         try:
             run = top if kind == "run" else _read_json(rp)
-            check_schema(run, rp, "hopbench.run")
+            check_schema(run, rp, R_SCHEMA)
             check_record(run, RUN_RECORD, str(rp))
             verify_files(rp, run)
             cell = (run.get("sweep") or {}).get("cell") or {}

@@ -15,7 +15,7 @@ from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 
 DRAFTER_FILE = "drafter.json"
-DRAFTER_SCHEMA = "hopbench.drafter"
+DRAFTER_SCHEMA = R.DOCUMENTS["drafter"][0]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from hopbench.analysis.data import Group
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.results import CYCLES_FILE, ResultFolder, atomic_write
+from hopbench.results import ResultFolder, atomic_write, spec_folders
 
 #: Version of the records written into runs[] (docs/case-studies.schema.json): 2 = records
 #: with schema_version, result_id and intervals; records without schema_version are v1.
@@ -139,14 +139,6 @@ SPEC_FIELDS = ["id", "schema_version", "study", "kind", "result_id", "source", "
                "tok_s", "tok_s_ci_lo", "tok_s_ci_hi", "tok_s_ci_level", "tokens_per_cycle", "hit_rate", "checked_against",
                "reference_tok_s", "diff_rel", "k", "accept", "verify", "draft_local", "draft_remote", "fanout",
                "time_scale", "cycles", "software"]
-
-
-def spec_folders(folder: Path) -> list[Path]:
-    """A `hopbench spec` folder, or a spec-rungs parent holding one per rung."""
-    folder = Path(folder)
-    if (folder / CYCLES_FILE).exists():
-        return [folder]
-    return sorted(p.parent for p in folder.glob(f"*/{CYCLES_FILE}"))
 
 
 def spec_records(folder: Path, study: str) -> list[dict]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from hopbench import results as R
 from hopbench.analysis.data import Reading, load_groups, recorded_shape
 from hopbench.errors import HopbenchError
 from hopbench.estimate import Estimate, pct
@@ -165,12 +166,12 @@ def report(folder: Path, transport: str = "tcp", tokens: int | None = None) -> t
     lines += [f"  {f.describe()}" for f in found] or ["  none: every node and pair within the thresholds"]
     for n, why in (top["matrix"].get("left") or {}).items():
         lines.append(f"node {n} left the cluster ({why}); its pairs are marked failed")
-    doc = {"schema": "hopbench.matrix", "schema_version": 1, "transport": transport, "operating_tokens": op,
+    doc = R.document("matrix-verdict", {"transport": transport, "operating_tokens": op,
            "hops_ms": [{"client": a, "server": b, "hop_ms": e.value, "hop_ci_ms": [e.lo, e.hi] if e.has_interval else None,
                         "hop_ci_level": e.level, "repeats": e.n_repeats, "cycles": e.n_samples}
                        for (a, b), e in sorted(est.items())],
            "outliers": [asdict(f) for f in found], "thresholds": {"robust_z": Z, "ratio": RATIO, "mad_floor": FLOOR},
-           "left": top["matrix"].get("left") or {}}
+           "left": top["matrix"].get("left") or {}})
     from hopbench.results import ResultFolder
 
     atomic_write(ResultFolder(folder).analysis_dir() / "matrix.json", json.dumps(doc, indent=1) + "\n")

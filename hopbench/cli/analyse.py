@@ -152,9 +152,8 @@ def compare(a: Annotated[str, typer.Argument(help="Baseline: a result folder, or
     if json_out:
         import json as _json
 
-        print(_json.dumps({"schema": "hopbench.compare", "schema_version": 1, "a": a, "b": b,
-                           "comparisons": [c.to_dict() for c in rows], "baseline_warnings": warnings},
-                          indent=1, default=str))
+        print(_json.dumps(R.document("compare", {"a": a, "b": b, "comparisons": [c.to_dict() for c in rows],
+                                                 "baseline_warnings": warnings}), indent=1, default=str))
         return
     print(CMP.format_table(rows))
     for w in warnings:

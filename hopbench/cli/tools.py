@@ -114,8 +114,9 @@ def transports(json_out: JsonOpt = False):
     if json_out:
         import json as _json
 
-        print(_json.dumps({"schema": "hopbench.transports", "schema_version": 1, "transports": rows},
-                          indent=1))
+        from hopbench import results as R
+
+        print(_json.dumps(R.document("transports", {"transports": rows}), indent=1))
         return
     for row in rows:
         if row["available"]:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from hopbench import results as R
 from hopbench.analysis import agreement as AG
 from hopbench.core import codecs as C
 from hopbench.core.hidden import to_bf16_bits
@@ -165,9 +166,10 @@ def measure(source: Source, codecs: list[str]) -> dict[str, Any]:
             AG.identical(int(sum(x.size for x in each)), groups)
         rows.append({"codec": coders[name].name, "asked": name, "lossless": coders[name].lossless, "tap": tap,
                      "measure": how, **r})
-    return {"schema": "hopbench.agreement", "schema_version": 2, "source": source.source, "label": source.label,
-            **source.describe(), "bar": AG.AGREEMENT_BAR, "measure": source.headline, "rows": rows,
-            "headline": AG.headlines(rows, source.headline), "seconds": time.perf_counter() - t0}
+    return R.document("agreement", {"source": source.source, "label": source.label, **source.describe(),
+                                     "bar": AG.AGREEMENT_BAR, "measure": source.headline, "rows": rows,
+                                     "headline": AG.headlines(rows, source.headline),
+                                     "seconds": time.perf_counter() - t0})
 
 
 def codec_names(codec: str | None) -> list[str]:

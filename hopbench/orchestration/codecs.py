@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench import results as R
 from hopbench.core import codecs as C
 from hopbench.core.hidden import source_for
 from hopbench.errors import ConfigError, ProtocolError
@@ -35,8 +36,8 @@ def profile_command(file: str | None, tokens: int, codec: str | None, reps: int,
     data = "synthetic hidden states (docs/CODECS.md: a ratio on them is not a claim about any model)" if src.synthetic \
         else f"{src.label} (sha256 {src.record['sha256'][:12]}, {src.record['tokens']} tokens)"
     if json_out:
-        say(json.dumps({"schema": "hopbench.codecs", "schema_version": 1, "source": src.record, "tokens": tokens,
-                        "bodies": len(bodies), "codecs": rows, "acceptance": ACCEPTANCE}, indent=1))
+        say(json.dumps(R.document("codecs", {"source": src.record, "tokens": tokens, "bodies": len(bodies), "codecs": rows,
+                                              "acceptance": ACCEPTANCE}), indent=1))
         return rows
     say(f"codecs on this CPU, T = {tokens} ({tokens * sh.bytes_per_token:,} B per body, {len(bodies)} bodies), {data}")
     say(f"{'codec':24s} {'where':5s} {'ratio':>6s} {'enc GB/s':>9s} {'dec GB/s':>9s} {'pays below':>12s}  "

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench import results as R
-from hopbench.analysis.drafter import DRAFTER_FILE, DRAFTER_SCHEMA
+from hopbench.analysis.drafter import DRAFTER_FILE
 from hopbench.estimate import median_interval
 
 COLUMNS = ["rows", "graphs", "n", "p50_ns", "ci_lo_ns", "ci_hi_ns", "ci_level", "min_ns", "floor_ns", "floor_ratio",
@@ -40,8 +40,7 @@ def measure(shape: str, weights: Path | None, rows: list[int], k: int, repeats: 
                         "ci_hi_ns": hi, "ci_level": level, "min_ns": int(ns.min()),
                         "floor_ns": info["weight_read_floor_ns"], "floor_ratio": p50 / info["weight_read_floor_ns"],
                         "implied_gb_per_s": info["weight_bytes"] / p50})
-    return {"schema": DRAFTER_SCHEMA, "schema_version": 1, "created_utc": R.utc_iso(), "drafter": info, "k": k,
-            "rows": out}
+    return R.document("drafter", {"created_utc": R.utc_iso(), "drafter": info, "k": k, "rows": out})
 
 
 def table(doc: dict[str, Any]) -> list[str]:

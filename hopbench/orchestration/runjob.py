@@ -517,7 +517,7 @@ def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg
 def result_document(folder: Path) -> str:
     """`hopbench run --json`: the folder and its report, one JSON document."""
     top = R.ResultFolder(folder).read().record
-    doc: dict[str, Any] = {"schema": "hopbench.run-result", "schema_version": 1, "folder": str(folder), "report": top}
+    doc: dict[str, Any] = R.document("run-result", {"folder": str(folder), "report": top})
     if top.get("clients"):  # several targets: targets[] and aggregate per payload, as printed
         from hopbench.orchestration.clients import json_record
 

@@ -28,8 +28,7 @@ from hopbench.errors import ConfigError
 from hopbench.orchestration.spec import SpecConfig, run_spec
 from hopbench.version import __version__
 
-SCHEMA = R.SPEC_TARGETS_SCHEMA
-SCHEMA_VERSION = 1
+SCHEMA, SCHEMA_VERSION = R.DOCUMENTS["spec-targets"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,10 +17,9 @@ from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Reading, first_header, load_groups, reading, recorded_shape, result_id
 from hopbench.errors import HopbenchError
 from hopbench.records import MIN_GAIN
-from hopbench.results import SPEC_TARGETS_SCHEMA, ResultFolder
+from hopbench.results import DOCUMENTS, SPEC_TARGETS_SCHEMA, ResultFolder
 
-REPORT_SCHEMA = "hopbench.report"
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA, REPORT_SCHEMA_VERSION = DOCUMENTS["report"]
 
 
 def _clean(x: Any) -> Any:
