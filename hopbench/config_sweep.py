@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hopbench.config import check_keys, config_file, load_toml, parse_hostport, require
 from hopbench.errors import ConfigError
+from hopbench.records import DESIGNS
 
 RUNG_KEYS = {"name", "kind", "transports", "rate_mbit", "mtu", "peer", "interface", "bytes_max", "ucx", "zmq",
              "nixl", "placement"}
@@ -128,7 +129,7 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
         raise ConfigError(f"{f}: sweep.repeats must be >= 1")
     if not cfg.stream or not set(cfg.stream) <= {"off", "layers"}:
         raise ConfigError(f"{f}: sweep.stream must list off and/or layers (got {list(cfg.stream)!r})")
-    if not cfg.designs or not set(cfg.designs) <= {"taps", "projected"}:
+    if not cfg.designs or not set(cfg.designs) <= set(DESIGNS):
         raise ConfigError(f"{f}: sweep.designs must list taps and/or projected (got {list(cfg.designs)!r})")
     if not cfg.clients or any(type(m) is not int or not 1 <= m <= 1024 for m in cfg.clients):
         raise ConfigError(f"{f}: sweep.clients must be a list of target counts 1..1024 (got {list(cfg.clients)!r})")

@@ -26,6 +26,7 @@ MAX_CYCLES = 1_000_000  # the server's default cap per plan (untimed + warm-up +
 #: values per scale of a lossy codec where a record or config predates the field (the
 #: study's hidden size; configs/shape.toml's `hidden` is what runs use)
 HIDDEN_DEFAULT = 6144
+MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
 MEMORIES = ("host", "cuda")  # where a payload may live (hopbench.core.gpu checks it)
 
 
@@ -56,7 +57,8 @@ def codec_label(name: str, codec: str) -> str:
     return name if not codec or codec == "none" else f"{name}+{codec}"
 
 
-DESIGNS = ("taps", "projected")
+TAPS, PROJECTED = "taps", "projected"  # the payload designs (Payload.design)
+DESIGNS = (TAPS, PROJECTED)
 
 
 def design_label(name: str, design: str | None) -> str:
@@ -129,7 +131,7 @@ class RunConfig:
     seed: int = 0
     #: the streamed hop (docs/STREAM.md); None when not streamed
     stream: StreamSpec | None = None
-    payload: str = "taps"  # the payload design: taps, or projected (fc on the target)
+    design: str = "taps"  # the payload design (DESIGNS): taps, or projected (fc on the target); --payload
     #: the rows run the server's drafter model (docs/DRAFTER.md; the server's --drafter) and,
     #: streamed, what of its forward starts on the taps that have landed (off, fc, all)
     drafter: bool = False
@@ -184,7 +186,7 @@ class RunConfig:
         opt("--clients", self.clients, 1)
         opt("--mps", self.mps)
         opt("--arrivals", self.arrivals if self.mps else None, "fixed")
-        opt("--payload", self.payload, "taps")
+        opt("--payload", self.design, TAPS)
         if self.stream:
             a.extend(["--stream", "layers", "--layers", str(self.stream.layers), "--forward-ms",
                       f"{self.stream.forward_ms:g}"])
@@ -201,6 +203,8 @@ class RunConfig:
         unknown keys are ignored, missing ones take the defaults."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
+        if "design" not in d and isinstance(d.get("payload"), str):  # recorded as `payload` before the rename
+            kw["design"] = d["payload"]
         kw.setdefault("transport", d.get("transport", "tcp"))
         kw.setdefault("k", 2)
         kw.setdefault("id_bytes", 4)

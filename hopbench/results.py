@@ -26,7 +26,9 @@ SCHEMA = "hopbench.run"
 #      p50_ci_level (achieved level of the within-run interval) and drift_p, env
 #      cpu_governor; sweep summary.csv: the cell estimate with p50_ci_level/p50_ci_scope.
 #      Later additive field (readers treat it as optional): result_id (report.json and
-#      sweep.json), the identity export's record ids are built from.
+#      sweep.json), the identity export's record ids are built from. config.design (the
+#      payload design) was spelled config.payload before the rename: RunConfig.from_dict
+#      reads both.
 # Readers accept every version up to SCHEMA_VERSION (tests/golden holds one folder of each
 # older version, which must keep loading) and refuse newer ones with a clear line.
 SCHEMA_VERSION = 2

@@ -157,6 +157,10 @@ def test_the_cli_is_thin_and_the_server_small():
     assert cls.end_lineno - cls.lineno + 1 < 150
 
 
+#: what a transport module may import from hopbench (docs/ARCHITECTURE.md names each: tests/test_docs_truth.py)
+TRANSPORT_IMPORTS = {"hopbench.core.transport", "hopbench.errors", "hopbench.records", "hopbench.version", "hopbench.lanes"}
+
+
 def test_transports_import_only_what_the_allow_list_names():
     """An allow-list, not a deny-list: a transport module imports from hopbench only the
     contract, the errors, the records, the version, the lanes (what a UCX lane that bypasses
@@ -165,7 +169,7 @@ def test_transports_import_only_what_the_allow_list_names():
     import grimp
 
     graph = grimp.build_graph("transports", "hopbench", include_external_packages=False)
-    allowed = {"hopbench.core.transport", "hopbench.errors", "hopbench.records", "hopbench.version", "hopbench.lanes"}
+    allowed = TRANSPORT_IMPORTS
     imported = {(m, i) for m in graph.find_descendants("transports") | {"transports"}
                 for i in graph.find_modules_directly_imported_by(m) if i.startswith("hopbench")}
     assert ("transports.tcp", "hopbench.core.transport") in imported  # the graph sees the imports
@@ -309,7 +313,24 @@ def test_documents_and_folder_names_have_one_owner():
     outside = [h for h in _grep(r'"schema": "hopbench|SCHEMA = "hopbench|"hopbench\.run"', "hopbench")
                if not h.startswith("hopbench/results.py:")]
     assert not outside, outside
-    globs = [h for h in _grep(r'glob\(f?"\*-(sweep|matrix)|glob\(f"\*/\{', "hopbench") if not h.startswith("hopbench/results.py:")]
+    globs = [h for h in _grep(r'glob\(f?"\*-(sweep|matrix)|glob\(f"\*/\{', "hopbench")
+             if not h.startswith("hopbench/results.py:")]
     assert not globs, globs
     assert R.document("verdict", {"results": []}) == {"schema": "hopbench.verdict", "schema_version": 1, "results": []}
     assert len({schema for schema, _ in R.DOCUMENTS.values()}) == len(R.DOCUMENTS)  # one name per schema
+
+
+def test_one_concept_has_one_name():
+    """REVIEW5 F8's checks (issue 49): the reply's ids are `ids` (not a codec), the payload
+    design is `design` in the run's config (read back from `payload` in older records), the
+    design names are records' constants, and the dead names are gone."""
+    import dataclasses
+
+    from hopbench import records as R
+
+    assert not _grep(r"codec: (P\.)?ReplyIds|reply_codec", "hopbench")
+    assert not _grep(r"_HEAD3|class _live_bar", "hopbench", "transports")
+    assert "self._options" not in (ROOT / "hopbench" / "testing" / "fake_transport.py").read_text()
+    assert "design" in {f.name for f in dataclasses.fields(R.RunConfig)}
+    assert R.RunConfig.from_dict({"transport": "tcp", "payload": "projected"}).design == R.PROJECTED
+    assert not _grep(r'^[^#]*"projected"', "hopbench/orchestration", "hopbench/config_sweep.py", "hopbench/core")

@@ -193,7 +193,7 @@ def test_a_projected_run_is_its_own_series(server, tmp_path):
     rep = json.loads((out / "report.json").read_text())
     assert [(p["payload"], p["plan"]["request_bytes"]) for p in rep["payloads"]] == [("T1#projected", 12288),
                                                                                       ("T3#projected", 36864)]
-    assert rep["config"]["payload"] == "projected" and rep["config"]["bytes_per_token"] == 12288
+    assert rep["config"]["design"] == "projected" and rep["config"]["bytes_per_token"] == 12288
     bad = _hb("run", "--peer", f"{server.host}:{server.port}", "--payload", "fc", "--out", str(tmp_path / "x"))
     assert bad.returncode != 0 and "--payload fc: taps or projected" in bad.stderr and not (tmp_path / "x").exists()
 

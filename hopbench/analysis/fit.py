@@ -18,11 +18,10 @@ import numpy as np
 
 from hopbench.analysis.data import Group
 from hopbench.estimate import norm_ppf
-from hopbench.records import Place, Series
+from hopbench.records import MSS, WIRE_FRAME, Place, Series
 
 RESID_LIMIT = 0.15  # judgement call: +-15% is beyond the per-point CI on a quiet link
 HUBER_K = 1.345
-MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
 
 
 @dataclass

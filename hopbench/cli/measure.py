@@ -18,6 +18,7 @@ from hopbench.cli.options import (
     TRANSPORT_HELP,
     GpuPath,
     JsonOpt,
+    LiveBar,
     Loop,
     LoopOpt,
     Memory,
@@ -25,7 +26,6 @@ from hopbench.cli.options import (
     PortOpt,
     ShapeOpt,
     _address,
-    _live_bar,
     _pin,
     _shape,
 )
@@ -43,7 +43,7 @@ def serve(
     max_request_bytes: Annotated[int, typer.Option(help="Largest request a client may plan.")] = MAX_MESSAGE_BYTES,
     max_cycles: Annotated[int, typer.Option(help="Most round trips per plan (untimed and warm-up included).")] = MAX_CYCLES,
     idle_timeout: Annotated[float, typer.Option(help="Drop a client silent this many seconds.")] = 60.0,
-    handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = 10.0,
+    handshake_timeout: Annotated[float, typer.Option(help="A client must finish its handshake within this many seconds.")] = TIMEOUT_S,
     poll: Annotated[Poll, typer.Option(help="Receive path during a session: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).")] = Poll.auto,
     opt: Annotated[Optional[list[str]], typer.Option(help=OPT_HELP)] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Require clients to prove this shared secret (HMAC challenge-response).")] = None,
@@ -129,7 +129,7 @@ def run_request(p: dict[str, Any]) -> Any:
         floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
         loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
         arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
-        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], payload=p["payload"],
+        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], design=p["payload"],
         remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
         agreement_from=p["agreement_from"])
 
@@ -397,7 +397,7 @@ def sweep(
     scfg = load_shape(shape)
     cfg = load_sweep(config, quick=quick)
     only = [r for r in rungs.split(",") if r] if rungs else None
-    bar = _live_bar() if sys.stderr.isatty() else None
+    bar = LiveBar() if sys.stderr.isatty() else None
     try:
         folder = run_sweep(cfg, scfg.shape, results_root=results_dir, out=out,
                            options=SweepOptions(resume=not new, only_rungs=only, strict=strict, analyse=analyse,
@@ -461,7 +461,7 @@ def matrix(
     say = functools.partial(print, file=sys.stderr) if json_out else print
     agents = M.RayAgents(ray_address, M.parse_interfaces(interface), settings, poll.value, loop.value,
                          wait_nodes=wait_nodes)
-    bar = _live_bar() if sys.stderr.isatty() else None
+    bar = LiveBar() if sys.stderr.isatty() else None
     try:
         M.run_matrix(agents, cfg, folder, log=say, on_progress=bar.update if bar else progress)
     except KeyboardInterrupt:

@@ -64,7 +64,7 @@ def _pin(cpu: str | None) -> None:
 
 
 
-class _live_bar:
+class LiveBar:
     """A rich progress bar on a terminal (the sweep prints plain lines to a log file)."""
 
     def __init__(self) -> None:

@@ -1,6 +1,11 @@
 """While the server runs a session, any other client is told that it is busy (iperf3's
 "the server is busy running a test"): its HELLO answered with REFUSE (docs/PROTOCOL.md
-"States") instead of waiting unanswered in the accept queue until its timeout."""
+"States") instead of waiting unanswered in the accept queue until its timeout.
+
+Holds: BusyAnswer (the REFUSE for a client that comes while one session runs), MemoryBudget
+(the request and reply memory of the plans served at once, across sessions), StartGroups
+(plans started together: their start and the drafts batched across them) and SessionPool
+(--max-sessions N: each session in its own thread, up to N at once)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any, Callable
 
 from hopbench.core import protocol as P
 from hopbench.errors import HopbenchError, Timeout
+from hopbench.records import TIMEOUT_S
 
 
 class BusyAnswer(threading.Thread):
@@ -292,7 +298,7 @@ class SessionPool:
         except BaseException as exc:  # a session never takes the server down (ServerSession answers faults)
             self.log(f"session ended by {exc.__class__.__name__}: {exc}")
 
-    def end(self, wait_s: float = 10.0) -> None:
+    def end(self, wait_s: float = TIMEOUT_S) -> None:
         """Stopping: the sessions still running have their control connections shut down (a
         blocked receive ends) and are waited for."""
         from hopbench.core import control

@@ -10,6 +10,10 @@ Each path has three steps, called by `Session.measure` in this order:
   in `run.progress.done`, also when it raises;
 - `after(data, run)`: what follows the last reply (the reply's tail, the server's stage
   times).
+
+The paths: HostRoundTrip, GpuStaged, GpuDirect, CodecRoundTrip and StreamedRoundTrip, each
+a ClientPath reading one PlanRun (the plan, its measurement, transport and clock); the
+drafter kinds' paths are in hopbench.core.drafting.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import numpy as np
 
 from hopbench.core import protocol as P
 from hopbench.errors import ConfigError, ProtocolError, TransportUnavailable
+from hopbench.records import HIDDEN_DEFAULT
 
 INSTALL = "pip install 'hopbench[codecs]'"
 FRAME, FRAME_BYTES = P.CODEC_FRAME, P.CODEC_FRAME_BYTES  # seq, encoded length, CRC-32 of the decoded body
@@ -398,7 +399,7 @@ def parse(spec: str, width: int) -> Codec:
     return Blosc2(width, flt, codec, _level(spec, level, 1, 9) if level else 1)
 
 
-def canonical(spec: str | None, width: int = 6144) -> str:
+def canonical(spec: str | None, width: int = HIDDEN_DEFAULT) -> str:
     """The one spelling of a codec (zstd -> zstd:1), checked; 'none' for None."""
     return parse(spec or "none", width).name
 

@@ -89,8 +89,8 @@ def predict(transport: Any, poll: str, loop: str, eligible: str | None = None) -
     return LoopChoice("native") if reason is None else LoopChoice("python", reason)
 
 
-def _ids(codec: ReplyIds) -> tuple[int, int]:
-    return codec.k, codec.span // codec.k
+def _ids(ids: ReplyIds) -> tuple[int, int]:
+    return ids.k, ids.span // ids.k
 
 
 def _raise(ep: NativeEndpoint, status: int, detail: int, what: str, nbytes: int, exc: Any) -> None:
@@ -116,12 +116,12 @@ def may_share_cpu(mine: dict[str, Any] | None, peer: dict[str, Any] | None) -> b
 YIELD_EVERY = 8  # empty polls between sched_yield calls when the peer may share this CPU
 
 
-def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyIds, samples: np.ndarray,
+def run_client(ep: NativeEndpoint, request: Any, reply: Any, ids: ReplyIds, samples: np.ndarray,
                progress: Any, gap_s: float = 0.0, share_cpu: bool = True) -> int:
     """The timed loop in C: samples[i] = the round trip of seq i in ns (CLOCK_MONOTONIC);
     progress.done = the round trips completed, also when it raises."""
     assert _C is not None
-    k, idb = _ids(codec)
+    k, idb = _ids(ids)
     y = YIELD_EVERY if share_cpu else 0
     n = len(samples)
     gap_ns = int(gap_s * 1e9)
@@ -135,18 +135,18 @@ def run_client(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyIds, sa
             ep.hold(False)
     progress.done = done
     if st == Status["BAD_REPLY"]:  # the Python checker says what was wrong, in its own words
-        codec.check(reply, done)
+        ids.check(reply, done)
     if st:
         what = "send" if phase else "receive"
         _raise(ep, st, detail, what, len(memoryview(reply).cast("B")), exc)
     return done
 
 
-def run_echo(ep: NativeEndpoint, request: Any, reply: Any, codec: ReplyIds, total: int, crc: int | None,
+def run_echo(ep: NativeEndpoint, request: Any, reply: Any, ids: ReplyIds, total: int, crc: int | None,
              on_bad_seq: Callable[[int], None], progress: Any, share_cpu: bool = True) -> int:
     """The server's echo loop in C; a request with another seq goes to on_bad_seq (as in Python)."""
     assert _C is not None
-    k, idb = _ids(codec)
+    k, idb = _ids(ids)
     y = YIELD_EVERY if share_cpu else 0
     if ep.hold is not None:
         ep.hold(True)

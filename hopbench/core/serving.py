@@ -1,5 +1,7 @@
 """The server's serving paths: one per plan kind, chosen once per plan (iperf3's
-`sp->snd`): host echo, GPU staged, GPU direct, spec drafter. Each checks a plan against
+`sp->snd`): HostEcho, GpuStaged, GpuDirect, SpecDrafter, CodecEcho and StreamDrafter,
+each a ServingPath (the drafter kinds' paths are in hopbench.core.drafting; ServerConfig
+is the server's settings, read through a PlanContext). Each checks a plan against
 the server's own settings before ACCEPT (`check`) and serves its round trips (`serve`).
 
 A path holds no state: everything it reads arrives in a frozen `PlanContext` (the
@@ -342,7 +344,7 @@ class CodecEcho(ServingPath):
         from hopbench.core import codec_wire
 
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
-        reply_codec = P.ReplyIds(plan.k, plan.id_bytes)
+        reply_ids = P.ReplyIds(plan.k, plan.id_bytes)
         decode_ns = np.zeros(plan.total, dtype=np.int64)
         codec: Any = self.codec
         device_body = None
@@ -353,9 +355,9 @@ class CodecEcho(ServingPath):
             device_body = gpu.load().empty(plan.request_bytes - P.SEQ_BYTES, dtype="uint8")
         wrapped = codec_wire.CodecServerChannel(
             chan, codec, plan.request_bytes - P.SEQ_BYTES, decode_ns, ctx.clock, plan.verify,
-            lambda seq: reply_codec.pack(reply, seq, corrupt=True), device_body)
+            lambda seq: reply_ids.pack(reply, seq, corrupt=True), device_body)
         try:
-            done = echo_cycles(wrapped, request, reply, reply_codec, plan.total,
+            done = echo_cycles(wrapped, request, reply, reply_ids, plan.total,
                                on_bad_seq=lambda seq: bad_request(ctx, chan, request, seq, plan), loop="python",
                                progress=ctx.progress)
         except codec_wire.ClientAborted as exc:

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hopbench.errors import ConfigError
-from hopbench.records import StreamSpec
+from hopbench.records import MSS, WIRE_FRAME, StreamSpec
 
-MSS, WIRE_FRAME = 1448, 1538  # TCP payload and Ethernet wire bytes per full frame at MTU 1500
 #: GLM-5.2's layer count (3 dense + 75 MoE), whose DSpark speculator taps [8, 23, 39, 55, 70]
 #: (RedHatAI/GLM-5.2-speculator.dspark's fc.weight [6144, 30720] over those five taps)
 DEFAULT_LAYERS = 78

@@ -15,6 +15,11 @@ sample. The caller decides which indices are untimed/warm-up; the loop records t
 Server, per cycle: receive the request, check its seq (and CRC), send the reply whose ids
 were packed before the request arrived, pack the next one. The `direct` GPU path checks
 after sending (the check reads device memory, kept off the client's critical path).
+
+Holds, beside the loops: Progress (how far a loop got), LoopHooks (what a loop does around
+its timed send and receive), Pacing (closed loop with think time, or an open-loop schedule),
+LoopPolicy (which loop may run: the compiled one or Python's) and StreamHooks (a streamed
+cycle's steps).
 """
 
 from __future__ import annotations
@@ -320,7 +325,7 @@ def echo_cycles(
     return progress.done
 
 
-def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyIds, total: int, crc: int | None,
+def _echo(channel: Channel, request: Any, reply: Any, ids: ReplyIds, total: int, crc: int | None,
           on_bad_seq: Callable[[int], None], hooks: LoopHooks, progress: Progress) -> int:
     """echo_cycles' Python loop (see there); progress.done follows every served cycle."""
     recv_into, send = channel.recv_into, channel.send
@@ -328,7 +333,7 @@ def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyIds, total: in
     out = reply if hooks.send_buf is None else hooks.send_buf
     fetch, after_pack, check_late, on_bad_crc = hooks.fetch, hooks.after_pack, hooks.check_late, hooks.on_bad_crc
     unpack_seq = SEQ.unpack_from
-    pack = codec.packer(reply)
+    pack = ids.packer(reply)
     body = memoryview(request).cast("B")[SEQ.size:] if crc is not None else None
     pack(0)  # the reply for the expected seq is packed before the request arrives
     if after_pack is not None:
@@ -342,7 +347,7 @@ def _echo(channel: Channel, request: Any, reply: Any, codec: ReplyIds, total: in
                     on_bad_seq(seq)
                     return seq
                 if body is not None and zlib.crc32(body) != crc:
-                    codec.pack(reply, seq, corrupt=True)
+                    ids.pack(reply, seq, corrupt=True)
                     if after_pack is not None:
                         after_pack()
             send(out)

@@ -19,6 +19,9 @@ from hopbench.errors import ConfigError
 from hopbench.estimate import pct
 from hopbench.records import (
     DESIGNS,
+    PROJECTED,
+    TAPS,
+    TIMEOUT_S,
     Payload,
     RunConfig,
     StreamSpec,
@@ -47,7 +50,7 @@ class RunRequest:
     verify: bool = False
     gap_ms: float = 0.0
     poll: str = "auto"
-    timeout_s: float = 10.0
+    timeout_s: float = TIMEOUT_S
     out: Path | None = None
     name: str = "run"
     results_dir: Path = Path("results")
@@ -73,7 +76,7 @@ class RunRequest:
     forward_ms: float | None = None  # the verify forward's length (default the shape's cycle - t_draft)
     layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
     stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
-    payload: str = "taps"  # the payload design: taps (5 aux layers per position) or projected (one row)
+    design: str = "taps"  # the payload design (--payload): taps (5 aux layers per position) or projected (one row)
     remote_drafter: bool = False  # each token payload also runs the server's drafter model (docs/DRAFTER.md)
     early: str = "off"  # streamed to the drafter: what of its forward starts on the landed taps
     agreement: bool = False  # each lossy codec's agreement measured on the proxy before the run (docs/CODECS.md)
@@ -121,12 +124,12 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     if not tokens and not sizes:
         tokens = list(scfg.tokens)
     codecs = check_codecs(req.codec, sh.hidden, req.memory)
-    if req.payload not in DESIGNS:
-        raise ConfigError(f"--payload {req.payload}: {' or '.join(DESIGNS)}")
+    if req.design not in DESIGNS:
+        raise ConfigError(f"--payload {req.design}: {' or '.join(DESIGNS)}")
     row = sh.hidden * DTYPE_BYTES[sh.dtype]  # one hidden-wide row: what crosses per position when projected
-    per_token = row if req.payload == "projected" else sh.bytes_per_token
-    loads = [dataclasses.replace(p, label=design_label(codec_label(p.label, c), req.payload), codec=c,
-                                 design=req.payload)
+    per_token = row if req.design == PROJECTED else sh.bytes_per_token
+    loads = [dataclasses.replace(p, label=design_label(codec_label(p.label, c), req.design), codec=c,
+                                 design=req.design)
              for p in payloads(per_token, tokens, sizes, reply_size(req.reply_bytes, k, sh.id_bytes))
              for c in codecs]
     stream = _stream(req, scfg, k)
@@ -136,8 +139,8 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
         sent = stream.chunks * stream.chunk_bytes  # the bytes of T = K + 1, sent after the forward or during it
         loads = [Payload("B64", None, 64, k * sh.id_bytes),  # the link's small round trip, for the model
                  Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
-                 Payload(design_label(f"T{k + 1}", "projected"), k + 1, (k + 1) * row, k * sh.id_bytes,
-                         design="projected"),  # the other lever: fc on the target, one row per position
+                 Payload(design_label(f"T{k + 1}", PROJECTED), k + 1, (k + 1) * row, k * sh.id_bytes,
+                         design=PROJECTED),  # the other lever: fc on the target, one row per position
                  Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True),
                  # the same schedule with chunks that carry nothing: the model's fixed part (docs/STREAM.md)
                  Payload(stream_label(f"B{stream.chunks * EMPTY_CHUNK}", "layers"), None,
@@ -153,7 +156,7 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=() if stream else tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
                     codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
-                    mps=req.mps, arrivals=req.arrivals, stream=stream, payload=req.payload,
+                    mps=req.mps, arrivals=req.arrivals, stream=stream, design=req.design,
                     drafter=req.remote_drafter, early=req.early)
     return _with_drafter(loads, req), cfg
 
@@ -194,7 +197,7 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
-    if req.tokens or req.bytes or req.mps or req.time_s or req.verify or req.payload != "taps":
+    if req.tokens or req.bytes or req.mps or req.time_s or req.verify or req.design != TAPS:
         raise ConfigError("--stream layers measures one streamed payload (K + 1 rows of every aux layer) beside a 64 B "
                           "round trip and the synchronous taps and projected payloads (each --codec adds both hops "
                           "under it; --clients M runs M targets at once): not with --tokens, --bytes, --mps, --time, "

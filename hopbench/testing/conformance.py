@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from hopbench.core.native import LoopChoice
 from hopbench.core.transport import TransportOptions, get_transport
 from hopbench.errors import ConnectFailed, HopbenchError, PeerClosed, ProtocolError, Timeout
+from hopbench.testing.fake_transport import PAIR_TIMEOUT_S
 
 SIZES = [1, 7, 8, 64, 4096, 61440, 65536, 184320, 1 << 20, (4 << 20) + 3]
 
@@ -28,13 +29,13 @@ class NotApplicable(Exception):
     """The check does not apply to this transport (the reason is the message)."""
 
 
-def connected(name: str, timeout_s: float = 5.0, settings: dict[str, Any] | None = None,
+def connected(name: str, timeout_s: float = PAIR_TIMEOUT_S, settings: dict[str, Any] | None = None,
               poll: str = "auto") -> tuple[Any, Any]:
     """A connected (client, server) channel pair of the registered transport `name` on loopback."""
     return connected_with(get_transport(name), timeout_s, settings, poll)
 
 
-def connected_with(t: Any, timeout_s: float = 5.0, settings: dict[str, Any] | None = None,
+def connected_with(t: Any, timeout_s: float = PAIR_TIMEOUT_S, settings: dict[str, Any] | None = None,
                    poll: str = "auto") -> tuple[Any, Any]:
     """A connected (client, server) channel pair of transport object `t` on loopback."""
     opts = TransportOptions(timeout_s=timeout_s, connect_timeout_s=5.0, settings=settings or {}, poll=poll)
@@ -72,7 +73,7 @@ class Maker:
     def name(self) -> str:
         return str(self.transport.name)
 
-    def pair(self, timeout_s: float = 5.0, poll: str = "auto") -> tuple[Any, Any]:
+    def pair(self, timeout_s: float = PAIR_TIMEOUT_S, poll: str = "auto") -> tuple[Any, Any]:
         return self.make_pair(timeout_s, poll)
 
 
@@ -116,7 +117,7 @@ def exchange(pair: tuple[Any, Any], plan: list[tuple[int, int]]) -> None:
     assert not errors, errors
 
 
-def _with_pair(maker: Maker, fn: Callable[[Any, Any], None], timeout_s: float = 5.0) -> None:
+def _with_pair(maker: Maker, fn: Callable[[Any, Any], None], timeout_s: float = PAIR_TIMEOUT_S) -> None:
     client, server = maker.pair(timeout_s)
     try:
         fn(client, server)
@@ -285,7 +286,7 @@ K, ID_BYTES = 2, 4
 
 
 @contextlib.contextmanager
-def _loop_pair(maker: Maker, poll: str, timeout_s: float = 5.0) -> Iterator[tuple[Any, Any]]:
+def _loop_pair(maker: Maker, poll: str, timeout_s: float = PAIR_TIMEOUT_S) -> Iterator[tuple[Any, Any]]:
     """A connected (client, server) pair in this poll mode, both closed on the way out."""
     client, server = maker.pair(timeout_s, poll)
     try:

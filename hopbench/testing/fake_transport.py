@@ -14,6 +14,9 @@ from typing import Any
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 
+#: a test pair's blocking calls: shorter than records.TIMEOUT_S, so a hung check fails fast
+PAIR_TIMEOUT_S = 5.0
+
 _CLOSED = object()
 _listeners: dict[int, "FakeListener"] = {}
 _ports = itertools.count(40000)
@@ -21,7 +24,7 @@ _lock = threading.Lock()
 
 
 class FakeChannel:
-    def __init__(self, inbox: queue.Queue[Any], outbox: queue.Queue[Any], timeout_s: float = 5.0):
+    def __init__(self, inbox: queue.Queue[Any], outbox: queue.Queue[Any], timeout_s: float = PAIR_TIMEOUT_S):
         self._inbox = inbox
         self._outbox = outbox
         self._timeout = timeout_s
@@ -55,7 +58,7 @@ class FakeChannel:
             self._outbox.put(_CLOSED)
 
 
-def pair(timeout_s: float = 5.0) -> tuple[FakeChannel, FakeChannel]:
+def pair(timeout_s: float = PAIR_TIMEOUT_S) -> tuple[FakeChannel, FakeChannel]:
     a: queue.Queue[Any] = queue.Queue()
     b: queue.Queue[Any] = queue.Queue()
     return FakeChannel(a, b, timeout_s), FakeChannel(b, a, timeout_s)
@@ -66,7 +69,6 @@ class FakeListener:
         self.address = ("fake", port)
         self.info = {"transport": "fake"}
         self._pending: queue.Queue[FakeChannel] = queue.Queue()
-        self._options = options
 
     def accept(self, timeout: float | None) -> FakeChannel:
         try:

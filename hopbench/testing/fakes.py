@@ -3,10 +3,10 @@ step per read, so a loop's clock reads can be counted and its samples predicted.
 
 from __future__ import annotations
 
-from hopbench.testing.fake_transport import FakeChannel, pair
+from hopbench.testing.fake_transport import PAIR_TIMEOUT_S, FakeChannel, pair
 
 
-def fake_pair(timeout_s: float = 5.0) -> tuple[FakeChannel, FakeChannel]:
+def fake_pair(timeout_s: float = PAIR_TIMEOUT_S) -> tuple[FakeChannel, FakeChannel]:
     """Two connected in-memory channels (message-framed, like zmq and ucx)."""
     return pair(timeout_s)
 

@@ -19,7 +19,6 @@ MAX_METADATA = 1 << 20  # a peer's agent metadata: 0.5 KiB measured; more is ref
 # notifications: kind, the receiving end's id (the client's is even, the server's the client's
 # + 1: both ends of a channel may share one agent), then the kind's fields
 _HEAD = struct.Struct("!cI")
-_HEAD3 = struct.Struct("!cII")
 # k numbers the receives (and so the sends) of each direction: message k fills receive k
 _CREDIT = struct.Struct("!cIIIQQIB")  # C, end, k, region id, address, length, device, VRAM? [+ registration]
 _DATA = struct.Struct("!cIII")  # D, end, k, region id: WRITE k is in that region [+ _NEXT]

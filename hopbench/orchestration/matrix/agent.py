@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import RunConfig
+from hopbench.records import CONNECT_TIMEOUT_S, RunConfig
 
 
 class _Agent:
@@ -88,7 +88,7 @@ def _auto_address() -> str:
                           "/tmp/ray/ray_current_cluster); start one (ray start --head) or give --ray HOST:PORT") from None
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+def _check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     import socket
 
     host, sep, port = address.rpartition(":")

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, replace
 
 from hopbench.config_sweep import Rung, SweepConfig
-from hopbench.records import CellKey, Payload, Place, Series
+from hopbench.records import PROJECTED, CellKey, Payload, Place, Series
 from hopbench.shape import Shape, log_grid, payloads
 
 WIRE_PER_MSS = 1538 / 1448  # Ethernet frame on the wire (incl. preamble, IFG) per TCP MSS at MTU 1500
@@ -87,9 +87,9 @@ def _design_cells(cfg: SweepConfig, rung: str, transport: str, shape: Shape, pla
         t = cfg.k + 1
         out.append(cell(rung, placement, 0.0, Series(transport, stream="layers"),
                         Payload(f"T{t}", t, t * shape.bytes_per_token, ids)))
-    if "projected" in cfg.designs:
+    if PROJECTED in cfg.designs:
         row = shape.bytes_per_token // len(shape.aux_layers)
-        out += [cell(rung, placement, 0.0, Series(transport, design="projected"), Payload(f"T{t}", t, t * row, ids))
+        out += [cell(rung, placement, 0.0, Series(transport, design=PROJECTED), Payload(f"T{t}", t, t * row, ids))
                 for t in cfg.tokens]
     return out
 

@@ -228,7 +228,7 @@ def _cell_job(cell: Any, rung: Rung, rt: RungRuntime, cfg: SweepConfig, shape: S
                         bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
                         codecs=(cell.series.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
                         clients=cell.series.clients, stream=stream if cell.series.streamed else None,
-                        payload=cell.series.design)
+                        design=cell.series.design)
     job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
            # the payload as one target names it: several targets add their own "@M"
            "payload": {"label": cell.series.alone.spell(cell.base), "tokens": cell.tokens,
