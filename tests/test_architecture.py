@@ -334,3 +334,10 @@ def test_one_concept_has_one_name():
     assert "design" in {f.name for f in dataclasses.fields(R.RunConfig)}
     assert R.RunConfig.from_dict({"transport": "tcp", "payload": "projected"}).design == R.PROJECTED
     assert not _grep(r'^[^#]*"projected"', "hopbench/orchestration", "hopbench/config_sweep.py", "hopbench/core")
+
+
+def test_the_small_stuff_of_review5_stays_done():
+    """REVIEW5 F11's checks (issue 49): auth and serving import hmac, hashlib and numpy at the
+    top, and no module sets a spec Work's hooks from outside (the server passes them in)."""
+    assert not _grep(r"^\s+import (hmac|hashlib|numpy)", "hopbench/core/auth.py", "hopbench/core/serving.py")
+    assert not _grep(r"\._batcher = |\._model = ", "hopbench")

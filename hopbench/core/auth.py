@@ -5,6 +5,8 @@ reading and writing (core/protocol.py) call into it."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 from hopbench.errors import ProtocolError
@@ -28,9 +30,6 @@ class Binding:
         self.sent = self.received = 0
 
     def _tag(self, direction: bytes, counter: int, frame: bytes) -> bytes:
-        import hashlib
-        import hmac
-
         return hmac.new(self.key, direction + counter.to_bytes(8, "little") + frame, hashlib.sha256).digest()
 
     def seal(self, frame: bytes) -> bytes:
@@ -40,8 +39,6 @@ class Binding:
 
     def check(self, frame: bytes, tag: bytes, kind: str = "frame") -> None:
         """SessionMismatch unless `tag` is the peer's next tag of `frame` (a `kind` frame)."""
-        import hmac
-
         peer = b"s" if self.role == "client" else b"c"
         want = self._tag(peer, self.received, frame)
         self.received += 1
@@ -53,8 +50,6 @@ class Binding:
         """Each end proves itself first on a plan's data channel, the server first; the peer's
         proof that fails is SessionMismatch (not the peer that authenticated: a relay).
         `where`: the data channel, as the error names it."""
-        import hmac
-
         peer = "client" if self.role == "server" else "server"
         if self.role == "server":
             data.send(bytearray(self.data_proof("server", plan_no)))
@@ -68,32 +63,21 @@ class Binding:
 
     def data_proof(self, role: str, plan_no: int) -> bytes:
         """The 32 bytes each end sends first on a plan's data channel (server first)."""
-        import hashlib
-        import hmac
-
         return hmac.new(self.key, f"data|{role}|{plan_no}".encode(), hashlib.sha256).digest()
 
 
 def session_key(secret: str, challenge: str, nonce: str) -> bytes:
     """The bound session's key: HMAC-SHA256(secret, "session|C|N"), 32 raw bytes."""
-    import hashlib
-    import hmac
-
     return hmac.new(secret.encode(), f"session|{challenge}|{nonce}".encode(), hashlib.sha256).digest()
 
 
 def auth_mac(secret: str, *parts: str) -> str:
     """HMAC-SHA256 over the nonces (hex), keyed by the shared secret; the secret itself
     never crosses the wire."""
-    import hashlib
-    import hmac
-
     return hmac.new(secret.encode(), "|".join(parts).encode(), hashlib.sha256).hexdigest()
 
 
 def auth_ok(secret: str, mac: object, *parts: str) -> bool:
-    import hmac
-
     if not (isinstance(mac, str) and len(mac) == 64 and set(mac) <= _HEX):  # compare_digest raises on non-ASCII str
         return False
     return hmac.compare_digest(str(mac), auth_mac(secret, *parts))

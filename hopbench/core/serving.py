@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
+import numpy as np
+
 from hopbench.core import native
 from hopbench.core import protocol as P
 from hopbench.core.timing import LoopHooks, LoopPolicy, Progress, echo_cycles
@@ -176,8 +178,6 @@ class GpuStaged(_Gpu):
     name = "GPU staged"
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
-        import numpy as np
-
         from hopbench.core.gpu import StagedServerChannel
 
         req, rep = self.buffers(plan)
@@ -226,11 +226,11 @@ class SpecDrafter(ServingPath):
 
         assert plan.spec is not None
         try:
-            info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
+            self.info = info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
             if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
-            S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
+            self.draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
             if plan.spec.draft == "model":
                 wrong = _model_refusal(plan, ctx)
                 if wrong:
@@ -242,41 +242,42 @@ class SpecDrafter(ServingPath):
             return f"cannot run this spec plan: {exc}"
         return None
 
+    @staticmethod
+    def hooked(draft: Any, plan: P.Plan, ctx: PlanContext) -> Any:
+        """The draft work with what this server lends it: the start group's batcher (a
+        `batch:A+B` draft of targets started together) or the server's drafter model."""
+        assert plan.spec is not None
+        batcher = model = None
+        if draft.batch_ms is not None and plan.group is not None and ctx.groups is not None:
+            gid, groups = plan.group.id, ctx.groups  # the targets' drafts that arrive together: one batch
+            window_s = (plan.spec.batch_window_ms or 0.0) / 1000.0
+            most = plan.spec.max_batch or plan.group.size
+
+            def batcher(a_ms: float, b_ms: float) -> int:
+                n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
+                return n
+        if draft.kind == "model":  # the server's drafter model on the cycle's states, batched across targets
+            drafter, k = ctx.config.drafter, plan.k
+
+            def model(rows: Any, tokens: int) -> tuple[int, float]:
+                ask = drafter.submit(bytes(rows), tokens, k)  # its forward's ms: what overlap's pre-drafts take
+                return int(ask.batch_rows // max(1, tokens)), ask.draft_ns / 1e6
+            drafter.join()
+        return dataclasses.replace(draft, batcher=batcher, model=model)
+
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         from hopbench.core import spec as S
 
         assert plan.spec is not None
-        info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
-        draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
+        info, draft = self.info, self.hooked(self.draft, plan, ctx)  # as check() parsed them
         ranked = list(plan.spec.ranked or range(plan.k + 1))
         sized = dataclasses.replace(plan, reply_bytes=info.reply_bytes)
 
         def bad(seq: int, header: Any) -> None:
             bad_request(ctx, chan, header, seq, sized)
 
-        if draft.batch_ms is not None and plan.group is not None and ctx.groups is not None:
-            gid, groups = plan.group.id, ctx.groups  # the targets' drafts that arrive together: one batch
-            window_s = (plan.spec.batch_window_ms or 0.0) / 1000.0
-            most = plan.spec.max_batch or plan.group.size
-
-            def batched(a_ms: float, b_ms: float) -> int:
-                n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
-                return n
-            draft._batcher = batched
-        if draft.kind == "model":  # the server's drafter model on the cycle's states, batched across targets
-            batcher, k = ctx.config.drafter, plan.k
-
-            def model(rows: Any, tokens: int) -> int:
-                ask = batcher.submit(bytes(rows), tokens, k)
-                draft._model_ms = ask.draft_ns / 1e6  # overlap's pre-drafts: the forward as last measured
-                return int(ask.batch_rows // max(1, tokens))
-            draft._model = model
-            batcher.join()
-
         states = chunk_in = None
         if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
-            import numpy as np
-
             from hopbench.core import codec_wire
 
             frames = codec_wire.FrameReceiver(self.codec, info.request_bytes, ctx.clock)
@@ -339,8 +340,6 @@ class CodecEcho(ServingPath):
         return None
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
-        import numpy as np
-
         from hopbench.core import codec_wire
 
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
@@ -400,8 +399,6 @@ class _FramesIn(_ChunksIn):
     cycle's decode ns summed)."""
 
     def __init__(self, codec: Any, size: int, total: int, clock: Callable[[], int]) -> None:
-        import numpy as np
-
         from hopbench.core import codec_wire
 
         self.frames = codec_wire.FrameReceiver(codec, size, clock)
@@ -539,8 +536,6 @@ class StreamDrafter(_Gpu):
         """The streamed cycles; `on_chunk(seq, j, body)` sees each chunk as it lands and
         `on_end(seq, accepted, reply)` writes the reply's ids (default: the protocol's ids);
         `tails`: the kind's own tails beside the stream's."""
-        import numpy as np
-
         from hopbench.core import codec_wire
 
         assert plan.stream is not None

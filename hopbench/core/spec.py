@@ -135,16 +135,17 @@ class Work:
     _i: int = 0
     _gpu: Any = None
     #: `batch:A+B`: a batch of b drafts takes A + b*B ms (A: the weight read, paid once per
-    #: batch; B: the per-draft work); alone, a batch of one. `_batcher(a_ms, b_ms)` runs this
+    #: batch; B: the per-draft work); alone, a batch of one. `batcher(a_ms, b_ms)` runs this
     #: draft in the batch of the drafts that arrive together (hopbench.core.busy.StartGroups)
     #: and returns the batch's size
     batch_ms: tuple[float, float] | None = None
-    _batcher: Callable[[float, float], int] | None = None
+    batcher: Callable[[float, float], int] | None = None
     #: `model`: the server's drafter model (serve --drafter, docs/DRAFTER.md) run on the
-    #: cycle's hidden states; `_model(rows, tokens)` returns the sessions in its batch
-    _model: Callable[[Any, int], int] | None = None
+    #: cycle's hidden states; `model(rows, tokens)` returns the sessions in its batch and
+    #: the forward's ms
+    model: Callable[[Any, int], tuple[int, float]] | None = None
     #: the drafter model's last measured forward (ms): what mode overlap's pre-drafts take
-    _model_ms: float | None = None
+    model_ms: float | None = None
 
     @property
     def kind(self) -> str:
@@ -153,7 +154,7 @@ class Work:
     def nominal_ms(self) -> float | None:
         """The duration the model asks for this cycle (None for a GPU read: measured)."""
         if self.kind == "model":
-            return self._model_ms
+            return self.model_ms
         if self.kind == "gpu-read":
             return None
         if self.batch_ms is not None:
@@ -170,16 +171,17 @@ class Work:
         the cycle's hidden states (`tokens` rows), which the drafter model runs on."""
         kind = self.kind
         if kind == "model":
-            if self._model is None:
+            if self.model is None:
                 raise ConfigError("work model 'model' runs only on a server with a drafter model (serve --drafter)")
-            return self._model(rows, tokens)
+            sessions, self.model_ms = self.model(rows, tokens)
+            return sessions
         if kind == "gpu-read":
             self._gpu()
             return 0
         if self.batch_ms is not None:
             a, b = self.batch_ms[0] * self.scale, self.batch_ms[1] * self.scale
-            if self._batcher is not None:
-                return self._batcher(a, b)
+            if self.batcher is not None:
+                return self.batcher(a, b)
             wait_until(clock, clock() + int((a + b) * 1e6))
             return 1
         ms = self.durations_ms[self._i % len(self.durations_ms)] * self.scale
