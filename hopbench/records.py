@@ -157,9 +157,12 @@ class RunConfig:
         a = ["hopbench", "run", "--peer", peer, "--transport", self.transport, "--k", str(self.k),
              "--cycles", str(self.cycles), "--warmup", str(self.warmup)]
 
+        def spelled(value: float) -> str:  # the shortest text that reads back as the same float
+            return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
         def opt(flag: str, value: Any, default: Any = None) -> None:
             if value is not None and value != default:
-                a.extend([flag, value if isinstance(value, str) else f"{value:g}" if isinstance(value, float)
+                a.extend([flag, value if isinstance(value, str) else spelled(value) if isinstance(value, float)
                           else str(value)])
 
         opt("--tokens", ",".join(map(str, self.tokens)) or None)
@@ -189,7 +192,7 @@ class RunConfig:
         opt("--payload", self.design, TAPS)
         if self.stream:
             a.extend(["--stream", "layers", "--layers", str(self.stream.layers), "--forward-ms",
-                      f"{self.stream.forward_ms:g}"])
+                      spelled(float(self.stream.forward_ms))])
             opt("--stream-cost-ms", float(self.stream.cost_ms), 0.0)
             opt("--layer-times", self.stream.layer_times)
         if self.drafter:

@@ -148,8 +148,16 @@ def test_new_results_carry_their_id(tmp_path):
     ["--tokens", "3", "--time", "2.5", "--transport", "zmq", "--opt", "copy_threshold=65536"],
     ["--tokens", "1,3", "--payload", "projected"],
     ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2", "--rate", "1000"],
+    # every plan kind (issue 49): GPU staged and direct, codec, streamed under a codec, the drafter
+    # kinds (the streamed one's forward the shape's default, a float that :g would round)
+    ["--tokens", "3", "--memory", "cuda", "--server-memory", "host"],
+    ["--tokens", "3", "--memory", "cuda", "--gpu-path", "direct", "--transport", "ucx", "--opt", "UCX_TLS=tcp,cuda_copy"],
+    ["--stream", "layers", "--codec", "fp8"],
+    ["--tokens", "3", "--remote-drafter"],
+    ["--stream", "layers", "--remote-drafter", "--early", "fc"],
+    ["--tokens", "3", "--gap-ms", "80.1234567", "--transport", "mooncake", "--opt", "MOONCAKE_ring_mib=16"],
 ])
-def test_to_argv_every_reproduce_line_records_the_same_config(args):
+def test_to_argv_every_reproduce_line_records_the_same_config(args, monkeypatch):
     """Issue 39 (REVIEW4 §5.2): the report's reproduce line came from a hand copy of the CLI that
     had drifted (no --codec, --clients, --mps, --time ...): a reproduced run was another run.
     Now it is RunConfig.to_argv(); parsed back through the CLI it gives the same config."""
@@ -159,6 +167,12 @@ def test_to_argv_every_reproduce_line_records_the_same_config(args):
     from hopbench.orchestration import runjob
 
     cmd = typer.main.get_command(app).commands["run"]
+    if "cuda" in args:  # the CLI checks CuPy before it plans: the fake stands in for it here
+        import fakecupy
+
+        from hopbench.core import gpu
+
+        monkeypatch.setattr(gpu, "_cp", fakecupy)
 
     def config(argv):
         return runjob.plan(run_request(cmd.make_context("run", list(argv)).params))[1]
@@ -168,3 +182,20 @@ def test_to_argv_every_reproduce_line_records_the_same_config(args):
     assert line[:2] == ["hopbench", "run"]
     again = config(line[2:])
     assert again == first, {k: (v, getattr(again, k)) for k, v in vars(first).items() if getattr(again, k) != v}
+
+
+def test_the_servers_reproduce_line_has_what_the_run_needed():
+    """A run of several targets needs a server of as many sessions, and a --remote-drafter run
+    a server with its drafter model: the report's serve line says both, from the HELLO."""
+    from hopbench.analysis.report.document import serve_argv
+
+    head = {"server_caps": {"max_request_bytes": 1 << 20, "max_sessions": 4},
+            "server_env": {"drafter": {"shape": {"name": "tiny", "source": "a preset"}, "device": "cuda:0",
+                                       "weights": "random"}}}
+    line = serve_argv("10.0.0.2", head)
+    assert line[line.index("--max-sessions") + 1] == "4" and line[line.index("--drafter") + 1] == "tiny"
+    assert line[line.index("--drafter-device") + 1] == "cuda" and "--drafter-weights" not in line
+    assert "--max-sessions" not in serve_argv("h", {"server_caps": {"max_sessions": 1}})
+    from_file = {"server_env": {"drafter": {"shape": {"name": "x", "source": "/m/config.json"}, "weights": "/m/w.safetensors"}}}
+    line = serve_argv("h", from_file)
+    assert line[line.index("--drafter") + 1] == "/m/config.json" and line[-1] == "/m/w.safetensors"

@@ -139,13 +139,30 @@ def commands(folder: Path | Reading, top: dict, head: dict) -> list[dict]:
         return [{"where": "one machine (root for the emulated rungs)", "command": shlex.join(args)},
                 {"where": "this page", "command": shlex.join(rep)}]
     host = (head.get("peer") or "HOST:PORT").rsplit(":", 1)[0]
+    return [{"where": "server host", "command": shlex.join(serve_argv(host, head))},
+            {"where": "client host", "command": shlex.join(run_argv(head))},
+            {"where": "this page", "command": shlex.join(rep)}]
+
+
+def serve_argv(host: str, head: dict) -> list[str]:
+    """The server's line, from what its HELLO recorded: its request cap, the sessions it served
+    at once (several targets need as many), and the drafter model it ran (--remote-drafter)."""
     serve = ["hopbench", "serve", "--bind", f"{host}:PORT"]
     caps = head.get("server_caps") or {}
     if caps.get("max_request_bytes"):
         serve += ["--max-request-bytes", str(caps["max_request_bytes"])]
-    return [{"where": "server host", "command": shlex.join(serve)},
-            {"where": "client host", "command": shlex.join(run_argv(head))},
-            {"where": "this page", "command": shlex.join(rep)}]
+    if (caps.get("max_sessions") or 1) > 1:
+        serve += ["--max-sessions", str(caps["max_sessions"])]
+    drafter = (head.get("server_env") or {}).get("drafter") or {}
+    shape = drafter.get("shape") or {}
+    if shape.get("name"):
+        source = str(shape.get("source") or "")
+        serve += ["--drafter", source if source.endswith(".json") else str(shape["name"])]
+        if drafter.get("device"):
+            serve += ["--drafter-device", str(drafter["device"]).split(":")[0]]
+        if drafter.get("weights") not in (None, "random"):
+            serve += ["--drafter-weights", str(drafter["weights"])]
+    return serve
 
 
 @dataclass
