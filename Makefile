@@ -8,7 +8,7 @@ HB := $(VENV)/bin/hopbench
 SWEEP ?= configs/sweep.toml
 SWEEP_ARGS ?=
 
-.PHONY: bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin bench-drafter
+.PHONY: bench-before-after bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin bench-drafter
 
 $(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c transports/_nixl.c
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +110,13 @@ bench-fanin: install
 
 bench-core: install
 	$(PY) benchmarks/bench_core.py
+
+# One benchmark from an earlier commit's build and from this checkout, alternated (issue 49's
+# before/after): BENCH=core|stream|native, BEFORE=<commit>, BENCH_ARGS for the benchmark.
+BEFORE ?= 61620e7
+BENCH ?= core
+bench-before-after: install
+	$(PY) benchmarks/before_after.py --before $(BEFORE) $(BENCH) -- $(BENCH_ARGS)
 
 bench-transports: install
 	$(PY) benchmarks/bench_transports.py
