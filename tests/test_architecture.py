@@ -1,5 +1,8 @@
-"""Issue 29's structural rules that a linter does not express, checked over the source."""
+"""The structural rules that a linter does not express, checked over the source: issue 29's,
+REVIEW4 §5's done-whens (issue 39) and REVIEW5's (issue 49)."""
 
+import ast
+import collections
 import re
 from pathlib import Path
 
@@ -222,12 +225,15 @@ def test_the_client_side_of_a_plan_is_as_clean_as_the_servers():
     assert (root / "core" / "serving.py").read_text().count("codecs.parse(") <= 2
 
 
-def _grep(pattern: str, *paths: str) -> list[str]:
-    """file:line of each line matching `pattern` under the paths (files or folders)."""
+def _grep(pattern: str, *paths: str, exclude: tuple[str, ...] = ()) -> list[str]:
+    """file:line of each line matching `pattern` under the paths (files or folders), but the
+    files named in `exclude`."""
     rx, out = re.compile(pattern), []
     for base in paths:
         files = [ROOT / base] if (ROOT / base).is_file() else sorted((ROOT / base).rglob("*.py"))
         for p in files:
+            if str(p.relative_to(ROOT)) in exclude:
+                continue
             out += [f"{p.relative_to(ROOT)}:{i}" for i, line in enumerate(p.read_text().splitlines(), 1) if rx.search(line)]
     return out
 
@@ -341,3 +347,74 @@ def test_the_small_stuff_of_review5_stays_done():
     top, and no module sets a spec Work's hooks from outside (the server passes them in)."""
     assert not _grep(r"^\s+import (hmac|hashlib|numpy)", "hopbench/core/auth.py", "hopbench/core/serving.py")
     assert not _grep(r"\._batcher = |\._model = ", "hopbench")
+
+
+def test_one_room_per_file_and_no_class_or_function_over_its_size():
+    """REVIEW4 §5.2 (issue 39): no source file over 600 lines, no class of 250 or more, no
+    function over 60; ray imported in one module; the reproduce line's round trip tested."""
+    big = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > 600}
+    assert not big, big
+    classes, functions = {}, {}
+    for p in _sources():
+        for node in ast.walk(ast.parse(p.read_text())):
+            size = node.end_lineno - node.lineno + 1 if hasattr(node, "end_lineno") else 0
+            if isinstance(node, ast.ClassDef) and size >= 250:
+                classes[f"{p.relative_to(ROOT)}:{node.name}"] = size
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > 60:
+                functions[f"{p.relative_to(ROOT)}:{node.name}"] = size
+    assert not classes, classes
+    assert not functions, functions
+    ray = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "hopbench" / "orchestration").rglob("*.py"))
+           if re.search(r"^\s*(import ray\b|from ray\b)", p.read_text(), re.M)]
+    assert ray == ["hopbench/orchestration/matrix/ray.py"], ray
+    assert not _grep(r"_run_command", "hopbench")
+    assert re.search(r"def test_\w*to_argv", (ROOT / "tests" / "test_report.py").read_text())
+
+
+def test_the_transport_contract_is_explicit():
+    """REVIEW4 §5.3: the contract's parts are named types, one spin policy, specific exception maps."""
+    from hopbench.core import transport
+    from hopbench.testing import conformance
+
+    assert not _grep(r"\._timeout", "hopbench/core")
+    assert not _grep(r'getattr\((channel|chan), "native_', "hopbench/core")
+    assert not _grep(r"sched_yield", "transports")  # one spin policy: core.transport.Spinner
+    assert not _grep(r"isinstance\(exc, c\)", "transports")  # the exception maps pick the most specific class
+    assert all(hasattr(transport, n) for n in ("NativeCapable", "ControlChannel", "Spinner"))
+    import inspect
+
+    assert "maker" in str(inspect.signature(conformance.LOOP_CHECKS[0]))
+    assert not _grep(r'check\("mytransport"\)', "hopbench")
+    assert '["zmq", "ucx"]' not in (ROOT / "tests" / "test_conformance.py").read_text()
+
+
+def test_analysis_never_parses_a_label_back():
+    """REVIEW4 §5.4: labels are spelled from typed identity and never split again; report.json
+    and sweep.json are read through results.py; a sweep cell and a Group share one CellKey."""
+    label_parsing = r'split\("@"\)|partition\("@"\)|partition\("\+"\)|split\(" \+"\)|"@" in |"\+" in |removesuffix\(f"@'
+    assert not _grep(label_parsing, "hopbench/analysis", "hopbench/orchestration")
+    assert not _grep(r"_MEMO", "hopbench/analysis")
+    assert not _grep(r"json\.loads\(.*(RUN_FILE|SWEEP_FILE|sweep\.json|report\.json)", "hopbench",
+                     exclude=("hopbench/results.py",))
+    assert not _grep(r'"hopbench\.spec(-targets)?"', "hopbench", exclude=("hopbench/results.py",))
+    # the cell identity declared once: a sweep cell is a records.CellKey, and so is a Group's
+    from hopbench.analysis.data import Group
+    from hopbench.orchestration.sweep.plan import Cell
+    from hopbench.records import CellKey
+
+    assert issubclass(Cell, CellKey) and Group.__dataclass_fields__["cell"].type in ("CellKey", CellKey)
+
+
+def test_each_short_alias_names_one_module_and_old_names_stay_gone():
+    """REVIEW4 §5.5: docs without the old counts, no stale API names, one module per short alias."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert not re.search(r"own three|tcp, zmq, ucx:", doc)
+    assert not _grep(r"REGISTRY\)|from_shape|hopbench\.transport\.Channel|_expect\(state", "hopbench")
+    seen = collections.defaultdict(set)  # each short alias names one module across the package
+    for p in (ROOT / "hopbench").rglob("*.py"):
+        for m in re.finditer(r"from (hopbench[\w.]*) import (\w+) as ([A-Z]{1,2})\b|import (hopbench[\w.]+) as "
+                             r"([A-Z]{1,2})\b", p.read_text()):
+            seen[m[3] or m[5]].add(f"{m[1]}.{m[2]}" if m[1] else m[4])
+    assert all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
+    assert LAYOUT.search('glob("*/sweep.json")')
+    assert not _grep(r"hidden: int = 6144", "hopbench")
