@@ -151,7 +151,7 @@ def test_new_results_carry_their_id(tmp_path):
     # every plan kind (issue 49): GPU staged and direct, codec, streamed under a codec, the drafter
     # kinds (the streamed one's forward the shape's default, a float that :g would round)
     ["--tokens", "3", "--memory", "cuda", "--server-memory", "host"],
-    ["--tokens", "3", "--memory", "cuda", "--gpu-path", "direct", "--transport", "ucx", "--opt", "UCX_TLS=tcp,cuda_copy"],
+    ["--tokens", "3", "--memory", "cuda", "--gpu-path", "direct", "--transport", "ucx"],
     ["--stream", "layers", "--codec", "fp8"],
     ["--tokens", "3", "--remote-drafter"],
     ["--stream", "layers", "--remote-drafter", "--early", "fc"],
