@@ -12,7 +12,8 @@ its own code end to end: the earlier commit is built into a wheel (a git worktre
 wheel --no-build-isolation`, or `--wheel` for one built elsewhere), installed with --target
 into a temporary folder, and its own benchmark script runs from a copy outside any checkout
 with that folder on PYTHONPATH. Printed per row of the benchmark's table: each side's median
-over the rounds [min-max] of the row's figures, and now / before. `native` hands the earlier
+over the rounds of the row's figures and the rounds' paired now/before ratios,
+each with its distribution-free interval, achieved level and n. `native` hands the earlier
 build to bench_native.py's own `--before`, which interleaves its runs itself."""
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,19 +95,22 @@ def one(side: str, script: str, site: Path, work: Path, args: list[str]) -> str:
 
 
 def report(runs: dict[str, list[dict]]) -> None:
+    """Per row and figure: each side's median over the rounds with its distribution-free
+    interval, achieved level and n (hopbench.estimate.median_text), and the rounds' paired
+    now/before ratios the same way (round i's now against round i's before)."""
+    from hopbench.estimate import median_text
+
     keys = [k for k in runs["now"][0] if all(k in r for side in runs.values() for r in side)]
     if not keys:
         raise SystemExit("no row of the table is in every round of both sides")
-    print(f"{'row':24s} {'figure':13s} {'before: median [min-max]':>28s} {'now: median [min-max]':>28s} {'now/before':>10s}")
+    print(f"{'row':20s} {'figure':12s} {'before':>34s} {'now':>34s} {'now/before, paired by round':>36s}")
     for key in keys:
         for fig in runs["now"][0][key]:
-            cell = {}
-            for side, rs in runs.items():
-                v = np.array([r[key][fig] for r in rs])
-                cell[side] = (float(np.median(v)), float(v.min()), float(v.max()))
-            b, n = cell["before"], cell["now"]
-            print(f"{' '.join(key):24s} {fig:13s} {b[0]:12.3f} [{b[1]:8.3f}-{b[2]:8.3f}] "
-                  f"{n[0]:12.3f} [{n[1]:8.3f}-{n[2]:8.3f}] {n[0] / b[0] if b[0] else float('nan'):10.3f}")
+            before = [r[key][fig] for r in runs["before"]]
+            now = [r[key][fig] for r in runs["now"]]
+            ratios = [n / b for n, b in zip(now, before) if b]
+            print(f"{' '.join(key):20s} {fig:12s} {median_text(before):>34s} {median_text(now):>34s} "
+                  f"{median_text(ratios):>36s}")
 
 
 def main() -> None:
