@@ -390,9 +390,10 @@ class _CodecBody(_RawBody):
         return _CodecChunks(chan, self.codec, self.bodies, run.m, run.plan.total, run.clock)
 
 
-class _StagedBody(_RawBody):
-    """CUDA memory at one end or both, staged: at this end, when its memory is CUDA, the rows
-    are copied down as each layer ends and the reply's ids up inside the hop (timed as h2d_ns)."""
+class _GpuBody(_RawBody):
+    """CUDA memory at one end or both: the choice checked against the transport and, where
+    this end's memory is CUDA, the rows' device and pinned buffers; an end in host memory
+    sends and receives as the raw body does. Staged and direct differ in `_chunks`/`_reply`."""
 
     def __init__(self, run: PlanRun) -> None:
         from hopbench.core import gpu
@@ -407,15 +408,30 @@ class _StagedBody(_RawBody):
             self.gpu = gpu.ChunkStaging(plan.stream.chunks, plan.stream.chunk_bytes, plan.reply_bytes)
 
     def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
-        if self.gpu is None:
-            return super().chunks(chan, run, size)
-        return _StagedChunks(chan, self.gpu, run.m, run.plan.total, run.clock)
+        return super().chunks(chan, run, size) if self.gpu is None else self._chunks(chan, run)
 
     def reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
         if self.gpu is None:
             return super().reply(chan, run)
+        self.reply_host = self.gpu.reply.host
+        return self._reply(chan, run)
+
+    def _chunks(self, chan: Any, run: PlanRun) -> _RawChunks:
+        raise NotImplementedError
+
+    def _reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
+        raise NotImplementedError
+
+
+class _StagedBody(_GpuBody):
+    """Staged: the rows copied down into pinned memory as each layer ends, the reply's ids
+    copied up to the GPU inside the hop (timed as h2d_ns)."""
+
+    def _chunks(self, chan: Any, run: PlanRun) -> _RawChunks:
+        return _StagedChunks(chan, self.gpu, run.m, run.plan.total, run.clock)
+
+    def _reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
         gpu, clock = self.gpu, run.clock
-        self.reply_host = gpu.reply.host
         h2d = run.m.stages["h2d_ns"] = np.zeros(run.plan.total, dtype=np.int64)
 
         def staged(i: int) -> None:
@@ -426,18 +442,15 @@ class _StagedBody(_RawBody):
         return staged, (lambda: None)
 
 
-class _DirectBody(_StagedBody):
-    """CUDA memory, direct: the transport is handed the device slices; the reply lands on the
-    device and its ids go back to the host after the sample (untimed) to be checked."""
+class _DirectBody(_GpuBody):
+    """Direct: the transport is handed the device slices; the reply lands on the device and
+    its ids go back to the host after the sample (untimed) to be checked."""
 
-    def chunks(self, chan: Any, run: PlanRun, size: int) -> _RawChunks:
-        return _RawBody.chunks(self, chan, run, size) if self.gpu is None else _DirectChunks(chan, self.gpu)
+    def _chunks(self, chan: Any, run: PlanRun) -> _RawChunks:
+        return _DirectChunks(chan, self.gpu)
 
-    def reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
-        if self.gpu is None:
-            return _RawBody.reply(self, chan, run)
+    def _reply(self, chan: Any, run: PlanRun) -> tuple[Callable[[int], None], Callable[[], None]]:
         reply = self.gpu.reply
-        self.reply_host = reply.host
         return (lambda i: chan.recv_into(reply.device)), reply.d2h
 
 
