@@ -10,7 +10,7 @@ SWEEP_ARGS ?=
 
 .PHONY: bench-before-after bench-native-floor bench-stream fuzz test-tools wheel-check system-tools install install-dev test test-fast sweep sweep-quick bench-core bench-transports bench-ucx-progress bench-zmq-choices stress lint clean bench-placement bench-native bench-gpu bench-stats bench-protocol bench-report spec-rungs bench-codecs bench-hostile bench-sessions bench-fanin bench-drafter
 
-$(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c transports/_nixl.c
+$(VENV)/.installed: pyproject.toml setup.py hopbench/core/_native.c hopbench/core/_codec.c hopbench/core/hb_endpoint.h transports/_tcp.c transports/_ucx.c transports/_nixl.c transports/_nixl_capi.h transports/_nixl_ep.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[zmq,ucx,plot,analysis,codecs]'

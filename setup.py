@@ -15,6 +15,7 @@ from the libnixl_capi.so of the nixl-cu12 wheel."""
 from setuptools import Extension, find_namespace_packages, find_packages, setup
 
 ABI_HEADER = "hopbench/core/hb_endpoint.h"
+HEADERS = {"hopbench.transports._nixl": ["transports/_nixl_capi.h", "transports/_nixl_ep.h"]}  # one translation unit each
 NATIVE = {"hopbench._native": "hopbench/core/_native.c", "hopbench.transports._tcp": "transports/_tcp.c",
           "hopbench.transports._ucx": "transports/_ucx.c",
           "hopbench.transports._nixl": "transports/_nixl.c", "hopbench._codec": "hopbench/core/_codec.c"}
@@ -27,6 +28,6 @@ setup(packages=packages,
       package_dir=MAPPED,
       package_data={"hopbench": ["py.typed", "_native.pyi", "_codec.pyi"], "hopbench.core": ["proxy_prompts.txt"], "hopbench.transports": ["*.pyi"], "hopbench.configs": ["*.toml"],
                     "hopbench.configs.rungs": ["*.toml"]},
-      ext_modules=[Extension(name, sources=[source], depends=[ABI_HEADER], include_dirs=["hopbench/core"],
+      ext_modules=[Extension(name, sources=[source], depends=[ABI_HEADER, *HEADERS.get(name, [])], include_dirs=["hopbench/core"],
                              optional=True, extra_compile_args=["-O3" if name == "hopbench._codec" else "-O2", "-std=c11", "-D_GNU_SOURCE"], libraries=["dl"])
                    for name, source in NATIVE.items()])

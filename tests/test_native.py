@@ -144,6 +144,17 @@ def test_the_server_records_the_loop_it_ran(server_factory, monkeypatch):
 
 # ---- nixl's compiled endpoint (transports/_nixl.c, transports/nixl/native.py) ----------
 
+def test_nixl_wire_sizes_are_wire_pys_structs():
+    """The C endpoint reads notifications at fixed sizes (transports/_nixl_ep.h); each is the
+    size of the struct transports/nixl/wire.py packs, so a field added on one side alone fails
+    here, not on a fabric. The extension builds without NIXL, so this runs everywhere."""
+    _C = pytest.importorskip("hopbench.transports._nixl", reason="the compiled nixl endpoint was not built")
+    from hopbench.transports.nixl import wire
+
+    assert (_C.CREDIT_SIZE, _C.DATA_SIZE, _C.NEXT_SIZE, _C.EAGER_SIZE, _C.MISMATCH_SIZE) == (
+        wire._CREDIT.size, wire._DATA.size, wire._NEXT.size, wire._EAGER.size, wire._MISMATCH.size)
+
+
 def _nixl_native_or_skip():
     transport_or_skip("nixl")
     from hopbench.transports.nixl import native as NX

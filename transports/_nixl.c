@@ -11,9 +11,10 @@
  * Python channel itself (the bridge's send / recv, with the state handed over and back), so
  * the two implementations cannot drift: the Python channel stays the reference.
  *
- * No NIXL header is needed to build this: the few functions used are declared below as
- * NIXL's C API (libnixl_capi.so, beside libnixl.so in the nixl-cu12 wheel) declares them, and
- * resolved at run time (bind(path), dlsym). That API wraps a `nixlAgent *` in a one-field
+ * No NIXL header is needed to build this: the few functions used are declared in
+ * _nixl_capi.h as NIXL's C API (libnixl_capi.so, beside libnixl.so in the nixl-cu12 wheel)
+ * declares them, and resolved at run time (bind(path), dlsym). The wire's sizes and the
+ * endpoint's state with its hand-over to and from Python are in _nixl_ep.h. That API wraps a `nixlAgent *` in a one-field
  * struct and a `nixlXferReqH *` likewise; the agent is the Python binding's own (its pointer
  * read from the pybind11 instance by agent_pointer and checked against getLocalMD by the
  * Python side before use), the transfers the ones the Python channel prepared.
@@ -29,148 +30,9 @@
 
 #include "hb_endpoint.h"
 
-/* ---------------------------------------------------------------- NIXL's C API (libnixl_capi) */
+#include "_nixl_capi.h"
+#include "_nixl_ep.h"
 
-typedef int capi_status; /* 0 success, 1 in progress, < 0 an error */
-#define CAPI_SUCCESS 0
-#define CAPI_IN_PROG 1
-typedef struct {
-    void *inner; /* nixlAgent * */
-} capi_agent;
-typedef struct {
-    void *req; /* nixlXferReqH * */
-} capi_req;
-typedef void *capi_opt_args;
-typedef void *capi_notif_map;
-
-static struct {
-    int bound;
-    capi_status (*post)(capi_agent *, capi_req *, capi_opt_args);
-    capi_status (*status)(capi_agent *, capi_req *);
-    capi_status (*create_opt_args)(capi_opt_args *);
-    capi_status (*destroy_opt_args)(capi_opt_args);
-    capi_status (*set_notif_msg)(capi_opt_args, const void *, size_t);
-    capi_status (*set_has_notif)(capi_opt_args, bool);
-    capi_status (*create_notif_map)(capi_notif_map *);
-    capi_status (*destroy_notif_map)(capi_notif_map);
-    capi_status (*get_notifs)(capi_agent *, capi_notif_map, capi_opt_args);
-    capi_status (*map_size)(capi_notif_map, size_t *);
-    capi_status (*map_agent_at)(capi_notif_map, size_t, const char **);
-    capi_status (*map_notifs_size)(capi_notif_map, const char *, size_t *);
-    capi_status (*map_notif)(capi_notif_map, const char *, size_t, const void **, size_t *);
-    capi_status (*map_clear)(capi_notif_map);
-    capi_status (*gen_notif)(capi_agent *, const char *, const void *, size_t, capi_opt_args);
-    capi_status (*local_md)(capi_agent *, void **, size_t *);
-} nx;
-
-/* ---------------------------------------------------------------- the wire (transports/nixl/wire.py) */
-
-#define CREDIT_SIZE 34 /* !cIIIQQIB */
-#define DATA_SIZE 13   /* !cIII */
-#define NEXT_SIZE 8    /* !II */
-#define EAGER_SIZE 9   /* !cII */
-#define MISMATCH_SIZE 17
-#define SLOTS 64 /* inbox entries per kind; a loop holds one or two */
-
-static inline uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
-static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) << 32 | rd32(p + 4); }
-static inline void wr32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-typedef struct {
-    int used;
-    uint32_t k;
-    int hard;
-    uint32_t rid;
-    int64_t length; /* -1: predicted */
-    uint8_t *raw;   /* a hard credit's bytes (its registration for the Python channel to learn) */
-    size_t rawlen;
-} credit_t;
-
-typedef struct {
-    int used;
-    uint32_t k;
-    char kind; /* 'D', 'E', 'M' */
-    int64_t value;
-    uint8_t *body; /* eager */
-    size_t bodylen;
-} event_t;
-
-typedef struct {
-    int used;
-    int64_t src; /* our region id */
-    uint32_t rid; /* the peer's */
-    int64_t remote_len;
-    capi_req req;
-} xfer_t;
-
-typedef struct {
-    capi_agent agent;
-    char peer[512];
-    uint32_t chan, me; /* the peer end's id (on what we send), ours (on what we take) */
-    PyObject *bridge;  /* the Python channel's side: send, recv, region, foreign, copy_from */
-    capi_opt_args args;
-    capi_notif_map map;
-    pthread_mutex_t lock; /* the inbox: other sessions' threads may file into it (bridge.put) */
-    /* the channel's state (NixlChannel's fields of the same names) */
-    int64_t sent, received, credited, eager_sends, credits_sent;
-    int64_t pred_k[8], pred_rid[8];
-    int npred;
-    int64_t last_a, last_b;
-    credit_t credits[SLOTS];
-    event_t events[SLOTS];
-    int goodbye;
-    /* the loop's two buffers (their region ids) and the transfers prepared from the source */
-    const uint8_t *src;
-    size_t src_n;
-    int64_t src_id;
-    uint8_t *dst;
-    size_t dst_n;
-    int64_t dst_id;
-    xfer_t xfers[16];
-} nixl_ep;
-
-static void credit_clear(credit_t *c) {
-    free(c->raw);
-    memset(c, 0, sizeof *c);
-}
-static void event_clear(event_t *e) {
-    free(e->body);
-    memset(e, 0, sizeof *e);
-}
-
-static credit_t *credit_slot(nixl_ep *e, uint32_t k, int make) {
-    credit_t *free_slot = NULL;
-    for (int i = 0; i < SLOTS; i++) {
-        if (e->credits[i].used && e->credits[i].k == k)
-            return &e->credits[i];
-        if (!e->credits[i].used && !free_slot)
-            free_slot = &e->credits[i];
-    }
-    if (make && free_slot) {
-        free_slot->used = 1;
-        free_slot->k = k;
-        return free_slot;
-    }
-    return NULL;
-}
-
-static event_t *event_slot(nixl_ep *e, uint32_t k, int make) {
-    event_t *free_slot = NULL;
-    for (int i = 0; i < SLOTS; i++) {
-        if (e->events[i].used && e->events[i].k == k)
-            return &e->events[i];
-        if (!e->events[i].used && !free_slot)
-            free_slot = &e->events[i];
-    }
-    if (make && free_slot) {
-        free_slot->used = 1;
-        free_slot->k = k;
-        return free_slot;
-    }
-    return NULL;
-}
 
 /* _Inbox.put: one notification of this channel, filed by k (under the lock). 0, or -1 when full. */
 static int put(nixl_ep *e, const uint8_t *m, size_t len) {
@@ -499,10 +361,6 @@ static void ep_free(PyObject *capsule) {
     free(hp);
 }
 
-static nixl_ep *ep_of(PyObject *capsule) {
-    hb_endpoint *hp = PyCapsule_GetPointer(capsule, HB_CAPSULE);
-    return hp ? hp->self : NULL;
-}
 
 static PyObject *py_endpoint(PyObject *Py_UNUSED(self), PyObject *args) {
     unsigned long long agent;
@@ -549,157 +407,6 @@ static PyObject *py_endpoint(PyObject *Py_UNUSED(self), PyObject *args) {
     return cap;
 }
 
-/* state(capsule) -> (sent, received, credited, eager_sends, credits_sent, predicted {k: rid},
- * (last two receive regions), credits {k: (hard, rid, length, raw or None)}, events {k: (kind,
- * value, body or None)}, goodbye); the inbox is handed over (emptied here). */
-static PyObject *py_state(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *cap;
-    if (!PyArg_ParseTuple(args, "O", &cap))
-        return NULL;
-    nixl_ep *e = ep_of(cap);
-    if (!e)
-        return NULL;
-    PyObject *pred = PyDict_New(), *credits = PyDict_New(), *events = PyDict_New();
-    if (!pred || !credits || !events)
-        goto fail;
-    for (int i = 0; i < e->npred; i++) {
-        PyObject *kk = PyLong_FromLongLong(e->pred_k[i]), *v = PyLong_FromLongLong(e->pred_rid[i]);
-        int bad = !kk || !v || PyDict_SetItem(pred, kk, v);
-        Py_XDECREF(kk), Py_XDECREF(v);
-        if (bad)
-            goto fail;
-    }
-    pthread_mutex_lock(&e->lock);
-    int bad = 0;
-    for (int i = 0; i < SLOTS && !bad; i++) {
-        credit_t *c = &e->credits[i];
-        if (c->used) {
-            PyObject *v = c->raw ? Py_BuildValue("(OIny#)", c->hard ? Py_True : Py_False, c->rid, (Py_ssize_t)c->length,
-                                                 (const char *)c->raw, (Py_ssize_t)c->rawlen)
-                                 : Py_BuildValue("(OInO)", c->hard ? Py_True : Py_False, c->rid, (Py_ssize_t)c->length,
-                                                 Py_None);
-            PyObject *kk = PyLong_FromUnsignedLong(c->k);
-            bad = !v || !kk || PyDict_SetItem(credits, kk, v);
-            Py_XDECREF(kk), Py_XDECREF(v);
-            credit_clear(c);
-        }
-        event_t *ev = &e->events[i];
-        if (ev->used && !bad) {
-            PyObject *v = ev->body ? Py_BuildValue("(y#Ly#)", &ev->kind, (Py_ssize_t)1, (long long)ev->value,
-                                                   (const char *)ev->body, (Py_ssize_t)ev->bodylen)
-                                   : Py_BuildValue("(y#LO)", &ev->kind, (Py_ssize_t)1, (long long)ev->value, Py_None);
-            PyObject *kk = PyLong_FromUnsignedLong(ev->k);
-            bad = !v || !kk || PyDict_SetItem(events, kk, v);
-            Py_XDECREF(kk), Py_XDECREF(v);
-            event_clear(ev);
-        }
-    }
-    int goodbye = e->goodbye;
-    pthread_mutex_unlock(&e->lock);
-    if (bad)
-        goto fail;
-    return Py_BuildValue("(LLLLLN(LL)NNO)", (long long)e->sent, (long long)e->received, (long long)e->credited,
-                         (long long)e->eager_sends, (long long)e->credits_sent, pred, (long long)e->last_a,
-                         (long long)e->last_b, credits, events, goodbye ? Py_True : Py_False);
-fail:
-    Py_XDECREF(pred), Py_XDECREF(credits), Py_XDECREF(events);
-    return NULL;
-}
-
-/* set_state(capsule, the same tuple state() returns, [(our region id, the peer's, transfer
- * handle, the peer region's length)]): the Python channel's state, handed to C. */
-static PyObject *py_set_state(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *cap, *pred, *credits, *events, *goodbye, *xfers;
-    long long sent, received, credited, eager_sends, credits_sent, a, b;
-    if (!PyArg_ParseTuple(args, "O(LLLLLO!(LL)O!O!O)O!", &cap, &sent, &received, &credited, &eager_sends,
-                          &credits_sent, &PyDict_Type, &pred, &a, &b, &PyDict_Type, &credits, &PyDict_Type, &events,
-                          &goodbye, &PyList_Type, &xfers))
-        return NULL;
-    nixl_ep *e = ep_of(cap);
-    if (!e)
-        return NULL;
-    if (PyDict_Size(pred) > 8 || PyDict_Size(credits) > SLOTS || PyDict_Size(events) > SLOTS || PyList_Size(xfers) > 16) {
-        PyErr_SetString(PyExc_ValueError, "nixl channel state larger than the compiled endpoint holds");
-        return NULL;
-    }
-    e->sent = sent, e->received = received, e->credited = credited, e->eager_sends = eager_sends;
-    e->credits_sent = credits_sent, e->last_a = a, e->last_b = b;
-    Py_ssize_t pos = 0;
-    PyObject *key, *val;
-    e->npred = 0;
-    while (PyDict_Next(pred, &pos, &key, &val)) {
-        e->pred_k[e->npred] = PyLong_AsLongLong(key), e->pred_rid[e->npred] = PyLong_AsLongLong(val);
-        e->npred++;
-    }
-    pthread_mutex_lock(&e->lock);
-    for (int i = 0; i < SLOTS; i++)
-        credit_clear(&e->credits[i]), event_clear(&e->events[i]);
-    e->goodbye = PyObject_IsTrue(goodbye);
-    pos = 0;
-    int bad = 0;
-    while (!bad && PyDict_Next(credits, &pos, &key, &val)) {
-        PyObject *hard, *raw;
-        unsigned int rid;
-        Py_ssize_t length;
-        credit_t *c = credit_slot(e, (uint32_t)PyLong_AsUnsignedLong(key), 1);
-        if (!c || !PyArg_ParseTuple(val, "OInO", &hard, &rid, &length, &raw)) {
-            bad = 1;
-            break;
-        }
-        c->hard = PyObject_IsTrue(hard), c->rid = rid, c->length = length;
-        if (raw != Py_None) {
-            Py_buffer v;
-            if (PyObject_GetBuffer(raw, &v, PyBUF_SIMPLE)) {
-                bad = 1;
-                break;
-            }
-            c->raw = malloc(v.len ? (size_t)v.len : 1), c->rawlen = (size_t)v.len;
-            if (c->raw)
-                memcpy(c->raw, v.buf, (size_t)v.len);
-            PyBuffer_Release(&v);
-        }
-    }
-    pos = 0;
-    while (!bad && PyDict_Next(events, &pos, &key, &val)) {
-        const char *kind;
-        Py_ssize_t kn;
-        long long value;
-        PyObject *body;
-        event_t *ev = event_slot(e, (uint32_t)PyLong_AsUnsignedLong(key), 1);
-        if (!ev || !PyArg_ParseTuple(val, "y#LO", &kind, &kn, &value, &body) || kn != 1) {
-            bad = 1;
-            break;
-        }
-        ev->kind = kind[0], ev->value = value;
-        if (body != Py_None) {
-            Py_buffer v;
-            if (PyObject_GetBuffer(body, &v, PyBUF_SIMPLE)) {
-                bad = 1;
-                break;
-            }
-            ev->body = malloc(v.len ? (size_t)v.len : 1), ev->bodylen = (size_t)v.len;
-            if (ev->body)
-                memcpy(ev->body, v.buf, (size_t)v.len);
-            PyBuffer_Release(&v);
-        }
-    }
-    pthread_mutex_unlock(&e->lock);
-    if (bad) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "nixl channel state: an inbox entry the compiled endpoint cannot hold");
-        return NULL;
-    }
-    memset(e->xfers, 0, sizeof e->xfers);
-    for (Py_ssize_t i = 0; i < PyList_Size(xfers); i++) {
-        long long src, remote_len;
-        unsigned int rid;
-        unsigned long long handle;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(xfers, i), "LIKL", &src, &rid, &handle, &remote_len))
-            return NULL;
-        e->xfers[i] = (xfer_t){1, src, rid, remote_len, {(void *)(uintptr_t)handle}};
-    }
-    Py_RETURN_NONE;
-}
 
 /* put(capsule, notification): one of this channel's notifications, polled by another thread. */
 static PyObject *py_put(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -716,81 +423,6 @@ static PyObject *py_put(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_OverflowError, "the compiled nixl endpoint's inbox is full");
         return NULL;
     }
-    Py_RETURN_NONE;
-}
-
-/* The nixlAgent * inside a pybind11 instance of nixl_cu12._bindings.nixlAgent: pybind11's
- * simple layout (one C++ base, a std::unique_ptr holder) keeps the value pointer right after
- * the object head and the holder, which owns the same pointer, next to it. Both must agree;
- * the caller then checks the pointer with local_md() against the binding's getLocalMD(). */
-static PyObject *py_agent_pointer(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "O", &obj))
-        return NULL;
-    void **words = (void **)((char *)obj + sizeof(PyObject));
-    if (Py_TYPE(obj)->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + 2 * sizeof(void *)) || !words[0] ||
-        words[0] != words[1]) {
-        PyErr_SetString(PyExc_TypeError, "not a pybind11 instance with the simple layout (value pointer, holder)");
-        return NULL;
-    }
-    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)words[0]);
-}
-
-static PyObject *py_local_md(PyObject *Py_UNUSED(self), PyObject *args) {
-    unsigned long long agent;
-    if (!PyArg_ParseTuple(args, "K", &agent))
-        return NULL;
-    if (!nx.bound) {
-        PyErr_SetString(PyExc_RuntimeError, "NIXL's C API is not bound (call bind first)");
-        return NULL;
-    }
-    capi_agent a = {(void *)(uintptr_t)agent};
-    void *data = NULL;
-    size_t len = 0;
-    if (nx.local_md(&a, &data, &len) != CAPI_SUCCESS) {
-        PyErr_SetString(PyExc_OSError, "nixl_capi_get_local_md failed");
-        return NULL;
-    }
-    PyObject *r = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
-    free(data);
-    return r;
-}
-
-static PyObject *py_bind(PyObject *Py_UNUSED(self), PyObject *args) {
-    const char *path;
-    if (!PyArg_ParseTuple(args, "s", &path))
-        return NULL;
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        PyErr_Format(PyExc_OSError, "cannot load %s: %s", path, dlerror());
-        return NULL;
-    }
-#define SYM(field, name)                                                                          \
-    do {                                                                                          \
-        *(void **)(&nx.field) = dlsym(h, name);                                                   \
-        if (!nx.field) {                                                                          \
-            PyErr_Format(PyExc_OSError, "%s not found in %s", name, path);                        \
-            return NULL;                                                                          \
-        }                                                                                         \
-    } while (0)
-    SYM(post, "nixl_capi_post_xfer_req");
-    SYM(status, "nixl_capi_get_xfer_status");
-    SYM(create_opt_args, "nixl_capi_create_opt_args");
-    SYM(destroy_opt_args, "nixl_capi_destroy_opt_args");
-    SYM(set_notif_msg, "nixl_capi_opt_args_set_notif_msg");
-    SYM(set_has_notif, "nixl_capi_opt_args_set_has_notif");
-    SYM(create_notif_map, "nixl_capi_create_notif_map");
-    SYM(destroy_notif_map, "nixl_capi_destroy_notif_map");
-    SYM(get_notifs, "nixl_capi_get_notifs");
-    SYM(map_size, "nixl_capi_notif_map_size");
-    SYM(map_agent_at, "nixl_capi_notif_map_get_agent_at");
-    SYM(map_notifs_size, "nixl_capi_notif_map_get_notifs_size");
-    SYM(map_notif, "nixl_capi_notif_map_get_notif");
-    SYM(map_clear, "nixl_capi_notif_map_clear");
-    SYM(gen_notif, "nixl_capi_gen_notif");
-    SYM(local_md, "nixl_capi_get_local_md");
-#undef SYM
-    nx.bound = 1;
     Py_RETURN_NONE;
 }
 
@@ -816,7 +448,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__nixl(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m)
-        PyModule_AddIntConstant(m, "ABI", HB_ENDPOINT_ABI);
+    if (m && (PyModule_AddIntConstant(m, "ABI", HB_ENDPOINT_ABI) || PyModule_AddIntConstant(m, "CREDIT_SIZE", CREDIT_SIZE) ||
+              PyModule_AddIntConstant(m, "DATA_SIZE", DATA_SIZE) || PyModule_AddIntConstant(m, "NEXT_SIZE", NEXT_SIZE) ||
+              PyModule_AddIntConstant(m, "EAGER_SIZE", EAGER_SIZE) ||
+              PyModule_AddIntConstant(m, "MISMATCH_SIZE", MISMATCH_SIZE)))
+        Py_CLEAR(m);
     return m;
 }

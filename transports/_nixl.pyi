@@ -3,6 +3,12 @@
 from typing import Any
 
 ABI: int
+#: transports/nixl/wire.py's struct sizes, as the C endpoint reads them
+CREDIT_SIZE: int
+DATA_SIZE: int
+NEXT_SIZE: int
+EAGER_SIZE: int
+MISMATCH_SIZE: int
 
 def endpoint(agent: int, peer: str, chan: int, me: int, bridge: Any) -> Any: ...
 def state(capsule: Any) -> tuple[Any, ...]: ...
