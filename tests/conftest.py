@@ -1,5 +1,9 @@
+import os
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +85,33 @@ def ray_cluster():
     for c in made:
         c.stop()
         assert c.leftovers() == []
+
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def cli(*args, env=None, timeout=180):
+    """`hopbench ARGS` as a user runs it: a child process in the checkout, its output kept."""
+    return subprocess.run([sys.executable, "-m", "hopbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def serve_process(*extra, env=None):
+    """`hopbench serve` on a free loopback port, as a child process; (the process, its port)."""
+    from hopbench.orchestration.serverproc import ready_port
+
+    p = subprocess.Popen([sys.executable, "-m", "hopbench", "serve", "--bind", "127.0.0.1:0", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
+    return p, ready_port(p)
+
+
+def run_folder(server, folder, payloads, **kw):
+    """A small tcp run of these payloads against a test server, written into folder."""
+    from hopbench.orchestration.runner import run_session
+    from hopbench.records import RunConfig
+
+    folder.mkdir()
+    run_session(server.host, server.port, payloads, RunConfig("tcp", k=2, id_bytes=4, cycles=20, warmup=2, **kw),
+                folder=folder)
+    return folder

@@ -2,18 +2,23 @@
 verdict arithmetic, export idempotence and preservation, plots, compare."""
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from hopbench.analysis import compare as C
 from hopbench.analysis import export as E
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Group
+from hopbench.analysis.plot import cdf_tokens
+from hopbench.cli import app
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import CellKey, Place, Series
+from tests.conftest import cli, run_folder
 
 
 def synth_groups(rung, alpha, beta, sizes, noise=0.02, reps=5, seed=0, rate=None, transport="tcp", bp=None, alpha2=None,
@@ -249,3 +254,113 @@ def test_plots_render_expected_series(tmp_path):
     assert "tcp" in labels2 and any("break-even" in s for s in labels2)
     paths = P.write_all(tmp_path, gs, fits, vs, 61440, 15.88, 3)
     assert {p.suffix for p in paths} == {".png", ".svg"} and all(p.stat().st_size > 1000 for p in paths)
+
+
+runner = CliRunner()
+
+
+def test_verdict_without_the_operating_payload_fails_and_takes_several_folders(server, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out, tok in ((a, "1"), (b, "3")):
+        res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", tok, "--cycles", "20",
+                                  "--warmup", "2", "--no-floor", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    r = cli("verdict", str(a))
+    assert r.returncode != 0 and "no measurement at the operating payload T = 3 (measured T: 1)" in r.stderr
+    r = cli("verdict", str(b), str(b), "--t-draft", "15.88+-0.4")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(f"== {b}") == 2 and "t_draft = 15.88+-0.4 ms" in r.stdout
+
+
+def test_hop_cost_figure_labels_each_bar_with_value_and_gain():
+    pytest.importorskip("matplotlib")
+    from hopbench.analysis import plot as P
+    from hopbench.analysis import verdict as V
+    from hopbench.estimate import Estimate
+
+    inp = V.Inputs(15.88, 89.34, 24.05)
+    vs = [V.verdict("emu-1g", "tcp", Estimate(1.56, 1.5, 1.6, 0.9375, "repeats", "t", 5, 100), inp),
+          V.verdict("emu-100m", "tcp", Estimate(15.8, 15.7, 15.9, 0.9375, "repeats", "t", 5, 100), inp)]
+    fig = P.hop_cost(vs, 15.88, 3)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any("1.56 ms" in t and "+19.1%" in t for t in texts), texts
+    assert any("15.8 ms" in t for t in texts)
+    assert "93.8%" in fig.axes[0].get_ylabel()
+
+
+def _g(tokens, samples=True, gap=0.0):
+    import numpy as np
+
+    g = Group(CellKey(Place("r", gap_ms=gap), Series("tcp"), f"T{tokens}", tokens, tokens * 61440, 8), None)
+    if samples:
+        g.samples.append(np.arange(1, 11, dtype=np.int64))
+    return g
+
+
+def test_cdfs_show_the_measured_token_counts_not_a_fixed_list():
+    """Item 10: the CDFs were hard-coded to T = 1, 3, 8, so a T = 2 run drew nothing."""
+    assert cdf_tokens([_g(2)]) == [2]
+    assert cdf_tokens([_g(t) for t in (1, 2, 3)]) == [1, 2, 3]
+    picked = cdf_tokens([_g(t) for t in range(1, 9)])
+    assert len(picked) == 4 and picked[0] == 1 and picked[-1] == 8
+    assert cdf_tokens([_g(3, gap=80.0), _g(5, samples=False)]) == []
+
+
+def test_a_run_with_think_time_gets_a_verdict_and_an_answer_for_its_gap(server, tmp_path):
+    """Item 1: `run --tokens 3 --gap-ms 80` then verdict said 'no measurement at T = 3 (measured T: 3)'."""
+    import json
+
+    from hopbench.records import Payload
+
+    folder = run_folder(server, tmp_path / "r", [Payload("T3", 3, 184320, 8)], gap_ms=5.0)
+    out = cli("verdict", folder, "--json")
+    assert out.returncode == 0, out.stderr
+    (v,) = json.loads(out.stdout)["results"][0]["verdicts"]
+    assert v["rung"] == "run +5 ms gap"
+    assert cli("report", folder).returncode == 0
+    page = (folder / "report.html").read_text()
+    assert 'id="answer"' in page and "run +5 ms gap" in page
+
+
+def test_export_never_replaces_a_complete_record_with_a_worse_one(tmp_path):
+    """Item 4: exporting a copy taken while a run was still writing replaced the complete
+    run's records ('0 added, 3 updated') and one lost its fit."""
+    import json
+
+    from hopbench.analysis import export as E
+
+    gs = synth_groups("emu-1g", 100e-6, 117e6, SIZES[:4], reps=3)
+    path = tmp_path / "cs.json"
+    done = E.records(gs, {"status": "complete"}, "s", "study", rid="r-1")
+    assert E.upsert(path, done)[:2] == (4, 0)
+    partial = E.records([g for g in gs], {"status": "incomplete"}, "s", "study", rid="r-1")
+    added, updated, kept = E.upsert(path, partial)
+    assert (added, updated, len(kept)) == (0, 0, 4) and all("complete result" in k for k in kept)
+    assert json.loads(path.read_text())["runs"] == done
+    fewer = [dict(r, n=r["n"] - 1) for r in done]
+    assert E.upsert(path, fewer)[1:] == (0, [f"{r['rung']}/{r['transport']}/{r['payload']}: fewer cycles "
+                                              f"({r['n'] - 1} < {r['n']})" for r in done])
+
+
+def test_export_writes_next_to_the_results_by_default(tmp_path):
+    """Item 4: the default target was the repository's tracked data/case-studies.json."""
+
+    folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "sweep-v1")
+    out = cli("export", folder)
+    assert out.returncode == 0, out.stderr
+    assert (folder / "analysis" / "case-studies.json").exists() and "study 'unnamed'" in out.stdout
+
+
+def test_a_single_runs_hop_bar_is_inside_its_log_axis():
+    """Item 10: a single run's hop-cost bar was invisible on its log axis."""
+    from hopbench.analysis import verdict as V
+    from hopbench.analysis.plot import _plt, hop_cost
+
+    inp = V.Inputs(15.88, 89.34, 24.05)
+    fig = hop_cost([V.verdict("run", "tcp", 0.0999, inp)], inp.t_draft_ms, 3)
+    try:
+        (ax,) = fig.axes
+        bottom, top = ax.get_ylim()
+        assert bottom < 0.0999 < top and bottom > 0
+    finally:
+        _plt().close(fig)

@@ -418,3 +418,14 @@ def test_each_short_alias_names_one_module_and_old_names_stay_gone():
     assert all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
     assert LAYOUT.search('glob("*/sweep.json")')
     assert not _grep(r"hidden: int = 6144", "hopbench")
+
+
+def test_tests_are_named_for_the_behaviour_they_check():
+    """REVIEW5 F10: no test file is named after the review or the issue that asked for it
+    (each test lives with the behaviour it checks), and every conformance check states, in
+    one line, the Channel or Transport clause it enforces."""
+    stray = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if re.match(r"test_(review|first_hour)", p.name))
+    assert stray == [], stray
+    tree = ast.parse((ROOT / "hopbench" / "testing" / "conformance.py").read_text())
+    checks = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("check_")]
+    assert len(checks) > 15 and all(ast.get_docstring(f) for f in checks), [f.name for f in checks if not ast.get_docstring(f)]

@@ -1,14 +1,20 @@
 """The CLI end to end: CliRunner against a real server, and as a subprocess for the
 one-line errors."""
 
+import json
+import math
+import os
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hopbench.cli import app
-from tests.conftest import dead_port
+from tests.conftest import cli, dead_port, serve_process
 
 runner = CliRunner()
 
@@ -21,7 +27,6 @@ def test_run_via_cli_runner(server, tmp_path):
     assert "T3" in res.output and "184320" in res.output
     assert (out / "summary.csv").read_text().count("\n") == 5
     # the instrument's floor: same transport, 64 B, loopback, measured and recorded
-    import json
 
     floor = json.loads((out / "report.json").read_text())["floor"]
     assert floor["transport"] == "tcp" and floor["request_bytes"] == 64 and floor["n"] == 30
@@ -33,8 +38,6 @@ def test_run_via_cli_runner(server, tmp_path):
 
 
 def test_run_json_is_one_document_on_stdout_and_a_report_page_follows(server, tmp_path):
-    import json
-
     out = tmp_path / "r"
     r = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--tokens",
                         "1,3", "--cycles", "20", "--warmup", "2", "--no-floor", "--out", str(out), "--json"],
@@ -136,8 +139,6 @@ def test_missing_extra_names_the_install_line(tmp_path):
 def test_every_options_help_is_shown_whole():
     """Issue 42: --payload-from's help lost "[tokens, layers, hidden]" to rich markup ("file of
     ;"). Every option of every command shows its whole help text."""
-    import os
-    import re
     import subprocess
     import sys
 
@@ -166,3 +167,76 @@ def test_run_help_groups_its_flags():
     run = typer.main.get_command(app).commands["run"]
     panels = {getattr(p, "rich_help_panel", None) for p in run.params if getattr(p, "param_type_name", "") == "option"}
     assert panels == {"Connection", "Payload", "Timing", "Load", "GPU", "Output", "Stream", "Drafter"}, panels
+
+
+
+@pytest.mark.parametrize("why", ["dead port", "wrong secret"])
+def test_a_run_that_never_connects_leaves_nothing_on_disk(tmp_path, why):
+    srv = None
+    if why == "dead port":
+        peer = f"127.0.0.1:{dead_port()}"
+    else:
+        srv, port = serve_process(env={"HOPBENCH_SECRET": "right"})
+        peer = f"127.0.0.1:{port}"
+    try:
+        r = cli("run", "--peer", peer, "--out", str(tmp_path / "x"), "--secret", "wrong")
+    finally:
+        if srv:
+            srv.terminate()
+            srv.wait(10)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "kept in" not in lines[0], r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_ucx_falling_back_is_said_on_the_terminal(tmp_path):
+    try:
+        import ucxx  # noqa: F401
+    except ImportError:
+        pytest.skip("ucxx not installed")
+    srv, port = serve_process()
+    try:
+        r = cli("run", "--peer", f"127.0.0.1:{port}", "--transport", "ucx", "--opt", "UCX_TLS=rc,tcp", "--tokens", "1",
+               "--cycles", "10", "--warmup", "2", "--no-floor", "--out", str(tmp_path / "r"))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    if not Path("/sys/class/infiniband").exists():  # no RDMA device: UCX must have fallen back to tcp
+        assert "warning: UCX_TLS=rc,tcp asked for rc, but UCX put only tcp on the lanes" in r.stderr
+
+
+def test_ucx_without_the_device_asked_for_is_one_line_and_leaves_nothing(server, tmp_path):
+    """Item 6: `run --transport ucx --opt UCX_TLS=rc` on a host without RDMA: a
+    UCXXNoDeviceError traceback, the server held 10 s, an error folder left behind."""
+    import pytest
+
+    pytest.importorskip("ucxx")
+    import glob
+
+    if any(glob.glob("/sys/class/infiniband/*")):
+        pytest.skip("this host has RDMA devices: UCX_TLS=rc would work")
+    out = cli("run", "--peer", f"{server.host}:{server.port}", "--transport", "ucx", "--opt", "UCX_TLS=rc",
+              "--tokens", "3", "--cycles", "5", "--results-dir", tmp_path / "results")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "UCX_TLS=rc" in line and "tcp" in line and "lanes it has here" in line
+    assert not (tmp_path / "results").exists()
+
+
+def test_iperf3_habits_port_and_a_duration(server, tmp_path):
+    """Item 11: --port beside a bare --peer HOST, -t SECONDS instead of --cycles, -h, --version."""
+
+    out = cli("run", "--peer", server.host, "--port", server.port, "--tokens", "1", "-t", "0.3",
+              "--no-floor", "--results-dir", tmp_path)
+    assert out.returncode == 0, out.stderr
+    (rep,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/report.json")]
+    (p,) = rep["payloads"]
+    n, probe = p["summary"]["n"], p["duration_probe"]
+    assert rep["config"]["duration_s"] == 0.3 and n == p["plan"]["cycles"] != 1000
+    # sized by the recorded probe (its median cycle time), not the 1,000 default; not a timing check:
+    # the probe's cycles are warm-up, so the timed cycles may run faster or slower than it
+    assert probe["cycles"] == 20 and probe["per_cycle_s"] == probe["p50_ns"] / 1e9 > 0
+    assert n == max(10, min(probe["cap"], math.ceil(0.3 / probe["per_cycle_s"])))
+    assert cli("-h").returncode == 0 and cli("--version").stdout.startswith("hopbench ")

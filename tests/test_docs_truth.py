@@ -3,9 +3,9 @@ measuring core and of the transports is named in its room list, the count of hop
 transports is the registry's, every serving path and client path class is named."""
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 
@@ -109,3 +109,12 @@ def test_no_default_of_the_records_is_restated():
     assert not found, found
     assert "MSS, WIRE_FRAME = " not in "".join(p.read_text() for p in (ROOT / "hopbench").rglob("*.py")
                                                if p.name != "records.py")
+
+
+
+def test_docs_link_only_inside_the_repository():
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = md.read_text()
+        assert "../shared" not in text and "shared/seeds" not in text, md
+        for target in re.findall(r"\]\(([^)#:]+)\)", text):  # markdown links to files
+            assert (md.parent / target).exists(), (md, target)

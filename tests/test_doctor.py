@@ -11,6 +11,7 @@ import pytest
 from hopbench.orchestration import doctor as D
 from hopbench.orchestration import netem
 from hopbench.orchestration.serverproc import ready_port
+from tests.conftest import cli
 
 
 def make_iface(root: Path, name, *, up=True, carrier=1, speed=1000, driver="igb", physical=True, pci="0000:01:00.0"):
@@ -150,3 +151,11 @@ def test_run_preflight_warns_and_strict_refuses(server, tmp_path):
     assert rep["doctor"]["findings"][-1]["code"] == "route-interface"
     r = subprocess.run(base + ["--strict", "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--strict refuses" in r.stderr and not (tmp_path / "b").exists()
+
+
+
+def test_doctor_compares_the_rate_it_is_given():
+    a, b = cli("doctor", "--rate", "100"), cli("doctor", "--rate", "1000")
+    la = [ln for ln in a.stdout.splitlines() if "nominal rate" in ln]
+    lb = [ln for ln in b.stdout.splitlines() if "nominal rate" in ln]
+    assert la and lb and la != lb and "100 Mb/s" in la[0] and "1000 Mb/s" in lb[0]

@@ -1,13 +1,17 @@
 """Authentication, interrupted runs, and property tests over every parser of bytes that
-come from the network."""
+come from the network; a run's name never escapes its results folder."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hopbench import results as R
 from hopbench.core import auth
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
@@ -15,7 +19,7 @@ from hopbench.errors import HopbenchError, ProtocolError, Refused
 from hopbench.orchestration.runner import SessionHooks, run_session
 from hopbench.records import Payload, RunConfig
 from hopbench.testing import fake_transport as fake
-from tests.conftest import small_plan
+from tests.conftest import ServerThread, cli, serve_process, small_plan
 
 
 def test_secret_accepted_refused_and_missing(server_factory):
@@ -44,8 +48,6 @@ def test_secret_never_crosses_the_wire():
 
 
 def test_ctrl_c_mid_payload_keeps_samples():
-    from tests.conftest import ServerThread
-
     st_ = ServerThread()
     try:
         s = Session(st_.host, st_.port)
@@ -138,8 +140,6 @@ def test_recv_msg_on_arbitrary_stream(data):
 def test_export_killed_mid_write_leaves_previous_file_intact(tmp_path):
     """SIGKILL the exporting process after it wrote (and fsynced) the new temporary file
     but before the rename: the previous file must be intact and valid."""
-    import subprocess
-    import sys
 
     path = tmp_path / "case-studies.json"
     original = {"runs": [{"id": "keep", "p50_ms": 1.0}], "other": {"nested": [1, 2, 3]}}
@@ -163,7 +163,6 @@ E.upsert({str(path)!r}, [{{"id": "new-%d" % i, "p50_ms": i}} for i in range(5000
 
 
 def test_atomic_write_keeps_or_sets_a_normal_mode(tmp_path):
-    import os
     import stat
 
     from hopbench.results import atomic_write
@@ -179,8 +178,36 @@ def test_atomic_write_keeps_or_sets_a_normal_mode(tmp_path):
 
 
 def _umask():
-    import os
-
     u = os.umask(0)
     os.umask(u)
     return u
+
+
+
+def test_secret_from_the_environment_covers_the_floor_too(tmp_path):
+    srv, port = serve_process(env={"HOPBENCH_SECRET": "s3"})
+    try:
+        r = cli("run", "--peer", f"127.0.0.1:{port}", "--tokens", "1", "--cycles", "20", "--warmup", "2",
+               "--out", str(tmp_path / "r"), env={"HOPBENCH_SECRET": "s3"})
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["status"] == "complete" and rep["floor"]["n"] == 20
+
+
+@pytest.mark.parametrize("name", ["../../escape", "lab/1g", "x" * 300, "..", ""])
+def test_a_name_makes_one_folder_inside_the_results_folder(tmp_path, name):
+    root = tmp_path / "res"
+    folder = R.new_folder(root, name)
+    assert folder.parent == root and "/" not in folder.name and len(folder.name) < 120, folder
+    assert not folder.name.split("-", 1)[1].startswith(".")
+
+
+def test_a_run_named_to_escape_writes_inside_its_results_folder(server, tmp_path):
+    out = cli("run", "--peer", f"{server.host}:{server.port}", "--tokens", "1", "--cycles", "5", "--warmup", "1",
+               "--no-floor", "--results-dir", str(tmp_path / "res"), "--name", "../../escape")
+    assert out.returncode == 0, out.stderr
+    assert [p.parent for p in (tmp_path / "res").iterdir()] == [tmp_path / "res"]
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()

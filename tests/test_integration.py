@@ -1,5 +1,6 @@
 """Integration over loopback: a real server (port 0) and the client, result files, bad
-clients, caps, and a client written only from docs/PROTOCOL.md."""
+clients, caps checked against the whole plan first, IPv6, and a client written only from
+docs/PROTOCOL.md."""
 
 import csv
 import json
@@ -14,7 +15,7 @@ from hopbench.core.client import Session
 from hopbench.errors import ConnectFailed, HopbenchError, Refused
 from hopbench.orchestration.runner import SessionHooks, run_session
 from hopbench.records import Payload, RunConfig
-from tests.conftest import small_plan
+from tests.conftest import ServerThread, cli, serve_process, small_plan
 
 
 def test_session_measures_and_verifies(server):
@@ -130,3 +131,56 @@ def _kill_session(st):
 
     assert st.server.current is not None
     control.shutdown(st.server.current)
+
+
+
+def test_the_servers_caps_are_checked_against_the_whole_plan_first(tmp_path):
+    srv, port = serve_process("--max-request-bytes", "200000")
+    try:
+        r = cli("run", "--peer", f"127.0.0.1:{port}", "--tokens", "1,8", "--out", str(tmp_path / "x"))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.returncode != 0 and "T8: request_bytes 491520 exceeds the server cap of 200000" in r.stderr
+    assert "nothing was measured" in r.stderr and not (tmp_path / "x").exists()
+    assert "T1 " not in r.stdout  # T1 was not measured first
+
+
+def _ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+@pytest.mark.parametrize("transport", ["tcp", pytest.param("zmq", marks=pytest.mark.zmq)])
+def test_tcp_and_zmq_run_over_ipv6(transport):
+    from tests.test_protocol_contract import _need
+
+    _need(transport)
+    st = ServerThread(host="::1")
+    try:
+        with Session("::1", st.port) as s:
+            m = s.measure(small_plan(transport, cycles=20))
+            s.bye()
+        assert m.completed == m.plan.total
+    finally:
+        st.stop()
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+@pytest.mark.ucx
+def test_ucx_over_ipv6_is_refused_in_one_line_naming_why():
+    from tests.test_protocol_contract import _need
+
+    _need("ucx")
+    st = ServerThread(host="::1")
+    try:
+        out = cli("run", "--peer", f"[::1]:{st.port}", "--transport", "ucx", "--tokens", "1", "--cycles", "5",
+                   "--no-floor", "--results-dir", "/tmp/hopbench-ipv6-test")
+        assert out.returncode != 0 and "binds IPv4 only" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    finally:
+        st.stop()

@@ -3,18 +3,24 @@ that never spins."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from hopbench.analysis import data as D
+from hopbench.analysis import export as E
+from hopbench.cli import app
 from hopbench.core.placement import parse_cpus
 from hopbench.errors import ConfigError
 from hopbench.orchestration.serverproc import ready_port
 from hopbench.testing import transport_or_skip
 from hopbench.testing.conformance import exchange
+from tests.conftest import cli
 from tests.test_conformance import TRANSPORTS
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -96,3 +102,37 @@ def test_idle_busy_poll_server_does_not_spin():
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+runner = CliRunner()
+
+
+def test_run_records_the_link_and_advises_placement(server, tmp_path):
+    out = tmp_path / "r"
+    res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", "3", "--cycles", "20",
+                              "--warmup", "2", "--no-floor", "--rate", "1000", "--rung", "lab-1g", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    if len(os.sched_getaffinity(0)) <= 8:
+        assert "unpinned on a" in res.output and "--cpu" in res.output
+    cfg = json.loads((out / "report.json").read_text())["config"]
+    assert cfg["rate_mbit"] == 1000 and cfg["rung"] == "lab-1g"
+    (g,), _ = D.load_groups(out)
+    assert g.rung == "lab-1g" and g.rate_mbit == 1000
+    rec = E.records([g], {}, "x", "s", rid="r-1")[0]
+    assert rec["rung"] == "lab-1g" and rec["rate_mbit"] == 1000
+
+
+def test_the_placement_is_stated_with_every_verdict_and_compare_names_a_difference(tmp_path):
+    """Item 12: 'auto' placement moved zmq/ucx small-payload latency 2-4x between the full
+    and the quick sweep, and nothing said which placement a verdict stood on."""
+    import json
+
+    sweep = shutil.copytree("tests/golden/sweep-v1", tmp_path / "s")
+    out = cli("verdict", sweep, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["results"][0]["placement"] == "placement: same-block"
+    assert "placement: same-block" in cli("verdict", sweep).stdout
+    assert cli("report", sweep).returncode == 0
+    assert "placement: same-block" in (sweep / "report.html").read_text()
+    cmp = cli("compare", "tests/golden/run-v1", sweep)
+    assert "placement differs" in cmp.stdout + cmp.stderr

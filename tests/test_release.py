@@ -1,21 +1,27 @@
 """Issue 27 (a tool that installs and answers like a released one): the shipped configs are
 found outside a checkout, the registry comes from entry points and the test transport is
-not in it, and "move the drafter" needs a gain worth a second box."""
+not in it, and "move the drafter" needs a gain worth a second box; results of every older schema load, newer ones are refused,
+and the typed headers read back to what they were written from."""
 
+import dataclasses
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from hopbench.analysis import data as D
+from hopbench.analysis import export as E
 from hopbench.cli import app
 from hopbench.config import config_file, resolve_config
 from hopbench.core.client import Session
 from hopbench.errors import HopbenchError
 from hopbench.orchestration.serverproc import ready_port
 from hopbench.shape import load_shape
-from tests.conftest import small_plan
+from tests.conftest import GOLDEN, cli, small_plan
 
 runner = CliRunner()
 
@@ -84,8 +90,6 @@ def test_fit_with_too_few_payloads_says_why_and_exits_non_zero():
 
 
 def test_a_sweep_that_plans_nothing_is_refused_before_creating_a_folder(tmp_path):
-    import dataclasses
-
     from hopbench.config_sweep import load_sweep
     from hopbench.orchestration.sweep import SweepOptions, run_sweep
 
@@ -125,7 +129,6 @@ def test_no_build_output_is_tracked():
     """Issue 42: hopbench/_codec.cpython-311-*.so was tracked and rebuilt by the install, so a
     fresh clone was dirty after `make sweep`. Compiled files are build outputs, ignored."""
     import subprocess
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     if not (root / ".git").exists():
@@ -133,3 +136,40 @@ def test_no_build_output_is_tracked():
     tracked = subprocess.run(["git", "ls-files", "*.so", "*.o", "*.pyc"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.split()
     assert tracked == [], tracked
+
+
+
+def test_golden_results_of_every_older_schema_load_and_newer_are_refused(tmp_path):
+    groups, top = D.load_groups(GOLDEN / "sweep-v1")
+    assert top["schema_version"] == 1 and {g.payload for g in groups} >= {"T1", "T3"}
+    assert all(len(g.repeat_p50_ns) == 2 and g.repeat_ids == [0, 1] for g in groups)
+    (g_run, *_), _ = D.load_groups(GOLDEN / "run-v1")
+    assert g_run.rung == "run" and g_run.software == "hopbench 0.1.0"
+    r = cli("fit", str(shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")))
+    assert r.returncode == 0, r.stderr
+    # export keeps each record's own software version
+    assert {rec["software"] for rec in E.records(groups, top, "g", "s", rid="r-1")} == {"hopbench 0.1.0"}
+    newer = shutil.copytree(GOLDEN / "run-v1", tmp_path / "newer")
+    rep = json.loads((newer / "report.json").read_text())
+    rep["schema_version"] = 99
+    (newer / "report.json").write_text(json.dumps(rep))
+    r = cli("verdict", str(newer))
+    assert r.returncode != 0 and "written by a newer hopbench" in r.stderr and "upgrade" in r.stderr
+
+
+def test_result_headers_read_back_typed(tmp_path):
+    """Issue 39 (REVIEW4 §5.4): the typed records read as well as they write: a golden v1 run
+    and sweep header load into results.RunReport / SweepReport, and each written header reads
+    back to the record it was written from."""
+    from hopbench import results as R
+
+    run = R.RunReport.from_dict(json.loads((GOLDEN / "run-v1" / "report.json").read_text()))
+    assert run.config["transport"] == "tcp" and run.peer and "payloads" not in run.extra
+    sweep = R.SweepReport.from_dict(json.loads((GOLDEN / "sweep-v1" / "sweep.json").read_text()))
+    assert sweep.kind == "sweep" and sweep.seed == 77 and sweep.shape.bytes_per_token == 61440
+    for rec in (R.RunReport("h:1", {"transport": "tcp"}, {"a": 1}, {"b": 2}, "hopbench 9", {"c": 3}, {"rung": "x"}),
+                R.SweepReport("matrix", 5, {"name": "m"}, R.ShapeRecord(61440, 2, 4), {"local": {}}, {"matrix": {}}),
+                R.SpecReport("h:1", {"modes": ["sync"]}, 3, {"spec": "a"}, {"verify": {}}, {}, None, {"target": 1})):
+        assert type(rec).from_dict(rec.to_dict()) == rec
+    assert isinstance(R.ResultFolder(GOLDEN / "sweep-v1").read_header(), R.SweepReport)
+    assert R.ResultFolder(GOLDEN / "run-v1").read_header() == run

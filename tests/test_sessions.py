@@ -213,3 +213,31 @@ def test_session_cpus_are_checked_before_anything_is_pinned(monkeypatch):
     with pytest.raises(ConfigError, match="expected a CPU list"):
         split_control("one")
     assert pinned == []
+
+
+
+def test_a_second_client_is_told_at_once_that_the_server_is_busy(server):
+    """Item 11: a second client waited unanswered in the accept queue until its timeout."""
+    import time
+
+    import pytest
+
+    from hopbench.core.client import Session
+    from hopbench.errors import Refused
+    from tests.conftest import small_plan
+
+    first = Session(server.host, server.port)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Refused, match="busy: serving another client"):
+            Session(server.host, server.port, timeout_s=30.0)
+        assert time.monotonic() - t0 < 10  # told at once, not after its 30 s timeout
+        assert first.measure(small_plan(cycles=10)).completed == 16  # undisturbed (10 + 5 warm-up + 1 untimed)
+        first.bye()
+    finally:
+        first.close()
+    s = Session(server.host, server.port)  # and once it ends, the next client is served
+    try:
+        assert s.measure(small_plan(cycles=10)).completed == 16
+    finally:
+        s.close()

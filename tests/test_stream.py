@@ -15,6 +15,7 @@ from hopbench.core.client import Session
 from hopbench.core.transport import registry
 from hopbench.errors import ConfigError
 from hopbench.orchestration import netem
+from tests.conftest import cli, small_plan
 from tests.specpeer import SpecClient
 
 TAPS = (8, 23, 39, 55, 70)
@@ -473,3 +474,58 @@ def test_spec_targets_stream_into_one_drafter_each_paired_with_its_own_local(ser
         runs = json.loads((out / "m2" / t / "report.json").read_text())["runs"]
         by = {(x["mode"], x["repeat"]): x["tokens_per_cycle"] for x in runs}
         assert all(by[("stream", k)] == by[("local", k)] for _, k in by), by  # the same acceptance outcomes
+
+
+
+def test_a_streamed_run_says_how_long_and_when_its_schedule_was_not_kept(server, tmp_path):
+    peer = f"{server.host}:{server.port}"
+    out = cli("run", "--peer", peer, "--stream", "layers", "--forward-ms", "0.001", "--cycles", "30", "--no-floor",
+               "--results-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "the schedule could not be kept" in out.stderr, out.stdout + out.stderr
+    from hopbench.orchestration.runjob import RunRequest, plan, scheduled_s
+
+    loads, cfg = plan(RunRequest(host="h", port=1, transport="tcp", stream="layers", forward_ms=100000.0, cycles=2))
+    assert scheduled_s(loads, cfg) > 30 * 60  # 2 streamed payloads x 13 cycles x 100 s
+
+
+@pytest.mark.parametrize("sent, says", [
+    # the end message before the last chunk: read as chunk 1, its counter the end's seq
+    (lambda P: P.SEQ.pack(0) + bytes(56) + P.STREAM_END.pack(0, 0, 0) + bytes(48),
+     "chunk 1 of cycle 0 carries counter 0, expected 1"),
+    # one chunk too many: read as the end message, its seq the chunk's counter
+    (lambda P: P.SEQ.pack(0) + bytes(56) + P.SEQ.pack(1) + bytes(56) + P.SEQ.pack(2) + bytes(56),
+     "the end message of cycle 0 carries seq 2"),
+])
+def test_a_streamed_plans_faults_are_answered_as_protocol_md_says(server, sent, says):
+    """docs/PROTOCOL.md "Streamed plans": the table of what the drafter answers, on tcp."""
+    from hopbench.core import protocol as P
+    from tests.specpeer import SpecClient
+
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    c.send_frame(P.PLAN, P.Plan("tcp", 2 * 64, 8, 2, 4, 5, 1, stream=P.StreamPlan(2, 64)).to_wire())
+    assert c.recv_frame()[0] == P.ACCEPT
+    c.sock.sendall(sent(P))
+    assert c.read_abort(c.recv_exact(8), 8) == says
+    with Session(server.host, server.port) as s:  # and the next client is served
+        m = s.measure(small_plan(cycles=5))
+        assert m.completed == m.plan.total
+
+
+def test_a_long_plan_reports_its_cycles_as_they_complete(server, tmp_path, monkeypatch):
+    from hopbench.orchestration import runner
+    from hopbench.orchestration.runjob import RunRequest, plan
+
+    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.05)
+    loads, cfg = plan(RunRequest(host=server.host, port=server.port, transport="tcp", tokens="1", cycles=40,
+                                 warmup=2, gap_ms=10.0, floor=False))
+    seen = []
+    runner.run_session(server.host, server.port, loads[:1], cfg, folder=tmp_path,
+                       hooks=runner.SessionHooks(on_progress=lambda *a: seen.append(a)))
+    assert seen, "a 0.4 s plan reported nothing at 0.05 s intervals"
+    total = 40 + 2 + 1
+    assert all(label == loads[0].label and t == total and 0 <= d <= total for label, d, t, _ in seen)
+    assert [d for _, d, _, _ in seen] == sorted(d for _, d, _, _ in seen) and seen[-1][1] > 0
+    line = runner.progress_line(*seen[-1])
+    assert f"{seen[-1][1]}/{total} cycles" in line and ("left" in line or seen[-1][1] == 0)

@@ -1,10 +1,13 @@
 """The sweep end to end over the emulated rungs (CI runs it as root), its resume, and
-teardown after an interruption mid-sweep."""
+teardown after an interruption mid-sweep; its preflight (missing extras, ethtool, a real
+rung's server), its folder lock, and attempts set aside."""
 
 import csv
+import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from hopbench.analysis import data as D
 from hopbench.config_sweep import load_rung, load_sweep
 from hopbench.errors import ConfigError
 from hopbench.orchestration import netem
 from hopbench.orchestration.sweep.plan import cycles_for, plan_cells
+from hopbench.records import Place, Series
 from hopbench.shape import load_shape
+from tests.conftest import GOLDEN, ROOT, dead_port
 
 TINY = Path(__file__).parent / "data" / "sweep-tiny.toml"
 ok, why = netem.available()
@@ -44,7 +50,6 @@ def test_cycles_budget_respects_rate():
     cfg = load_sweep(Path("configs/sweep.toml"))
     slow, fast = load_rung("emu-100m"), load_rung("loopback")
     from hopbench.orchestration.sweep.plan import Cell
-    from hopbench.records import Place, Series
 
     big = Cell(Place("x"), Series("tcp"), "B4194304", None, 4194304, 8)
     assert cycles_for(big, slow, cfg) == cfg.min_cycles
@@ -172,3 +177,104 @@ def test_a_minimal_sweep_config_names_only_its_rungs(tmp_path):
     p.write_text('[sweep]\nrepeats = 2\n')
     with pytest.raises(ConfigError, match="missing key sweep.rungs"):
         load_sweep(p)
+
+
+
+def test_sweep_preflight_names_missing_extras_before_measuring(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text((ROOT / "tests" / "data" / "sweep-tiny.toml").read_text())
+    code = ("import sys; sys.modules['zmq'] = None; sys.modules['ucxx'] = None; from hopbench.cli import main; "
+            f"sys.argv = ['hopbench', 'sweep', {str(cfg)!r}, '--rungs', 'loopback', '--out', {str(tmp_path / 'o')!r}]; "
+            "main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode != 0
+    assert "pip install 'hopbench[zmq]'" in r.stderr and "nothing was measured" in r.stderr
+    assert r.stderr.count("not available") == 0 and r.stderr.count("is not installed") <= 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_sweep_preflight_needs_ethtool_for_emulated_rungs(monkeypatch):
+    from hopbench import config_sweep as S
+    from hopbench.orchestration import sweep as SW
+
+    if os.geteuid() != 0:
+        pytest.skip("emulated rungs are checked as root only (otherwise the sweep falls back to loopback)")
+    cfg = S.load_sweep(ROOT / "tests" / "data" / "sweep-tiny.toml")
+    rungs = [S.load_rung(n) for n in cfg.rungs]
+    real_which = shutil.which
+    monkeypatch.setattr(SW.run.shutil, "which", lambda name: None if name == "ethtool" else real_which(name))
+    lines, _ = SW.missing_requirements(cfg, rungs, analyse=False)
+    assert any(ln.startswith("ethtool not found") and "apt-get install ethtool" in ln for ln in lines), lines
+
+
+def test_a_cell_attempt_set_aside_is_not_counted_as_a_repeat(tmp_path):
+    """An attempt interrupted after its cycles (status incomplete, payload whole) is renamed
+    r<N>.failed-...; the resumed sweep's cell must still have exactly its repeats."""
+    sweep = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
+    cell = next(sweep.glob("cells/*/*/*/r0"))
+    shutil.copytree(cell, cell.with_name("r0.failed-20261203T000000Z-3"))
+    groups, _ = D.load_groups(sweep)
+    assert all(len(g.repeat_p50_ns) == 2 for g in groups)
+
+
+def test_a_second_writer_of_a_sweep_folder_is_refused_with_the_first_writers_pid(tmp_path):
+    """Item 3: a second `make sweep` resumed the folder the first was writing (96 .failed-
+    folders, a crash, sweep.json 'complete'). The first writer here is another process
+    holding the folder's lock; the second is refused before it measures anything."""
+    import json
+    import subprocess
+    import sys
+
+    import pytest
+
+    from hopbench.config_sweep import load_sweep
+    from hopbench.errors import HopbenchError
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
+    from hopbench.shape import load_shape
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"seed": 1, "status": "running"}))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from hopbench.results import FolderLock; "
+                               f"lock = FolderLock({str(folder)!r}).acquire(); print('locked', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
+        before = sorted(p.name for p in folder.rglob("*"))
+        with pytest.raises(HopbenchError, match=f"being written by another hopbench \\(pid {holder.pid}\\)"):
+            run_sweep(cfg, load_shape().shape, results_root=tmp_path, out=folder, options=SweepOptions(only_rungs=["loopback"]),
+                      log=lambda m: None)
+        assert sorted(p.name for p in folder.rglob("*")) == before  # nothing written by the refused writer
+    finally:
+        holder.communicate("", timeout=30)
+    from hopbench.results import FolderLock
+
+    with FolderLock(folder):  # the first writer gone, the kernel dropped its lock
+        pass
+
+
+def test_a_real_rung_whose_server_does_not_answer_is_refused_in_the_preflight(tmp_path):
+    """Item 7: a real-rung sweep against an unreachable peer printed 72 'cell failed' lines
+    and left a folder of failed cells."""
+
+    import pytest
+
+    from hopbench.config_sweep import load_sweep
+    from hopbench.errors import ConfigError
+    from hopbench.orchestration.sweep import SweepOptions, run_sweep
+    from hopbench.shape import load_shape
+
+    rung = tmp_path / "lab.toml"
+    rung.write_text(f'[rung]\nname = "lab"\nkind = "real"\npeer = "127.0.0.1:{dead_port()}"\ntransports = ["tcp"]\n')
+    cfg = dataclasses.replace(load_sweep("tests/data/sweep-tiny.toml"), transports=("tcp",), placements=("unpinned-block",))
+    with pytest.raises(ConfigError, match="no hopbench server answers at 127.0.0.1:"):
+        run_sweep(cfg, load_shape().shape, results_root=tmp_path / "results", options=SweepOptions(only_rungs=[str(rung)]),
+                  log=lambda m: None)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_real_rung_whose_server_answers_passes_the_preflight(server):
+    from hopbench.orchestration.sweep.run import _server_answers
+
+    assert _server_answers(server.host, server.port) is None

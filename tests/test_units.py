@@ -1,11 +1,16 @@
 """Unit tests: shape math, statistics against known distributions, protocol pack/unpack,
 the timing loop with a fake transport and a fake clock."""
 
+import dataclasses
+import os
+import re
+import shutil
 import struct
 
 import numpy as np
 import pytest
 
+from hopbench.analysis import data as D
 from hopbench.core import protocol as P
 from hopbench.core.stats import summarize
 from hopbench.core.timing import Progress, run_cycles
@@ -14,6 +19,7 @@ from hopbench.estimate import median_interval, ranks_for_level
 from hopbench.shape import load_shape, log_grid
 from hopbench.testing import FakeClock
 from hopbench.testing import fake_transport as fake
+from tests.conftest import GOLDEN
 
 
 def test_shape_from_config():
@@ -206,15 +212,12 @@ def test_lanes_that_bypass_the_network_are_found_in_the_recorded_strings():
 def test_a_table_fits_the_terminal_it_is_printed_on(monkeypatch):
     """Issue 42: the verdict table ran 200-250 columns wide on a terminal. On one it fits the
     terminal's width (text columns wrap, numbers whole); in a pipe it keeps one row per line."""
-    import os
-    import shutil
 
     from hopbench.analysis.tables import render
 
     cols = ["rung", "transport", "hop ms", "gain", "call"]
     rows = [["emu-100m", "tcp", "16.020", "+0.2%", "not worth it (+0.2% < 5%): the whole 95% interval below the bar"]]
     monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((60, 24)))
-    import re
 
     shown = re.sub(r"\x1b\[[0-9;]*m", "", render(cols, rows, right={2, 3}, call_column=4, terminal=True))
     assert max(len(line) for line in shown.splitlines()) <= 60 and "16.020" in shown and "+0.2%" in shown
@@ -228,7 +231,6 @@ def test_a_table_fits_the_terminal_it_is_printed_on(monkeypatch):
 def test_an_interrupt_during_a_write_waits_for_it(tmp_path, monkeypatch):
     """Issue 42: Ctrl-C between a result file's temporary copy and its rename left a .tmp in an
     interrupted run --clients. SIGINT and SIGTERM now wait for the write, then arrive."""
-    import os
     import signal
 
     from hopbench import results as R
@@ -250,7 +252,6 @@ def test_an_interrupt_during_a_write_waits_for_it(tmp_path, monkeypatch):
 def test_the_spinner_yields_only_when_the_peer_may_share_the_cpu(monkeypatch):
     """core.transport.Spinner, every transport's busy-poll policy: a yield every 8 spins
     when share_cpu, none otherwise; the caller's check every check_every spins."""
-    import os
 
     from hopbench.core.transport import Spinner
 
@@ -308,3 +309,35 @@ def test_an_emulated_link_is_used_only_once_it_is_running(monkeypatch):
     monkeypatch.setattr(netem, "RUNNING_WAIT_S", 0.05)
     with pytest.raises(netem.NetnsUnavailable, match="not running after 0.05 s"):
         netem._wait_running("hb1x0s", "hb1x0a")
+
+
+
+def test_identity_is_typed_from_plan_to_reading(tmp_path):
+    """Issue 39 (REVIEW4 §5.4): a cell's identity is built once and carried typed; a golden
+    v1 folder (flat sweep cells, no place record) and a fresh plan both read back as
+    records.Series/Place, and the labels are spelled from them, never parsed back."""
+    from dataclasses import asdict
+
+    from hopbench.analysis.data import cell_of
+    from hopbench.config_sweep import load_rung, load_sweep
+    from hopbench.orchestration.sweep.plan import plan_cells
+    from hopbench.records import Place, Series
+    from hopbench.shape import load_shape
+
+    groups, _ = D.load_groups(GOLDEN / "sweep-v1")
+    assert {g.series for g in groups} == {Series("tcp")} and {g.place.rung for g in groups} == {"loopback"}
+    s = Series("tcp", "fp8", "projected", "layers", 4)
+    assert s.label == "tcp+fp8#projected~layers@4" and s.spell("T3") == "T3+fp8#projected~layers@4"
+    assert s.raw.alone.label == "tcp#projected~layers" and Series.from_dict(asdict(s)) == s
+    p = Place("emu-1g", "split", 80.0)
+    assert p.label == "emu-1g@split +80 ms gap" and Place.from_dict(asdict(p)) == p and p.unhurried.label == "emu-1g@split"
+    # a planned cell, recorded as a sweep records it, reads back to the same identity
+    cfg = dataclasses.replace(load_sweep("configs/sweep.toml", quick=True), codecs=("none", "int8"), clients=(1, 2))
+    cells = plan_cells(cfg, [load_rung("loopback")], load_shape().shape, 1, ["split-busy", "same-block"])
+    for c in cells[:40]:
+        run = {"rung": c.label, "sweep": {"cell": asdict(c)}}
+        plan = {"transport": c.series.transport, "codec": c.series.codec, "gap_ms": c.gap_ms,
+                "request_bytes": c.request_bytes, "reply_bytes": c.reply_bytes,
+                "group": {"size": c.series.clients} if c.series.clients > 1 else None}
+        key = cell_of(run, {"plan": plan, "payload": c.payload, "tokens": c.tokens, "design": c.series.design})
+        assert (key.place, key.series, key.payload) == (c.place, c.series, c.payload)

@@ -127,14 +127,19 @@ def _with_pair(maker: Maker, fn: Callable[[Any, Any], None], timeout_s: float = 
 
 
 def check_byte_exact_sizes(maker: Maker) -> None:
+    """Channel.send / recv_into: every size from 1 B to 4 MiB + 3 arrives whole and byte-exact, both ways."""
     _with_pair(maker, lambda c, s: exchange((c, s), [(n, n) for n in SIZES]))
 
 
 def check_asymmetric_replies(maker: Maker) -> None:
+    """Channel.send / recv_into: requests and replies of unlike sizes (184,320 B out, 8 B
+    back; 8 B out, 1 MiB back) alternate without loss."""
     _with_pair(maker, lambda c, s: exchange((c, s), [(184320, 8)] * 20 + [(8, 1 << 20), (61440, 8), (4 << 20, 16)]))
 
 
 def check_info_and_alloc(maker: Maker) -> None:
+    """Channel.info names the transport (Nagle off where it reports it); Channel.alloc gives
+    a writable buffer of exactly nbytes."""
     def run(client: Any, server: Any) -> None:
         assert isinstance(client.info, dict) and client.info.get("transport") == maker.name
         if "tcp_nodelay" in client.info:  # a channel that reports Nagle's switch has it off, both ends
@@ -146,6 +151,7 @@ def check_info_and_alloc(maker: Maker) -> None:
 
 
 def check_peer_close_is_peer_closed(maker: Maker) -> None:
+    """Channel.recv_into: a peer that closed raises PeerClosed, never a hang or a bare OSError."""
     def run(client: Any, server: Any) -> None:
         exchange((client, server), [(64, 8)])
         server.close()
@@ -159,6 +165,7 @@ def check_peer_close_is_peer_closed(maker: Maker) -> None:
 
 
 def check_close_is_idempotent(maker: Maker) -> None:
+    """Channel.close: idempotent and never raises, on either end."""
     client, server = maker.pair()
     client.close()
     client.close()  # never raises
@@ -167,6 +174,7 @@ def check_close_is_idempotent(maker: Maker) -> None:
 
 
 def check_send_after_close_raises(maker: Maker) -> None:
+    """Channel.send after close raises a HopbenchError, not a crash or silence."""
     client, server = maker.pair()
     client.close()
     try:
@@ -179,6 +187,7 @@ def check_send_after_close_raises(maker: Maker) -> None:
 
 
 def check_length_mismatch_is_protocol_error(maker: Maker) -> None:
+    """Channel.recv_into: a message-framed library's message of another length raises ProtocolError."""
     if not getattr(maker.transport, "message_framed", True):
         raise NotApplicable(f"{maker.name} is a byte stream: a message has no length of its own")
 
@@ -194,6 +203,7 @@ def check_length_mismatch_is_protocol_error(maker: Maker) -> None:
 
 
 def check_receive_timeout(maker: Maker) -> None:
+    """Channel.recv_into: nothing arriving raises Timeout after the channel's timeout."""
     def run(client: Any, server: Any) -> None:
         t0 = time.monotonic()
         try:
@@ -207,6 +217,7 @@ def check_receive_timeout(maker: Maker) -> None:
 
 
 def check_send_timeout(maker: Maker) -> None:
+    """Channel.send: a peer that never reads makes a send raise Timeout, not block forever (where sends are bounded)."""
     if not getattr(maker.transport, "bounded_send", True):
         raise NotApplicable(f"{maker.name} queues every send without bound (in memory)")
 
@@ -232,6 +243,7 @@ def check_send_timeout(maker: Maker) -> None:
 
 
 def check_dead_port_is_connect_failed(maker: Maker) -> None:
+    """Transport.connect: a port nothing listens on raises ConnectFailed."""
     t = maker.transport
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -245,6 +257,7 @@ def check_dead_port_is_connect_failed(maker: Maker) -> None:
 
 
 def check_port_in_use_is_connect_failed(maker: Maker) -> None:
+    """Transport.listen: a port in use raises ConnectFailed saying it is in use."""
     t = maker.transport
     first = t.listen("127.0.0.1", 0, TransportOptions())
     try:
@@ -258,6 +271,7 @@ def check_port_in_use_is_connect_failed(maker: Maker) -> None:
 
 
 def check_unknown_setting_is_refused(maker: Maker) -> None:
+    """Transport.check_settings: a setting the library does not know raises ConfigError."""
     from hopbench.errors import ConfigError
 
     try:
@@ -346,6 +360,8 @@ def loop_round_trips(maker: Maker | str, poll: str, loop: str, request_bytes: in
 
 
 def check_loop_runs_and_records(maker: Maker, poll: str, loop: str) -> None:
+    """The loops over Channel.send / recv_into: each size's cycles are timed, run in the loop
+    asked for, and carry the last seq and ids."""
     for size in (8, 64, 4096, 61440, 184320):
         samples, which, req, rep = loop_round_trips(maker, poll, loop, size, 40)
         assert (samples > 0).all(), samples
@@ -399,6 +415,7 @@ def check_loop_bytes_identical_to_python(maker: Maker, poll: str, loop: str) -> 
 
 
 def check_loop_wrong_reply_is_verify_error(maker: Maker, poll: str, loop: str) -> None:
+    """The loops' reply check: a stale reply's ids raise VerifyError at its seq; completed cycles keep their samples."""
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
@@ -456,6 +473,7 @@ def check_loop_checksum_mismatch(maker: Maker, poll: str, loop: str) -> None:
 
 
 def check_loop_bad_seq_goes_to_the_callback(maker: Maker, poll: str, loop: str) -> None:
+    """The echo loop over Channel.recv_into: a request out of sequence goes to on_bad_seq, and the loop stops there."""
     from hopbench.core.timing import echo_cycles
 
     codec = _codec()
@@ -474,6 +492,7 @@ def check_loop_bad_seq_goes_to_the_callback(maker: Maker, poll: str, loop: str) 
 
 
 def check_loop_peer_close_keeps_completed(maker: Maker, poll: str, loop: str) -> None:
+    """The loops over Channel.recv_into's PeerClosed: a peer closing mid-run raises it and keeps every completed sample."""
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
@@ -505,6 +524,7 @@ def check_loop_peer_close_keeps_completed(maker: Maker, poll: str, loop: str) ->
 
 
 def check_loop_silent_peer_times_out(maker: Maker, poll: str, loop: str) -> None:
+    """The loops over Channel.recv_into's Timeout: a silent peer ends the run with Timeout, not a hang."""
     import numpy as np
 
     from hopbench.core.timing import Progress, run_cycles
