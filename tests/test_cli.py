@@ -169,7 +169,6 @@ def test_run_help_groups_its_flags():
     assert panels == {"Connection", "Payload", "Timing", "Load", "GPU", "Output", "Stream", "Drafter"}, panels
 
 
-
 @pytest.mark.parametrize("why", ["dead port", "wrong secret"])
 def test_a_run_that_never_connects_leaves_nothing_on_disk(tmp_path, why):
     srv = None

@@ -13,7 +13,6 @@ from hopbench.testing import register_fake, transport_or_skip
 TRANSPORTS = sorted(set(registry()) | {register_fake()})
 
 
-
 connected = C.connected
 exchange = C.exchange
 

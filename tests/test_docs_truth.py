@@ -111,7 +111,6 @@ def test_no_default_of_the_records_is_restated():
                                                if p.name != "records.py")
 
 
-
 def test_docs_link_only_inside_the_repository():
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = md.read_text()

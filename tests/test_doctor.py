@@ -153,7 +153,6 @@ def test_run_preflight_warns_and_strict_refuses(server, tmp_path):
     assert r.returncode != 0 and "--strict refuses" in r.stderr and not (tmp_path / "b").exists()
 
 
-
 def test_doctor_compares_the_rate_it_is_given():
     a, b = cli("doctor", "--rate", "100"), cli("doctor", "--rate", "1000")
     la = [ln for ln in a.stdout.splitlines() if "nominal rate" in ln]

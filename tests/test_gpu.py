@@ -381,7 +381,6 @@ def test_a_streamed_plan_with_gpu_memory_at_one_end(chunk_buffers, server, clien
 def test_a_streamed_gpu_plan_under_a_codec_is_refused(fake_gpu, server):
     import dataclasses
 
-
     plan = dataclasses.replace(_streamed_gpu(), codec="fp8", codec_group=6144)
     assert "not with a codec" in str(plan.range_error())  # a peer's plan of this kind: an ERROR
     with pytest.raises(ConfigError, match="not with a codec"):  # the client's refusal, before the server's

@@ -183,7 +183,6 @@ def _umask():
     return u
 
 
-
 def test_secret_from_the_environment_covers_the_floor_too(tmp_path):
     srv, port = serve_process(env={"HOPBENCH_SECRET": "s3"})
     try:

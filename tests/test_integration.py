@@ -60,6 +60,27 @@ def test_over_cap_plan_is_refused_then_server_serves_next(server_factory):
     s.close()
 
 
+def test_a_plan_no_server_could_run_is_refused_by_the_client_before_it_is_sent(server):
+    """Values that cannot describe a plan (Plan.range_error), of any kind, are the client's
+    one-line ConfigError (hopbench.core.kinds.client_path) before a PLAN frame leaves: the
+    server logs nothing and the same session measures the next plan."""
+    import dataclasses
+
+    from hopbench.errors import ConfigError
+
+    s = Session(server.host, server.port)
+    try:
+        for bad, says in ((dict(k=0), "k must be between 1 and 64"), (dict(cycles=0), "cycles must be at least 1"),
+                          (dict(request_bytes=4), "below the 8-byte sequence header")):
+            with pytest.raises(ConfigError, match=says):
+                s.measure(dataclasses.replace(small_plan(), **bad))
+        m = s.measure(small_plan(cycles=10))
+        assert m.completed == m.plan.total and m.error is None
+    finally:
+        s.close()
+    assert not [ln for ln in server.lines if "error" in ln.lower()], server.lines
+
+
 @pytest.mark.parametrize("garbage", [
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # garbage
     b"HOPB",  # truncated hello header
@@ -131,7 +152,6 @@ def _kill_session(st):
 
     assert st.server.current is not None
     control.shutdown(st.server.current)
-
 
 
 def test_the_servers_caps_are_checked_against_the_whole_plan_first(tmp_path):

@@ -25,7 +25,6 @@ CASES = [
 ]
 
 
-
 @pytest.mark.parametrize("loop", ["python", pytest.param("native", marks=needs_native)])
 @pytest.mark.parametrize("check", C.LOOP_CHECKS, ids=lambda c: c.__name__.removeprefix("check_loop_"))
 @pytest.mark.parametrize("name,poll", CASES)

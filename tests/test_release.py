@@ -138,7 +138,6 @@ def test_no_build_output_is_tracked():
     assert tracked == [], tracked
 
 
-
 def test_golden_results_of_every_older_schema_load_and_newer_are_refused(tmp_path):
     groups, top = D.load_groups(GOLDEN / "sweep-v1")
     assert top["schema_version"] == 1 and {g.payload for g in groups} >= {"T1", "T3"}

@@ -203,7 +203,6 @@ def test_the_servers_reproduce_line_has_what_the_run_needed():
     assert line[line.index("--drafter") + 1] == "/m/config.json" and line[-1] == "/m/w.safetensors"
 
 
-
 def test_plot_draws_a_bytes_only_run_like_report_does(server, tmp_path):
     """Item 8: plot refused the README's `run --bytes grid` folder ('no measurement at T = 3')."""
     from hopbench.records import Payload

@@ -215,7 +215,6 @@ def test_session_cpus_are_checked_before_anything_is_pinned(monkeypatch):
     assert pinned == []
 
 
-
 def test_a_second_client_is_told_at_once_that_the_server_is_busy(server):
     """Item 11: a second client waited unanswered in the accept queue until its timeout."""
     import time

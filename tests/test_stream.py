@@ -476,7 +476,6 @@ def test_spec_targets_stream_into_one_drafter_each_paired_with_its_own_local(ser
         assert all(by[("stream", k)] == by[("local", k)] for _, k in by), by  # the same acceptance outcomes
 
 
-
 def test_a_streamed_run_says_how_long_and_when_its_schedule_was_not_kept(server, tmp_path):
     peer = f"{server.host}:{server.port}"
     out = cli("run", "--peer", peer, "--stream", "layers", "--forward-ms", "0.001", "--cycles", "30", "--no-floor",

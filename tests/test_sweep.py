@@ -179,7 +179,6 @@ def test_a_minimal_sweep_config_names_only_its_rungs(tmp_path):
         load_sweep(p)
 
 
-
 def test_sweep_preflight_names_missing_extras_before_measuring(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text((ROOT / "tests" / "data" / "sweep-tiny.toml").read_text())

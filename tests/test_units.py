@@ -311,7 +311,6 @@ def test_an_emulated_link_is_used_only_once_it_is_running(monkeypatch):
         netem._wait_running("hb1x0s", "hb1x0a")
 
 
-
 def test_identity_is_typed_from_plan_to_reading(tmp_path):
     """Issue 39 (REVIEW4 §5.4): a cell's identity is built once and carried typed; a golden
     v1 folder (flat sweep cells, no place record) and a fresh plan both read back as

@@ -66,6 +66,9 @@ def client_path(plan: P.Plan, schedule: Any = None, stream: Any = None) -> CP.Cl
     """The one client path of this plan's kind (Session.measure); `schedule`: open loop's
     send times; `stream`: a streamed plan's forward schedule (hopbench.core.stream.Schedule)."""
     kind = KINDS[plan.kind]
+    wrong = plan.range_error()  # values that cannot describe a plan: refused before any server is asked
+    if wrong:
+        raise ConfigError(wrong)
     if schedule is not None and not kind.open_loop:
         raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec, "
                           "--memory cuda, --stream or --remote-drafter")
