@@ -27,7 +27,6 @@ def test_run_via_cli_runner(server, tmp_path):
     assert "T3" in res.output and "184320" in res.output
     assert (out / "summary.csv").read_text().count("\n") == 5
     # the instrument's floor: same transport, 64 B, loopback, measured and recorded
-
     floor = json.loads((out / "report.json").read_text())["floor"]
     assert floor["transport"] == "tcp" and floor["request_bytes"] == 64 and floor["n"] == 30
     assert floor["p50_ci_lo_ns"] <= floor["p50_ns"] <= floor["p50_ci_hi_ns"]
