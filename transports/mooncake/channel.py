@@ -50,10 +50,12 @@ class MooncakeChannel:
         self._regions: dict[int, np.ndarray] = {}  # what alloc registered, by address
         self._stage = np.zeros(0, dtype=np.uint8)  # a registered copy of a send from other memory
         self._sent = 0  # messages sent (k of the next)
-        self._tx = 0  # the next position in the peer's ring
+        self._tx = 0  # the next position in the peer's ring (a stream position: its offset is % ring)
+        self._reach = 0  # the farthest end of a WRITE into the peer's ring (its offset + length)
+        self._free_below = 0  # positions the peer has read or we skipped: free whatever it has said
         self._received = 0
         self._consumed = 0  # how far we have read our ring
-        self._told = 0  # how far we last told the peer
+        self._unsaid = 0  # bytes read since we last told the peer how far (in a notification)
         self._closed = False
         self.acks_sent = 0
         self._info = {"transport": "mooncake", "mooncake": version(), "endpoint": peer.segment,
@@ -64,6 +66,7 @@ class MooncakeChannel:
     @property
     def info(self) -> dict[str, Any]:
         return {**self._info, "peer_ring_bytes": self._peer.ring_bytes, "acks_sent": self.acks_sent,
+                "peer_ring_reach": self._reach,
                 "receives": self._received}
 
     def alloc(self, nbytes: int) -> np.ndarray:
@@ -99,19 +102,25 @@ class MooncakeChannel:
             raise ProtocolError(f"a Mooncake message of {n} B is over a quarter of the peer's {ring} B ring "
                                 "(raise the receiver's MOONCAKE_ring_mib)")
         pos = self._tx
+        box = self._box
         off = pos % ring
-        if off + n > ring:  # not before the ring's end: it starts at 0
+        if off and box.acked >= pos:  # the peer has read all we sent: start again at the ring's head,
+            pos += ring - off  # the memory its last messages warmed (not the next cold stretch of it)
+            off = 0
+            self._free_below = pos
+        elif off + n > ring:  # not before the ring's end: it starts at 0
             pos += ring - off
             off = 0
-        box = self._box
-        if pos + n - box.acked > ring:
-            self._wait(lambda: pos + n - box.acked <= ring, "send (waiting for room in the peer's ring)")
+        if pos + n - max(box.acked, self._free_below) > ring:
+            self._wait(lambda: pos + n - max(box.acked, self._free_below) <= ring,
+                       "send (waiting for room in the peer's ring)")
         src = self._source(arr)
         k = self._sent
-        self._told = self._consumed
+        self._unsaid = 0
         self._write(src, off, n, f"D {k} {pos} {n} {self._consumed}", "send")
         self._sent = k + 1
         self._tx = pos + n
+        self._reach = max(self._reach, off + n)
 
     def _write(self, src: int, off: int, n: int, msg: str, what: str) -> None:
         p = self._peer
@@ -134,6 +143,7 @@ class MooncakeChannel:
         pos, n = events.pop(k)
         self._received = k + 1
         self._consumed = pos + n
+        self._unsaid += n
         dst = _bytes(buf)
         try:
             if n != dst.nbytes:
@@ -141,8 +151,8 @@ class MooncakeChannel:
             off = pos % self._ring.nbytes
             dst[:] = self._ring[off:off + n]
         finally:
-            if self._consumed - self._told > self._ring.nbytes // 4:  # a quarter read and not said: say it
-                self._told = self._consumed
+            if self._unsaid > self._ring.nbytes // 4:  # a quarter read and not said: say it
+                self._unsaid = 0
                 self.acks_sent += 1
                 self._write(int(self._ring.ctypes.data), 0, 0, f"A {self._consumed}", "receive (acknowledging)")
 
