@@ -16,10 +16,7 @@ import pytest
 from hopbench.core.stats import jain
 from hopbench.core.timing import open_schedule
 from hopbench.errors import ConfigError
-
-
-def _hb(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=timeout)
+from tests.conftest import cli
 
 
 def _run_req(server, out, **kw):
@@ -70,7 +67,7 @@ def test_two_targets_at_once_land_as_one_run_every_reader_takes(server_factory, 
     assert list(d.cells["transport"]) == ["tcp", "tcp", "tcp@2", "tcp@2"]
     assert list(d.cells["n"])[:2] == [200, 200] and list(d.cells["n"])[2:] == [p["summary"]["n"] for p in
                                                                                top["payloads"][2:]]
-    v = _hb("verdict", str(out))
+    v = cli("verdict", str(out))
     assert v.returncode == 0 and "tcp@2" in v.stdout, v.stderr
     doc = json.loads(result_document(out))
     t3 = next(p for p in doc["clients"]["payloads"] if p["payload"] == "T3@2")
@@ -225,7 +222,7 @@ def test_bad_load_flags_are_one_line_each(server, tmp_path):
                       (["--mps", "0"], "--mps 0: give a rate above 0"),
                       (["--mps", "100", "--arrivals", "bursty"], "--arrivals bursty: fixed or poisson"),
                       (["--mps", "100", "--codec", "fp8"], "not with --codec")):
-        r = _hb("run", "--peer", f"{server.host}:{server.port}", "--no-floor", "--out", str(tmp_path / "x"), *args)
+        r = cli("run", "--peer", f"{server.host}:{server.port}", "--no-floor", "--out", str(tmp_path / "x"), *args)
         assert r.returncode != 0 and msg in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
 
@@ -251,7 +248,7 @@ def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp
     assert {(c.payload, c.series.clients) for c in cells if c.repeat == 0} == {
         ("T1", 1), ("T3", 1), ("B64", 1), ("B65536", 1), ("T1@2", 2), ("T3@2", 2), ("B64@2", 2), ("B65536@2", 2)}
     out = tmp_path / "sw"
-    r = _hb("sweep", str(cfg), "--out", str(out), timeout=600)
+    r = cli("sweep", str(cfg), "--out", str(out), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "loopback, tcp: per-target hop M=1" in r.stdout and "M=2" in r.stdout, r.stdout[-3000:]
     cell = json.loads(next((out / "cells").glob("loopback/tcp/T3@2-g0/r0/report.json")).read_text())
@@ -271,7 +268,7 @@ def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path)
     intervals over repeats, the mean batch, and the capacity, in the table and --json."""
     srv = server_factory(max_sessions=4)
     out = tmp_path / "st"
-    r = _hb("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,2", "--modes", "local,sync", "--draft-remote",
+    r = cli("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,2", "--modes", "local,sync", "--draft-remote",
             "batch:8+2", "--cycles", "15", "--warmup", "2", "--repeats", "2", "--time-scale", "0.1", "--out", str(out),
             "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -295,7 +292,7 @@ def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path)
     for t in two["per_target"]:
         assert t["gain"] == pytest.approx(t["ratio"]["value"] - 1) and t["beats"] == (t["ratio"]["lo"] > 1)
     run, _, _ = _run_req(srv, tmp_path / "r", tokens="3", cycles=50)  # the report's Answer says the capacity
-    page = _hb("report", str(run), "--spec", str(out), "-o", str(tmp_path / "p.html"))
+    page = cli("report", str(run), "--spec", str(out), "-o", str(tmp_path / "p.html"))
     assert page.returncode == 0, page.stderr[-2000:]
     text = (tmp_path / "p.html").read_text()
     assert "measured by hopbench spec --targets" in text
@@ -305,7 +302,7 @@ def test_spec_targets_two_against_one_batching_drafter(server_factory, tmp_path)
 
 def test_spec_targets_above_the_server_limit_is_refused_first(server_factory, tmp_path):
     srv = server_factory(max_sessions=2)
-    r = _hb("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,4", "--modes", "local,sync", "--out",
+    r = cli("spec", "--peer", f"{srv.host}:{srv.port}", "--targets", "1,4", "--modes", "local,sync", "--out",
             str(tmp_path / "x"))
     assert r.returncode != 0 and "--targets 4: the server at" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
@@ -369,10 +366,10 @@ def test_ctrl_c_during_several_targets_keeps_a_readable_run(server_factory, tmp_
     for t in ("t1", "t2", "t3"):
         rep = out / "targets" / t / "report.json"
         assert not rep.exists() or json.loads(rep.read_text())["status"] != "running"
-    v = _hb("verdict", str(out), "--json")
+    v = cli("verdict", str(out), "--json")
     assert v.returncode == 0, v.stderr[-2000:]
     assert json.loads(v.stdout)["results"][0]["status"] == "incomplete"
-    text = _hb("verdict", str(out))
+    text = cli("verdict", str(out))
     assert "note: this result is incomplete: the calls below come from what was measured so far" in text.stdout
     import hopbench
 

@@ -4,7 +4,6 @@ notebook-style example in docs/examples runs."""
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,9 +11,7 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 
 import hopbench  # noqa: E402
-
-GOLDEN = Path(__file__).parent / "golden"
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import GOLDEN, ROOT, cli  # noqa: E402
 
 
 def test_load_gives_tidy_frames_that_match_the_estimator(tmp_path):
@@ -49,8 +46,7 @@ def test_json_documents_of_the_analysis_commands(tmp_path):
     folder = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
 
     def hb(*args):
-        r = subprocess.run([sys.executable, "-m", "hopbench", *args], capture_output=True, text=True, timeout=120,
-                           cwd=ROOT)
+        r = cli(*args, timeout=120)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)  # one JSON document, nothing else on stdout
 
