@@ -186,6 +186,24 @@ fail:
     return NULL;
 }
 
+/* A copy of a bytes-like object's contents into *out (malloc'd, *n its length); -1 (a Python
+ * error set) when it is not one or memory runs out. */
+static int copy_bytes(PyObject *obj, uint8_t **out, size_t *n) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE))
+        return -1;
+    *out = malloc(v.len ? (size_t)v.len : 1), *n = (size_t)v.len;
+    if (*out)
+        memcpy(*out, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    if (!*out) {
+        *n = 0;
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* set_state(capsule, the same tuple state() returns, [(our region id, the peer's, transfer
  * handle, the peer region's length)]): the Python channel's state, handed to C. */
 static PyObject *py_set_state(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -227,16 +245,9 @@ static PyObject *py_set_state(PyObject *Py_UNUSED(self), PyObject *args) {
             break;
         }
         c->hard = PyObject_IsTrue(hard), c->rid = rid, c->length = length;
-        if (raw != Py_None) {
-            Py_buffer v;
-            if (PyObject_GetBuffer(raw, &v, PyBUF_SIMPLE)) {
-                bad = 1;
-                break;
-            }
-            c->raw = malloc(v.len ? (size_t)v.len : 1), c->rawlen = (size_t)v.len;
-            if (c->raw)
-                memcpy(c->raw, v.buf, (size_t)v.len);
-            PyBuffer_Release(&v);
+        if (raw != Py_None && copy_bytes(raw, &c->raw, &c->rawlen)) {
+            bad = 1;
+            break;
         }
     }
     pos = 0;
@@ -251,16 +262,9 @@ static PyObject *py_set_state(PyObject *Py_UNUSED(self), PyObject *args) {
             break;
         }
         ev->kind = kind[0], ev->value = value;
-        if (body != Py_None) {
-            Py_buffer v;
-            if (PyObject_GetBuffer(body, &v, PyBUF_SIMPLE)) {
-                bad = 1;
-                break;
-            }
-            ev->body = malloc(v.len ? (size_t)v.len : 1), ev->bodylen = (size_t)v.len;
-            if (ev->body)
-                memcpy(ev->body, v.buf, (size_t)v.len);
-            PyBuffer_Release(&v);
+        if (body != Py_None && copy_bytes(body, &ev->body, &ev->bodylen)) {
+            bad = 1;
+            break;
         }
     }
     pthread_mutex_unlock(&e->lock);
