@@ -577,3 +577,79 @@ def test_busy_under_one_session_at_a_time_waits_its_grace_then_refuses_or_serves
     assert a.closed()
     t, hello = c.recv_frame()
     assert t == P.HELLO and hello["role"] == "server", hello
+
+
+# ---- issue 62: the independent peer's failures, each from the document ---------------------
+
+@pytest.mark.parametrize("frame_type", [P.BYE, P.PLAN])
+def test_a_non_error_frame_in_a_data_message_is_answered_with_a_padded_abort(server, frame_type):
+    """docs/PROTOCOL.md "Aborting a plan": only ERROR may abort; another frame in place of a
+    request is a protocol fault, answered by an ERROR in whole reply-sized messages (8 B here)
+    that a peer reads as the document says, then the close."""
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, _ = _spec_plan(c, "tcp")
+    assert t == P.ACCEPT
+    frame = P.HEADER.pack(b"HOPB", P.VERSION, frame_type, 0, 0)
+    c.sock.sendall(frame + bytes(64 - len(frame)))
+    reason = c.read_abort(c.recv_exact(8), 8)
+    assert "only ERROR may abort a plan" in reason, reason
+    assert c.closed()  # nothing after the padded frame: no stray bytes, the session ends
+
+
+@pytest.mark.parametrize("codec", ["zstd:", "fp8 ", " lz4", "fp8:", "zstd:1 ", "ZSTD"])
+def test_codec_strings_outside_the_grammar_are_refused(server, codec):
+    """docs/CODECS.md: exactly the grammar; "Anything else is refused"."""
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", codec=codec, codec_group=28)
+    assert t == P.REFUSE and "docs/CODECS.md" in obj["reason"], obj
+
+
+@pytest.mark.parametrize("codec", ["zstd", "zstd:01", "blosc2", "blosc2:", "blosc2::3", "blosc2:bitshuffle+lz4:1"])
+def test_codec_strings_inside_the_grammar_are_served(server, codec):
+    pytest.importorskip("zstandard")
+    pytest.importorskip("blosc2")
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", codec=codec, codec_group=28)
+    assert t == P.ACCEPT, obj
+
+
+def test_a_drafter_refuse_ends_the_session_at_both_ends(server):
+    """docs/PROTOCOL.md: every REFUSE closes the session, a drafter plan's too. The server
+    closes after its REFUSE; the client's Session says so for the next plan instead of
+    writing into a closed connection."""
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", request_bytes=640, drafter={})
+    assert t == P.REFUSE and "runs no drafter model" in obj["reason"], obj
+    assert c.closed()
+    s = Session(server.host, server.port)
+    with pytest.raises(Refused, match="runs no drafter model"):
+        s.measure(small_plan(request_bytes=640, drafter=P.DrafterPlan()))
+    with pytest.raises(Refused, match="this session ended when the server refused a plan"):
+        s.measure(small_plan(cycles=5))
+    s.close()
+    with Session(server.host, server.port) as s:  # and the server serves the next session
+        assert s.measure(small_plan(cycles=5)).completed == 11
+
+
+@pytest.mark.parametrize("sub,body", [("spec", {"mode": "sync", "bytes_per_token": 16, "draft": "sleep:0", "x": 1}),
+                                      ("stream", {"chunks": 2, "chunk_bytes": 32, "x": 1}),
+                                      ("group", {"id": "g", "size": 1, "x": 1}),
+                                      ("drafter", {"early": "off", "x": 1})])
+def test_an_unknown_key_inside_a_plans_block_is_an_error(server, sub, body):
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", **{sub: body})
+    assert t == P.ERROR and "unknown key 'x'" in obj["reason"], obj
+
+
+def test_a_streamed_spec_without_chunks_is_refused_not_an_error(server):
+    """docs/PROTOCOL.md's Plans table: the body is whole; what mode stream needs is a REFUSE."""
+    c = SpecClient(server.host, server.port)
+    c.handshake()
+    t, obj = _spec_plan(c, "tcp", request_bytes=48, reply_bytes=24,
+                        spec={"mode": "stream", "bytes_per_token": 16, "draft": "sleep:0"})
+    assert t == P.REFUSE and "chunks" in obj["reason"], obj

@@ -74,6 +74,36 @@ def test_a_spec_plan_the_drafter_cannot_run_is_refused(server):
     s.close()
 
 
+def test_a_plan_never_makes_the_server_open_a_path(server, tmp_path):
+    """docs/SECURITY.md: no file access. A PLAN naming file:PATH is refused without the file
+    being read (a readable number would otherwise be served; a word would be quoted back)."""
+    number, word = tmp_path / "n.txt", tmp_path / "w.txt"
+    number.write_text("0.5\n")
+    word.write_text("secret-first-line\n")
+    for f in (number, word):
+        s = Session(server.host, server.port)
+        plan, _ = _spec_plan(draft=f"file:{f}")
+        with pytest.raises(Refused, match="opens no path") as got:
+            s.measure(plan)
+        assert "secret-first-line" not in str(got.value)
+        s.close()
+
+
+def test_the_client_reads_a_work_file_and_sends_its_values(server, tmp_path):
+    f = tmp_path / "d.txt"
+    f.write_text("0.25\n1\n0.125\n")
+    assert S.wire_work(f"file:{f}") == "durations:0.25,1,0.125"
+    assert S.parse_work("durations:0.25,1,0.125", files=False).durations_ms == [0.25, 1.0, 0.125]
+    assert S.wire_work("sleep:3") == "sleep:3"
+    f.write_text("15.883\n" * 2000)  # more than a PLAN's string carries: refused here, in one line
+    with pytest.raises(ConfigError, match="give fewer lines"):
+        S.wire_work(f"file:{f}")
+    f.write_text("0.25\n")
+    cfg = SpecConfig(**SHAPE, cycles=4, warmup=1, repeats=1, time_scale=0.02, seed=5, draft_remote=f"file:{f}")
+    out = run_spec(server.host, server.port, cfg, folder=tmp_path / "s")
+    assert json.loads((out / "report.json").read_text())["status"] == "complete"
+
+
 def test_spec_end_to_end_against_a_real_server(server, tmp_path):
     cfg = SpecConfig(**SHAPE, cycles=12, warmup=2, repeats=2, time_scale=0.02, seed=5)
     out = run_spec(server.host, server.port, cfg, folder=tmp_path / "s")

@@ -138,6 +138,9 @@ class Session:
         #: the last plan's measurement, complete or not: after an exception, what was measured before it
         self.measured: Measurement | None = None
         self._bye_sent = False
+        #: why the session ended under the client: a REFUSE (the server closes after every
+        #: one, docs/PROTOCOL.md "States"); a later plan is refused here, naming it
+        self.refused: str | None = None
         self.control = control.connect(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, poll=poll)
         try:
             hello: dict[str, Any] = {"protocol": P.VERSION, "role": "client", "software": f"hopbench {__version__}"}
@@ -239,9 +242,17 @@ class Session:
         """PLAN, ACCEPT, and the plan's data route over its transport (resolved once, by the
         caller): the control connection itself for a transport that runs on it, else a data
         channel, proven in a bound session."""
+        if self.refused is not None:
+            raise Refused(f"this session ended when the server refused a plan ({self.refused}); "
+                          "open a new session for the next")
         P.send_msg(self.control, P.PLAN, plan.to_wire(), self.bind)
         with control.patience(self.control, self.timeout_s + P.GROUP_WAIT_S if plan.group else self.timeout_s):
-            _, accept = P.recv_msg(self.control, P.ACCEPT, bind=self.bind)
+            try:
+                _, accept = P.recv_msg(self.control, P.ACCEPT, bind=self.bind)
+            except Refused as exc:
+                self.refused, self._bye_sent = str(exc), True  # the server has closed: no BYE to send
+                self.control.close()
+                raise
         self._check_accept(accept, transport)
         plan_no, self.plans = self.plans, self.plans + 1  # the server numbers every accepted plan alike
         if transport.reuses_control:

@@ -383,15 +383,15 @@ def steady_heap() -> bool:
 def parse(spec: str, width: int) -> Codec:
     """The codec a --codec value names, its library loaded: ConfigError for an unknown name
     or option (with the list), CodecUnavailable for a missing library (with the install line)."""
-    name, _, opts = spec.strip().partition(":")
+    name, colon, opts = spec.partition(":")  # exactly docs/CODECS.md's grammar: no space, no empty level
     if name not in NAMES:
         raise _fail(spec, f"unknown codec {name!r}")
     if name in ("none", "lz4", "fp8", "int8"):
-        if opts:
+        if colon:
             raise _fail(spec, f"{name} takes no options")
         return {"none": Codec, "lz4": Lz4, "fp8": Fp8, "int8": Int8}[name](width)
     if name == "zstd":
-        return Zstd(width, _level(spec, opts, 1, 19) if opts else 1)
+        return Zstd(width, _level(spec, opts, 1, 19) if colon else 1)
     pipe, _, level = opts.partition(":")
     flt, _, codec = (pipe or "shuffle+zstd").partition("+")
     if flt not in _FILTERS or codec not in _BLOSC_CODECS:

@@ -458,9 +458,8 @@ def describe(m: Model) -> dict[str, Any]:
                            "dtype": str(m.dtype).replace("torch.", ""), "weights": m.weights_from,
                            "weight_bytes": m.shape.weight_bytes(2 if m.device == "cuda" else 4),
                            "cuda_graphs": m.graphs, "torch": torch.__version__,
-                           "ids_meaningful": m.weights_from != "random"}
-    if m.device == "cuda":
-        out["gpu"] = torch.cuda.get_device_name()
+                           "ids_meaningful": m.weights_from != "random",
+                           "gpu": torch.cuda.get_device_name() if m.device == "cuda" else None}
     bw = copy_bandwidth(torch, m.device)
     out["copy_bytes_per_s"] = bw
     out["weight_read_floor_ns"] = int(out["weight_bytes"] / bw * 1e9)

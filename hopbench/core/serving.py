@@ -97,7 +97,11 @@ def bad_request(ctx: PlanContext, chan: Channel, request: Any, seq: int, plan: P
     else was wrong): the client's abort (the plan ends, the session goes on), or a protocol
     fault (the server aborts on the data stream and ends the session)."""
     if P.is_abort(request):
-        ctx.log(f"client aborted plan at seq {seq}: {P.read_abort(chan, request)[:200]}")
+        try:
+            reason = P.read_abort(chan, request)
+        except ProtocolError as exc:  # a frame other than ERROR: answered padded, as every abort is
+            abort(chan, str(exc), plan)
+        ctx.log(f"client aborted plan at seq {seq}: {reason[:200]}")
         return
     abort(chan, why or f"request carries seq {P.SEQ.unpack_from(request, 0)[0]}, expected {seq}", plan)
 
@@ -230,7 +234,7 @@ class SpecDrafter(ServingPath):
             if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
                 return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
                         f"(K + 1 tokens of hidden states; K ids + 16)")
-            self.draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0)
+            self.draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0, files=False)
             if plan.spec.draft == "model":
                 wrong = _model_refusal(plan, ctx)
                 if wrong:

@@ -204,8 +204,26 @@ class Work:
                 "mean_ms": None if self.kind in ("gpu-read", "model") else float(np.mean(self.durations_ms)) * self.scale}
 
 
-def parse_work(text: str, scale: float = 1.0) -> Work:
+#: the longest work model a PLAN carries (its `spec.draft` string, docs/PROTOCOL.md)
+MAX_WIRE_WORK = 4096
+
+
+def parse_work(text: str, scale: float = 1.0, *, files: bool = True) -> Work:
+    """A work model from its text (docs/SPEC.md). `files=False` is the server's reading of a
+    PLAN's: a client never makes the server open a path (docs/SECURITY.md), so `file:PATH`
+    is refused there; the client reads the file and sends `durations:MS,...` (wire_work)."""
     kind, _, arg = text.partition(":")
+    if kind == "file" and not files:
+        raise ConfigError("a PLAN's work model cannot be file:PATH: the server opens no path a client names "
+                          "(the client reads the file and sends durations:MS,...)")
+    if kind == "durations":
+        try:
+            values = [float(v) for v in arg.split(",")]
+        except ValueError:
+            raise ConfigError(f"work model {text[:60]!r}: expected durations:MS,MS,... (ms, >= 0)") from None
+        if min(values) < 0 or not all(math.isfinite(v) for v in values):
+            raise ConfigError(f"work model {text[:60]!r}: durations are finite ms >= 0")
+        return Work(text, scale, values)
     if kind in ("sleep", "spin"):
         try:
             ms = float(arg)
@@ -219,7 +237,7 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
             values = [float(line.split()[0]) for line in Path(arg).read_text().splitlines() if line.strip()]
         except (OSError, ValueError) as exc:
             raise ConfigError(f"work model {text!r}: cannot read durations in ms ({exc})") from None
-        if not values or min(values) < 0:
+        if not values or min(values) < 0 or not all(math.isfinite(v) for v in values):
             raise ConfigError(f"work model {text!r}: needs durations >= 0 in ms, one per line")
         return Work(text, scale, values)
     if kind == "batch":
@@ -240,7 +258,21 @@ def parse_work(text: str, scale: float = 1.0) -> Work:
         w = Work(text, scale, [])
         w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
         return w
-    raise ConfigError(f"work model {text!r}: expected sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B or model")
+    raise ConfigError(f"work model {text[:60]!r}: expected sleep:MS, spin:MS, file:PATH, durations:MS,..., "
+                      "gpu-read:BYTES, batch:A+B or model")
+
+
+def wire_work(text: str) -> str:
+    """The work model as a PLAN carries it: `file:PATH` read here, on the client, and sent as
+    `durations:MS,...` (each spelled shortest, reading back equal); any other as given."""
+    if not text.startswith("file:"):
+        return text
+    values = parse_work(text).durations_ms
+    wire = "durations:" + ",".join(repr(v).removesuffix(".0") for v in values)
+    if len(wire) > MAX_WIRE_WORK:
+        raise ConfigError(f"work model {text!r}: its {len(values)} durations take {len(wire)} characters as "
+                          f"durations:MS,...; a PLAN carries at most {MAX_WIRE_WORK}: give fewer lines")
+    return wire
 
 
 def _gpu_reader(nbytes: int) -> Callable[[], None]:

@@ -188,7 +188,7 @@ def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: A
                   reply_bytes=info.reply_bytes, k=cfg.k, id_bytes=cfg.id_bytes,
                   cycles=cfg.cycles, warmup=cfg.warmup,
                   transport_settings=cfg.transport_settings.get(cfg.transport, {}),
-                  spec=P.SpecPlan(mode, cfg.bytes_per_token, cfg.draft_remote,
+                  spec=P.SpecPlan(mode, cfg.bytes_per_token, S.wire_work(cfg.draft_remote),
                                   chunks=len(cfg.taps) if mode == "stream" else None, fanout=info.fanout, seed=seed,
                                   ranked=tuple(acceptance.ranked()), scale=cfg.time_scale,
                                   batch_window_ms=cfg.batch_window_ms if group else None,
@@ -205,7 +205,7 @@ def _models(cfg: SpecConfig) -> tuple[Any, Any, Any, Any]:
     verify = S.parse_work(cfg.verify, cfg.time_scale)
     local_draft = S.parse_work(cfg.draft_local, cfg.time_scale)
     if not cfg.draft_remote.startswith("gpu-read"):  # checked here; a GPU read is set up by the drafter
-        S.parse_work(cfg.draft_remote, cfg.time_scale)
+        S.parse_work(S.wire_work(cfg.draft_remote), cfg.time_scale, files=False)  # as the PLAN will carry it
     source = None
     if cfg.codec != "none":
         from hopbench.core.hidden import source_for
