@@ -26,7 +26,7 @@ for name, folder in MAPPED.items():  # configs/rungs holds TOML only: a namespac
 
 setup(packages=packages,
       package_dir=MAPPED,
-      package_data={"hopbench": ["py.typed", "_native.pyi", "_codec.pyi"], "hopbench.core": ["proxy_prompts.txt"], "hopbench.transports": ["*.pyi"], "hopbench.configs": ["*.toml"],
+      package_data={"hopbench": ["py.typed", "_native.pyi", "_codec.pyi"], "hopbench.models": ["proxy_prompts.txt"], "hopbench.transports": ["*.pyi"], "hopbench.configs": ["*.toml"],
                     "hopbench.configs.rungs": ["*.toml"]},
       ext_modules=[Extension(name, sources=[source], depends=[ABI_HEADER, *HEADERS.get(name, [])], include_dirs=["hopbench/core"],
                              optional=True, extra_compile_args=["-O3" if name == "hopbench._codec" else "-O2", "-std=c11", "-D_GNU_SOURCE"], libraries=["dl"])

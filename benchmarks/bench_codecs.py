@@ -92,11 +92,11 @@ def library_alone(codec_name: str, body: np.ndarray, reps: int) -> float:
 
 
 def part1(codecs: list[str], cycles: int) -> list[str]:
-    from hopbench.core import hidden
     from hopbench.core import protocol as P
     from hopbench.core.client import Session
     from hopbench.core.server import ServerConfig
     from hopbench.orchestration.serverproc import ServerProcess
+    from hopbench.workload import hidden
 
     src = hidden.synthetic(5, 6144)
     body = src.bodies(3 * 61440, 3, 1)[0]

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from hopbench.core import drafter as D
-from hopbench.core.drafting import Batcher
+from hopbench.core.batcher import Batcher
+from hopbench.models import drafter as D
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from hopbench.core import drafter as D
+from hopbench.models import drafter as D
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The proxy's forward (hopbench.core.proxy) against an independent reference:
+"""The proxy's forward (hopbench.models.proxy) against an independent reference:
 transformers' LlamaForCausalLM, loaded by transformers' own GGUF reader from the same file
 (it un-permutes Q/K and uses its own rotary embedding). Needs transformers and accelerate
 (not hopbench dependencies): pip install transformers accelerate.
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from hopbench.core import proxy as X
+from hopbench.models import proxy as X
 
 p = X.shipped_path()
 t=time.time()

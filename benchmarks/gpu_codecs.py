@@ -46,11 +46,12 @@ def main() -> None:
     import cupy as cp
 
     from hopbench.core import codecs as C
-    from hopbench.core import gpu, gpucodec, hidden
+    from hopbench.core import gpu, gpucodec
     from hopbench.core import protocol as P
     from hopbench.core.client import Session
     from hopbench.core.server import ServerConfig
     from hopbench.orchestration.serverproc import ServerProcess
+    from hopbench.workload import hidden
 
     info = gpu.device_info()
     print(f"device: {info.get('name')}, CuPy {cp.__version__}; CPU codec kernel: {C.Fp8(6144).kernel}")

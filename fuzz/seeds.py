@@ -72,7 +72,8 @@ def seeds(target: str) -> list[bytes]:
 def _codec_streams() -> list[bytes]:
     """For each codec and body size of the target: two real frames of synthetic states."""
     from fuzz.targets import CODEC_BODIES, CODEC_SPECS
-    from hopbench.core import codec_wire, codecs, hidden
+    from hopbench.core import codec_wire, codecs
+    from hopbench.workload import hidden
 
     src = hidden.synthetic(5, 6144, tokens=4)
     out = []

@@ -32,11 +32,11 @@ from hopbench.analysis import data as _data  # noqa: F401
 from hopbench.analysis import verdict as _verdict  # noqa: F401
 from hopbench.core import codec_wire as _codec_wire
 from hopbench.core import codecs as _codecs
-from hopbench.core import hidden as _hidden
 from hopbench.core import protocol as P
 from hopbench.core import serving as _serving  # noqa: F401
 from hopbench.core import session as _session  # noqa: F401
 from hopbench.errors import HopbenchError, PeerClosed
+from hopbench.workload import hidden as _hidden
 
 #: the exceptions a target may raise for bad input: the documented answers
 EXPECTED: tuple[type[BaseException], ...] = (HopbenchError,)

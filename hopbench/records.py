@@ -362,3 +362,65 @@ class CellKey:
     def transport(self) -> str:
         """The series' label (a codec, a design, a stream, M are each their own series)."""
         return self.series.label
+
+
+@dataclass(frozen=True)
+class DrafterInfo:
+    """A server's drafter model as its HELLO's `env.drafter` describes it (docs/PROTOCOL.md
+    "Drafter plans"; hopbench.models.drafter.describe writes it), read once into this record
+    wherever it is used: the session, a run's header, a drafter folder."""
+
+    shape: dict[str, Any]  # the config keys (name, hidden_size, fc_in_features, vocab_size, ...)
+    device: str  # cuda or cpu
+    dtype: str
+    weights: str  # "random" or the weights' file
+    weight_bytes: int  # read by one forward
+    weight_read_floor_ns: int  # weight_bytes at the measured copy bandwidth
+    copy_bytes_per_s: float
+    ids_meaningful: bool
+    gpu: str | None = None  # the device's name; None on a CPU (and in folders written before it was sent)
+    cuda_graphs: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as it crossed, kept verbatim
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DrafterInfo:
+        try:
+            return cls(shape=dict(d["shape"]), device=str(d["device"]), dtype=str(d["dtype"]),
+                       weights=str(d["weights"]), weight_bytes=int(d["weight_bytes"]),
+                       weight_read_floor_ns=int(d["weight_read_floor_ns"]),
+                       copy_bytes_per_s=float(d["copy_bytes_per_s"]), ids_meaningful=bool(d["ids_meaningful"]),
+                       gpu=d.get("gpu"), cuda_graphs=bool(d.get("cuda_graphs")), raw=dict(d))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"env.drafter is not a drafter's description ({exc})") from None
+
+    @classmethod
+    def from_env(cls, env: dict[str, Any] | None) -> DrafterInfo | None:
+        """The drafter of a server's environment (its HELLO's `env`, a run header's
+        `server_env`), or None when it runs none."""
+        d = (env or {}).get("drafter")
+        return cls.from_dict(d) if d else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.raw) if self.raw else {k: v for k, v in asdict(self).items() if k != "raw"}
+
+    @property
+    def name(self) -> str:
+        return str(self.shape.get("name", "?"))
+
+    @property
+    def row_bytes(self) -> int:
+        """One row of its input: fc_in_features BF16 values."""
+        return int(self.shape["fc_in_features"]) * 2
+
+    @property
+    def where(self) -> str:
+        """`NAME on DEVICE`: the GPU's name where it has one."""
+        return f"{self.name} on {self.gpu or self.device}"
+
+    def line(self) -> str:
+        """The drafter in one line: where, what one forward reads, its floor, its ids."""
+        ids = "real weights" if self.ids_meaningful else "random weights: its ids are not meaningful tokens"
+        return (f"drafter {self.where} ({self.dtype}{', CUDA graphs' if self.cuda_graphs else ''}): "
+                f"{self.weight_bytes / 1e9:.3f} GB of weights read a forward, floor "
+                f"{self.weight_read_floor_ns / 1e6:.3f} ms at the measured {self.copy_bytes_per_s / 1e9:.0f} GB/s copy "
+                f"bandwidth; {ids}")

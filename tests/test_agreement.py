@@ -12,7 +12,7 @@ from hopbench.analysis import agreement as AG
 
 
 def _model():
-    from hopbench.core import proxy as X
+    from hopbench.models import proxy as X
 
     try:
         return X.Model(X.shipped_path())
@@ -68,8 +68,8 @@ def test_lossless_codecs_agree_exactly_and_fp8_is_measured(model):
 
 def test_a_gguf_of_another_architecture_is_one_line(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from hopbench.core import proxy as X
     from hopbench.errors import ConfigError
+    from hopbench.models import proxy as X
 
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "mamba")
     w.add_tensor("x", np.zeros(4, dtype=np.float32))

@@ -76,6 +76,34 @@ def test_no_import_circle():
     assert _cycles(graph, set(graph.modules)) == []
 
 
+def _core_imports() -> dict[str, set[str]]:
+    """Each core module's core imports (lazy and type-only ones included)."""
+    core = {p.stem: p for p in (ROOT / "hopbench" / "core").glob("*.py") if p.stem != "__init__"}
+    deps: dict[str, set[str]] = {m: set() for m in core}
+    for m, p in core.items():
+        for n in ast.walk(ast.parse(p.read_text())):
+            names: list[str] = []
+            if isinstance(n, ast.ImportFrom) and n.module:
+                names = [f"{n.module}.{a.name}" for a in n.names] if n.module == "hopbench.core" else [n.module]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            deps[m] |= {x.split(".")[2] for x in names if x.startswith("hopbench.core.") and x.split(".")[2] in core}
+    return deps
+
+
+def test_every_core_module_is_the_sessions():
+    """REVIEW6 F1: the core is "protocol, session, kinds, loops": every module of it is reached
+    from the client's or the server's session; the models and the workload, which the core
+    takes as core.inputs' Protocols, live in rooms of their own."""
+    deps = _core_imports()
+    seen, todo = {"client", "server"}, ["client", "server"]
+    while todo:
+        for d in deps[todo.pop()] - seen:
+            seen.add(d)
+            todo.append(d)
+    assert sorted(set(deps) - seen) == []
+
+
 def test_the_cycle_finder_finds_a_circle():
     class G:
         edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from hopbench.cli import app
 from hopbench.core import codecs as C
-from hopbench.core import hidden as H
 from hopbench.core import protocol as P
 from hopbench.core.client import Session
 from hopbench.core.transport import registry
 from hopbench.errors import ConfigError
 from hopbench.testing import transport_or_skip
+from hopbench.workload import hidden as H
 
 runner = CliRunner()
 W = 6144

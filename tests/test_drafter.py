@@ -14,13 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the drafter model needs torch: pip install 'hopbench[drafter]'")
 
-from hopbench.core import drafter as DM  # noqa: E402
 from hopbench.core import protocol as P  # noqa: E402
-from hopbench.core import stream as ST  # noqa: E402
+from hopbench.core.batcher import Batcher  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
-from hopbench.core.drafting import NO_DRAFTER, Batcher  # noqa: E402
+from hopbench.core.drafting import NO_DRAFTER  # noqa: E402
 from hopbench.core.kinds import KINDS  # noqa: E402
 from hopbench.errors import ConfigError, Refused  # noqa: E402
+from hopbench.models import drafter as DM  # noqa: E402
+from hopbench.workload import stream as ST  # noqa: E402
 from tests.conftest import ServerThread  # noqa: E402
 
 TINY = DM.TINY
@@ -121,6 +122,9 @@ def test_a_drafter_plan_runs_the_model_and_records_its_times(drafter_server, mod
         documented = {"shape", "device", "gpu", "dtype", "weights", "weight_bytes", "cuda_graphs", "torch",
                       "copy_bytes_per_s", "weight_read_floor_ns", "ids_meaningful"}  # docs/PROTOCOL.md
         assert set(env) == documented and (env["gpu"] is None) == (env["device"] == "cpu")
+        info = s.drafter  # the typed record, read once from the HELLO
+        assert info is not None and info.row_bytes == ROW and info.to_dict() == env
+        assert info.where == f"tiny on {env['gpu'] or 'cpu'}"
         assert env["shape"]["fc_in_features"] // env["shape"]["hidden_size"] == 5  # its taps, as documented
         s.bye()
     st = m.stages

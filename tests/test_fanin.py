@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hopbench.core.stats import jain
 from hopbench.core.timing import open_schedule
 from hopbench.errors import ConfigError
+from hopbench.orchestration.stats import jain
 from tests.conftest import cli
 
 

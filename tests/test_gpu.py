@@ -228,7 +228,7 @@ def test_real_gpu_codec_bytes_equal_the_cpu_codec(spec):
 
     from hopbench.core import codecs as C
     from hopbench.core import gpucodec
-    from hopbench.core import hidden as H
+    from hopbench.workload import hidden as H
 
     src = H.synthetic(5, 6144)
     cpu = C.parse(spec, 6144)
@@ -249,8 +249,8 @@ def test_real_gpu_codec_bytes_equal_the_cpu_codec(spec):
 @needs_gpu
 @pytest.mark.parametrize("memory", [("cuda", "cuda"), ("cuda", "host"), ("host", "cuda")])
 def test_real_gpu_codec_plan_end_to_end(server, memory):
-    from hopbench.core import hidden as H
     from hopbench.core import protocol as P
+    from hopbench.workload import hidden as H
 
     s = Session(server.host, server.port)
     try:
@@ -275,8 +275,8 @@ def test_real_nvcomp_round_trips_and_runs_a_plan(server, spec):
 
     from hopbench.core import codecs as C
     from hopbench.core import gpucodec
-    from hopbench.core import hidden as H
     from hopbench.core import protocol as P
+    from hopbench.workload import hidden as H
 
     src = H.synthetic(5, 6144)
     dev = gpucodec.GpuNvcomp(C.parse(spec, 6144))
@@ -336,7 +336,7 @@ def chunk_buffers(fake_gpu, monkeypatch):
 
 
 def _run_streamed(server, plan):
-    from hopbench.core import stream as ST
+    from hopbench.workload import stream as ST
 
     with Session(server.host, server.port) as s:
         m = s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 4.0, 78))

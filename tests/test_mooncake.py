@@ -11,13 +11,13 @@ import threading
 import numpy as np
 import pytest
 
-from hopbench.core import hidden as H
 from hopbench.core import protocol as P
-from hopbench.core import stream as ST
 from hopbench.core.client import Session
 from hopbench.errors import ConfigError, ProtocolError
 from hopbench.testing import conformance as C
 from hopbench.testing import transport_or_skip
+from hopbench.workload import hidden as H
+from hopbench.workload import stream as ST
 
 
 @pytest.fixture

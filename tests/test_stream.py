@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from hopbench.core import protocol as P
-from hopbench.core import stream as ST
 from hopbench.core.client import Session
 from hopbench.core.transport import registry
 from hopbench.errors import ConfigError
 from hopbench.orchestration import netem
+from hopbench.workload import stream as ST
 from tests.conftest import cli, small_plan
 from tests.specpeer import SpecClient
 

@@ -12,10 +12,10 @@ import pytest
 
 from hopbench.analysis import data as D
 from hopbench.core import protocol as P
-from hopbench.core.stats import summarize
 from hopbench.core.timing import Progress, run_cycles
 from hopbench.errors import ConfigError, PeerClosed, ProtocolError, VerifyError
 from hopbench.estimate import median_interval, ranks_for_level
+from hopbench.orchestration.stats import summarize
 from hopbench.shape import load_shape, log_grid
 from hopbench.testing import FakeClock
 from hopbench.testing import fake_transport as fake

@@ -9,10 +9,10 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
+from hopbench.records import DrafterInfo
 
 DRAFTER_FILE = "drafter.json"
 DRAFTER_SCHEMA = R.DOCUMENTS["drafter"][0]
@@ -27,11 +27,8 @@ class RemoteTime:
     source: str
 
 
-def _where(info: dict[str, Any] | None) -> str:
-    if not info:
-        return "the server's drafter"
-    shape = (info.get("shape") or {}).get("name", "?")
-    return f"{shape} on {info.get('gpu') or info.get('device', '?')}"
+def _where(info: DrafterInfo | None) -> str:
+    return info.where if info is not None else "the server's drafter"
 
 
 def from_drafter_folder(folder: Path, rows: int) -> RemoteTime:
@@ -70,7 +67,7 @@ def from_run_folder(folder: Path, tokens: int) -> RemoteTime | None:
         return None
     best = min(rows, key=lambda r: (abs(int(r["tokens"]) - tokens), int(r["tokens"])))
     p50, lo, hi = (float(best[k]) for k in ("draft_p50_ns", "draft_p50_ci_lo_ns", "draft_p50_ci_hi_ns"))
-    info = (getattr(header, "server_env", None) or {}).get("drafter")
+    info = DrafterInfo.from_env(getattr(header, "server_env", None))
     level = float(best["p50_ci_level"]) if best.get("p50_ci_level") else None
     return RemoteTime(p50 / 1e6, max(p50 - lo, hi - p50) / 1e6,
                       f"measured: {best['payload']}'s draft_ns in this run, {_where(info)}, p50 of {best['n']} cycles"

@@ -32,7 +32,7 @@ from hopbench.cli.options import (
 from hopbench.config import DEFAULT_PORT, parse_int_list
 from hopbench.core.transport import split_options
 from hopbench.errors import ConfigError, HopbenchError
-from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S
+from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S, DrafterInfo
 
 
 @app.command()
@@ -86,7 +86,7 @@ def serve(
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     if batcher is not None:
-        print(drafter_line(server.env["drafter"]), flush=True)
+        print(DrafterInfo.from_dict(server.env["drafter"]).line(), flush=True)
     if gpu:
         print(f"GPU memory on {gpu_info['name']} (device {gpu_info['device']}, {gpu_info['library']})", flush=True)
     server.serve_forever()
@@ -94,23 +94,13 @@ def serve(
 
 def _drafter(shape: str, weights: Path | None, device: str | None, window_us: float, most: int) -> Any:
     """The server's drafter model behind its batcher, or a one-line error."""
-    from hopbench.core import drafter as DM
-    from hopbench.core.drafting import Batcher
+    from hopbench.core.batcher import Batcher
+    from hopbench.models import drafter as DM
 
     if device not in (None, "cuda", "cpu"):
         raise ConfigError(f"--drafter-device {device}: cuda or cpu")
     model = DM.Model(DM.parse_shape(shape), weights=weights, device=device)
     return Batcher(model, window_us / 1e6, most)
-
-
-def drafter_line(info: dict[str, Any]) -> str:
-    """The drafter a server runs, in one line (its ids are random weights' unless real ones)."""
-    s = info["shape"]
-    where = info.get("gpu") or info["device"]
-    ids = "real weights" if info["ids_meaningful"] else "random weights: its ids are not meaningful tokens"
-    return (f"drafter {s['name']} on {where} ({info['dtype']}{', CUDA graphs' if info['cuda_graphs'] else ''}): "
-            f"{info['weight_bytes'] / 1e9:.3f} GB of weights read a forward, floor {info['weight_read_floor_ns'] / 1e6:.3f} ms "
-            f"at the measured {info['copy_bytes_per_s'] / 1e9:.0f} GB/s copy bandwidth; {ids}")
 
 
 def run_request(p: dict[str, Any]) -> Any:

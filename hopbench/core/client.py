@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import numpy as np
 from hopbench.core import auth, control, native
 from hopbench.core import protocol as P
 from hopbench.core.client_paths import ClientPath, DataPath, PlanRun
+from hopbench.core.inputs import HiddenSource, Schedule
 from hopbench.core.kinds import client_path
 from hopbench.core.timing import Progress
 from hopbench.core.transport import Channel, Transport, TransportOptions, get_transport
@@ -24,7 +26,7 @@ from hopbench.errors import (
     Timeout,
     VerifyError,
 )
-from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
+from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S, DrafterInfo
 from hopbench.version import __version__
 
 
@@ -94,14 +96,15 @@ def _authenticate(control: Any, hello: dict[str, Any], secret: str | None, clien
     return bind
 
 
-def _spec_senders(plan: P.Plan, info: Any, source: Any, clock: Callable[[], int]) -> Callable[[Any], tuple[Any, Any]]:
+def _spec_senders(plan: P.Plan, info: Any, source: HiddenSource | None,
+                  clock: Callable[[], int]) -> Callable[[Any], tuple[Any, Any]]:
     """A codec spec plan's senders over a data channel: a cycle's hidden states (windows of
     `source`, T tokens each) and, in mode stream, chunk j (aux layer j's K + 1 rows), each
     encoded inside the hop as a frame of its own."""
     from hopbench.core import codec_wire, codecs
 
     if source is None:
-        raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+        raise ConfigError("a codec plan needs its hidden states (hopbench.workload.hidden.Source)")
     codec = codecs.parse(plan.codec or "none", plan.codec_group)
     by_tokens = {t: source.bodies(t * info.bytes_per_token, t, max(1, source.tokens // t)) for t in range(1, info.k + 2)}
     layered = [b.view(np.uint16).reshape(info.k + 1, max(1, info.chunks), -1) for b in by_tokens[info.k + 1]]
@@ -161,18 +164,24 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @functools.cached_property
+    def drafter(self) -> DrafterInfo | None:
+        """The server's drafter model (its HELLO's env.drafter, read once), or None."""
+        return DrafterInfo.from_env(self.server_env)
+
     @property
     def server_env(self) -> dict[str, Any]:
         env: dict[str, Any] = self.server_hello.get("env", {})
         return env
 
     def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns, gap_s: float = 0.0,
-                source: Any = None, schedule: np.ndarray | None = None, stream: Any = None) -> Measurement:
+                source: HiddenSource | None = None, schedule: np.ndarray | None = None,
+                stream: Schedule | None = None) -> Measurement:
         """Run one plan through its client path (hopbench.core.client_paths), chosen once, over
         its transport, resolved once. Transport and verify errors and Ctrl-C propagate; what
         was measured before them is `self.measured`. A codec plan's request bodies are windows
-        of `source` (hopbench.core.hidden.Source); `schedule`: open loop (run_cycles); `stream`:
-        a streamed plan's forward schedule (hopbench.core.stream)."""
+        of `source` (hopbench.workload.hidden.Source); `schedule`: open loop (run_cycles); `stream`:
+        a streamed plan's forward schedule (hopbench.workload.stream)."""
         self.measured = None
         path = client_path(plan, schedule, stream)
         transport = self._transport(plan)
@@ -206,12 +215,12 @@ class Session:
         m.data_info.update(loop_info)
 
     def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns, source: Any = None,
-                 stream: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+                 clock: Callable[[], int] = time.perf_counter_ns, source: HiddenSource | None = None,
+                 stream: Schedule | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
         the data channel's settings. A server's abort is reported with its reason. A codec
         plan's hidden states are windows of `source`, encoded inside the hop. `stream`: mode
-        stream's forward schedule (hopbench.core.stream.Schedule)."""
+        stream's forward schedule (hopbench.workload.stream.Schedule)."""
         from hopbench.core import spec as S
 
         senders = _spec_senders(plan, info, source, clock) if plan.codec else None  # checked before connecting

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import protocol as P
+from hopbench.core.inputs import HiddenSource, Schedule
 from hopbench.core.timing import LoopHooks, LoopPolicy, Pacing, Progress, StreamHooks, run_cycles, streamed_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import ConfigError, ProtocolError
@@ -56,7 +57,7 @@ class PlanRun:
     gap_s: float
     loop: str
     share_cpu: bool
-    source: Any = None  # a codec plan's hidden states (hopbench.core.hidden.Source)
+    source: HiddenSource | None = None  # a codec plan's hidden states (hopbench.workload.hidden.Source)
     schedule: np.ndarray | None = None  # open loop: each cycle's intended send time
     progress: Progress = field(default_factory=Progress)
     loop_info: dict[str, str] = field(default_factory=dict)  # which timed loop ran (hopbench.core.native)
@@ -224,7 +225,7 @@ class CodecRoundTrip(ClientPath):
 
         plan, m, source = run.plan, run.m, run.source
         if source is None:
-            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+            raise ConfigError("a codec plan needs its hidden states (hopbench.workload.hidden.Source)")
         codec = codecs.parse(plan.codec or "none", plan.codec_group)
         body_bytes = plan.request_bytes - P.SEQ_BYTES
         per_token = source.bits.shape[1] * 2
@@ -370,7 +371,7 @@ class _CodecBody(_RawBody):
         assert plan.stream is not None
         chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
         if source is None:
-            raise ConfigError("a codec plan needs its hidden states (hopbench.core.hidden.Source)")
+            raise ConfigError("a codec plan needs its hidden states (hopbench.workload.hidden.Source)")
         tokens, width = size // (source.width * 2), source.width
         if source.layers != chunks or tokens * width * 2 != size:
             raise ConfigError(f"streamed chunks of {size:,} B do not split {source.label}'s tokens of {source.layers} "
@@ -471,8 +472,8 @@ class StreamedRoundTrip(ClientPath):
 
     name = "streamed round trip"
 
-    def __init__(self, sched: Any) -> None:
-        self.sched = sched  # hopbench.core.stream.Schedule
+    def __init__(self, sched: Schedule) -> None:
+        self.sched = sched  # hopbench.workload.stream.Schedule
         self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
         self.body: _RawBody  # how the chunks and the reply live (prepare chooses it)
 

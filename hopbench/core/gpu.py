@@ -19,12 +19,15 @@ alone and hide the launch and wake-up cost that sits on the critical path.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.records import MEMORIES
+
+if TYPE_CHECKING:
+    import cupy
 
 PATHS = ("staged", "direct")
 INSTALL = "pip install 'hopbench[gpu]'"
@@ -92,7 +95,7 @@ class Staging:
     `host` is what a staged path hands the transport; `device` is what a direct path
     hands it (UCX reads __cuda_array_interface__). Nothing is allocated per cycle."""
 
-    def __init__(self, nbytes: int, stream: Any = None):
+    def __init__(self, nbytes: int, stream: cupy.cuda.Stream | None = None):
         cp = load()
         self.nbytes = nbytes
         self.device = cp.zeros(max(nbytes, 1), dtype=cp.uint8)[:nbytes]

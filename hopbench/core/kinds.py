@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from hopbench.core import client_paths as CP
 from hopbench.core import drafting as DK
 from hopbench.core import protocol as P
 from hopbench.core import serving as SV
+from hopbench.core.inputs import Schedule
 from hopbench.errors import ConfigError
 
 
@@ -28,7 +31,7 @@ class Kind:
 
 
 def _gpu_client(direct: bool) -> Callable[[P.Plan, Any], CP.ClientPath]:
-    def make(plan: P.Plan, stream: Any) -> CP.ClientPath:
+    def make(plan: P.Plan, stream: Schedule | None) -> CP.ClientPath:
         return CP.GpuDirect() if direct and plan.client_memory == "cuda" else CP.GpuStaged()
     return make
 
@@ -62,9 +65,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 )}
 
 
-def client_path(plan: P.Plan, schedule: Any = None, stream: Any = None) -> CP.ClientPath:
+def client_path(plan: P.Plan, schedule: np.ndarray | None = None, stream: Schedule | None = None) -> CP.ClientPath:
     """The one client path of this plan's kind (Session.measure); `schedule`: open loop's
-    send times; `stream`: a streamed plan's forward schedule (hopbench.core.stream.Schedule)."""
+    send times; `stream`: a streamed plan's forward schedule (hopbench.workload.stream.Schedule)."""
     kind = KINDS[plan.kind]
     wrong = plan.range_error()  # values that cannot describe a plan: refused before any server is asked
     if wrong:
@@ -73,7 +76,7 @@ def client_path(plan: P.Plan, schedule: Any = None, stream: Any = None) -> CP.Cl
         raise ConfigError("open-loop load (--mps) measures raw payloads in host memory: not with --codec, "
                           "--memory cuda, --stream or --remote-drafter")
     if plan.stream is not None and stream is None:
-        raise ConfigError("a streamed plan needs the forward's schedule (hopbench.core.stream.schedule)")
+        raise ConfigError("a streamed plan needs the forward's schedule (hopbench.workload.stream.schedule)")
     return kind.client(plan, stream)
 
 

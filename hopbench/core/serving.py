@@ -20,6 +20,8 @@ import numpy as np
 
 from hopbench.core import native
 from hopbench.core import protocol as P
+from hopbench.core.batcher import Batcher
+from hopbench.core.placement import SessionCpus
 from hopbench.core.timing import LoopHooks, LoopPolicy, Progress, echo_cycles
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import HopbenchError, ProtocolError
@@ -46,9 +48,9 @@ class ServerConfig:
     #: largest plan's, max_request_bytes + max_reply_bytes)
     max_memory_bytes: int | None = None
     #: --session-cpus: each plan served on a CPU of its own (hopbench.core.placement.SessionCpus)
-    session_cpus: Any = None
-    #: --drafter: the server's drafter model behind its batcher (hopbench.core.drafter.Batcher)
-    drafter: Any = None
+    session_cpus: SessionCpus | None = None
+    #: --drafter: the server's drafter model behind its batcher (hopbench.core.batcher.Batcher)
+    drafter: Batcher | None = None
 
 
 class Ended(HopbenchError):
@@ -77,6 +79,14 @@ class PlanContext:
     def share_cpu(self) -> bool:
         """The client may run on this plan's CPUs: a busy loop then yields now and then."""
         return native.may_share_cpu(self.env, self.client_env)
+
+    @property
+    def drafter(self) -> Batcher:
+        """The server's drafter, for a plan its check let through (checks refuse a drafter plan
+        on a server without one: NO_DRAFTER)."""
+        if self.config.drafter is None:
+            raise AssertionError("a drafter plan passed its check on a server without a drafter")
+        return self.config.drafter
 
     def settings(self, plan: P.Plan) -> dict[str, Any]:
         """The server's own settings for the plan's transport (never the client's)."""
@@ -261,7 +271,7 @@ class SpecDrafter(ServingPath):
                 n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
                 return n
         if draft.kind == "model":  # the server's drafter model on the cycle's states, batched across targets
-            drafter, k = ctx.config.drafter, plan.k
+            drafter, k = ctx.drafter, plan.k
 
             def model(rows: Any, tokens: int) -> tuple[int, float]:
                 ask = drafter.submit(bytes(rows), tokens, k)  # its forward's ms: what overlap's pre-drafts take
@@ -301,7 +311,7 @@ class SpecDrafter(ServingPath):
             abort(chan, str(exc), sized)  # a frame that does not decode: the target is told why
         finally:
             if draft.kind == "model":
-                ctx.config.drafter.leave()
+                ctx.drafter.leave()
         return done
 
 
@@ -310,7 +320,7 @@ def _model_refusal(plan: P.Plan, ctx: PlanContext) -> str | None:
     if ctx.config.drafter is None:
         return ("this server runs no drafter model for --draft-remote model: start it with `hopbench serve --drafter "
                 "SHAPE`")
-    shape = ctx.config.drafter.model.shape
+    shape = ctx.drafter.model.shape
     assert plan.spec is not None
     if plan.spec.bytes_per_token != shape.row_bytes or plan.spec.mode == "stream":
         return (f"--draft-remote model: the {shape.name} drafter takes rows of {shape.row_bytes:,} B (this plan's "

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench.core.inputs import Schedule
 from hopbench.core.timing import wait_until
 from hopbench.errors import ConfigError
 
@@ -328,7 +329,7 @@ class SpecPlanInfo:
         return self.k * self.id_bytes + TAIL.size
 
 
-def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: Any, seq: int, t0: int,
+def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: Schedule, seq: int, t0: int,
                     clock: Callable[[], int]) -> None:
     """Mode stream's verify forward: chunk j sent (send_chunk(seq, j)) at t0 + its layer's
     ready time, then the wait to the forward's end (+ the extraction cost)."""
@@ -340,13 +341,13 @@ def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: 
 
 def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
                codec: Any, clock: Callable[[], int] = time.perf_counter_ns,
-               send_states: Callable[[int, int], None] | None = None, stream: Any = None,
+               send_states: Callable[[int, int], None] | None = None, stream: Schedule | None = None,
                send_chunk: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
     array. local: `channel` is None and `local_draft` runs after each verify. The ids of
     every reply are checked outside the timed span of the next cycle. `send_states(seq,
     tokens)` sends a cycle's hidden states (a codec plan: encoded, inside the hop); default
-    the raw bytes. `stream` (mode stream): the forward's schedule (hopbench.core.stream.
+    the raw bytes. `stream` (mode stream): the forward's schedule (hopbench.workload.stream.
     Schedule), which replaces the verify: the chunks go during it (`send_chunk(seq, j)`: a
     codec plan's, encoded; default raw, the running counter first), the header at its end."""
     total = info.total

@@ -219,7 +219,7 @@ class StreamHooks:
 def streamed_cycles(hooks: StreamHooks, ready_ns: Any, end_ns: int, chunk_bytes: int, samples: np.ndarray,
                     lags: tuple[np.ndarray, np.ndarray], clock: Callable[[], int], progress: Progress,
                     gap_s: float = 0.0) -> int:
-    """The streamed client loop (hopbench.core.stream): per cycle t0, each chunk sent at
+    """The streamed client loop (hopbench.workload.stream): per cycle t0, each chunk sent at
     t0 + ready_ns[j] (its lag behind that in lags[0]), the end message at t0 + end_ns (its lag
     in lags[1]), the reply; the sample is the exposed hop, reply time - t0 - end_ns. The
     forward's schedule is the load's definition (wait_until), not synchronisation."""

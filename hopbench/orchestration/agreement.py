@@ -1,13 +1,13 @@
 """`hopbench codecs --agreement`: each codec's effect on what a network predicts from the
 states it decodes (issue 52, docs/CODECS.md "Agreement"), through one of two networks:
 
-- the shipped proxy (ProxySource: hopbench.core.proxy, SmolLM2-135M on the shipped prompts,
+- the shipped proxy (ProxySource: hopbench.models.proxy, SmolLM2-135M on the shipped prompts,
   its own taps, five spread over its depth as the study's drafter's are over GLM-5.2's).
   Two measures per tap, each against the same computation on the raw tap (BF16, as the hop
   sends it): continued (the decoded tap fed through the remaining layers: what the codec's
   noise changes in what the network computes) and early exit (the final norm and the head
   on the tap itself: a "drafter" reading that tap). The headline: the worst tap's continued.
-- the user's own drafter (DrafterSource: hopbench.core.drafter, its config.json or a preset,
+- the user's own drafter (DrafterSource: hopbench.models.drafter, its config.json or a preset,
   its weights), fed with the user's own aux states (FILE, as `codecs` and `run
   --payload-from` read them), T rows a body: its drafts (the argmax of its logits at every
   row) from decoded rows against those from raw rows. This is the real drafter's answer.
@@ -30,8 +30,8 @@ import numpy as np
 from hopbench import results as R
 from hopbench.analysis import agreement as AG
 from hopbench.core import codecs as C
-from hopbench.core.hidden import to_bf16_bits
 from hopbench.errors import ConfigError
+from hopbench.workload.hidden import to_bf16_bits
 
 DEFAULT_CODECS = ("none", "zstd:1", "lz4", "fp8", "int8")
 MAX_TOKENS = 96  # positions a prompt contributes at most (the table's time grows with them)
@@ -56,8 +56,8 @@ class Source(Protocol):
 
 
 def prompts() -> list[str]:
-    """The shipped prompts (hopbench/core/proxy_prompts.txt), blank-line separated."""
-    text = resources.files("hopbench.core").joinpath("proxy_prompts.txt").read_text("utf-8")
+    """The shipped prompts (hopbench/models/proxy_prompts.txt), blank-line separated."""
+    text = resources.files("hopbench.models").joinpath("proxy_prompts.txt").read_text("utf-8")
     return [p.strip("\n") for p in text.split("\n\n") if p.strip()]
 
 
@@ -67,7 +67,7 @@ class ProxySource:
     headline = "continued"
 
     def __init__(self, model: Any, texts: list[str] | None = None, taps: list[int] | None = None):
-        from hopbench.core import proxy as X
+        from hopbench.models import proxy as X
 
         self.model, self.texts = model, texts if texts is not None else prompts()
         self.taps = taps or X.spread_taps(model.cfg.layers)
@@ -91,7 +91,7 @@ class ProxySource:
 
 
 class DrafterSource:
-    """The user's drafter (hopbench.core.drafter.Model) on the user's aux states, T rows a body."""
+    """The user's drafter (hopbench.models.drafter.Model) on the user's aux states, T rows a body."""
 
     headline = "drafts"
 
@@ -182,14 +182,14 @@ def codec_names(codec: str | None) -> list[str]:
 
 
 def proxy_source() -> ProxySource:
-    from hopbench.core import proxy as X
+    from hopbench.models import proxy as X
 
     return ProxySource(X.Model(X.shipped_path()))
 
 
 def drafter_source(drafter: str, weights: Path | None, file: str | None, tokens: int) -> DrafterSource:
-    from hopbench.core.drafter import Model, parse_shape
-    from hopbench.core.hidden import from_file, synthetic
+    from hopbench.models.drafter import Model, parse_shape
+    from hopbench.workload.hidden import from_file, synthetic
 
     shape = parse_shape(drafter)
     # a file of another width: one line, before the model loads; synthetic: a body's worth each

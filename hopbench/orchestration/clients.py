@@ -233,7 +233,7 @@ def _in_window(t: int, err: str | None, p: dict[str, Any], line: tuple[list[dict
     """One target's cycles inside the common window: its row (n, tails, rate, goodput) and
     its round trips; its sample rows appended (those outside marked `outside`), its
     histogram added to `merged`."""
-    from hopbench.core.stats import hdr_histogram, hdr_tails, summarize
+    from hopbench.orchestration.stats import hdr_histogram, hdr_tails, summarize
 
     rows, ends, timed, _ = line
     inside = timed & (ends > window[0]) & (ends <= window[1]) if window else timed
@@ -258,7 +258,7 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
                    summary_rows: list[dict]) -> dict[str, Any] | None:
     """One payload's M phase (aggregate): its entry, its rows appended; None when no target
     measured it."""
-    from hopbench.core.stats import hdr_histogram, hdr_tails, jain, summarize
+    from hopbench.orchestration.stats import hdr_histogram, hdr_tails, jain, summarize
 
     found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
              for t, _, err, rep in reports]

@@ -11,9 +11,9 @@ import numpy as np
 
 from hopbench import results as R
 from hopbench.core import codecs as C
-from hopbench.core.hidden import source_for
 from hopbench.errors import ConfigError, ProtocolError
 from hopbench.shape import load_shape
+from hopbench.workload.hidden import source_for
 
 ACCEPTANCE = ("A lossy codec's effect on acceptance is not measured here (`hopbench codecs --agreement` measures its "
               "effect on a real network's predictions, docs/CODECS.md). To measure it, run "

@@ -14,6 +14,7 @@ import numpy as np
 from hopbench import results as R
 from hopbench.analysis.drafter import DRAFTER_FILE
 from hopbench.estimate import median_interval
+from hopbench.records import DrafterInfo
 
 COLUMNS = ["rows", "graphs", "n", "p50_ns", "ci_lo_ns", "ci_hi_ns", "ci_level", "min_ns", "floor_ns", "floor_ratio",
            "implied_gb_per_s"]
@@ -22,14 +23,11 @@ COLUMNS = ["rows", "graphs", "n", "p50_ns", "ci_lo_ns", "ci_hi_ns", "ci_level", 
 def measure(shape: str, weights: Path | None, rows: list[int], k: int, repeats: int, device: str | None,
             say: Callable[[str], None]) -> dict[str, Any]:
     """The drafter's document: its info and a row per (rows, graphs)."""
-    from hopbench.core import drafter as DM
+    from hopbench.models import drafter as DM
 
     model = DM.Model(DM.parse_shape(shape), weights=weights, device=device)
     info = model.info()
-    say(f"drafter {info['shape']['name']} on {info.get('gpu') or info['device']} ({info['dtype']}): "
-        f"{info['weight_bytes'] / 1e9:.3f} GB of weights read a forward; floor {info['weight_read_floor_ns'] / 1e6:.3f} ms "
-        f"at the measured copy bandwidth {info['copy_bytes_per_s'] / 1e9:.0f} GB/s (read + written)"
-        + ("" if info["ids_meaningful"] else "; random weights: this measures time, not acceptance"))
+    say(DrafterInfo.from_dict(info).line())
     out = []
     for graphs in ([True, False] if model.device == "cuda" else [False]):
         for r in DM.sweep_rows(model, rows, k, repeats, graphs):

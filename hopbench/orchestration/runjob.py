@@ -22,6 +22,7 @@ from hopbench.records import (
     PROJECTED,
     TAPS,
     TIMEOUT_S,
+    DrafterInfo,
     Payload,
     RunConfig,
     StreamSpec,
@@ -72,7 +73,7 @@ class RunRequest:
     mps: float | None = None  # open loop: cycles per second per target (None: closed loop)
     arrivals: str = "fixed"  # open loop's schedule: fixed intervals or poisson
     stream: str = "off"  # "layers": the aux layers streamed during the verify forward (docs/STREAM.md)
-    layers: int | None = None  # the target's layer count (default hopbench.core.stream.DEFAULT_LAYERS)
+    layers: int | None = None  # the target's layer count (default hopbench.workload.stream.DEFAULT_LAYERS)
     forward_ms: float | None = None  # the verify forward's length (default the shape's cycle - t_draft)
     layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
     stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
@@ -192,7 +193,7 @@ EMPTY_CHUNK = P.STREAM_END_BYTES
 
 def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     """--stream layers: each aux layer's K + 1 rows as a chunk, sent when its layer ends within
-    the verify forward (hopbench.core.stream), checked before connecting; None without it."""
+    the verify forward (hopbench.workload.stream), checked before connecting; None without it."""
     if req.stream == "off":
         return None
     if req.stream != "layers":
@@ -205,7 +206,7 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     if "cuda" in req.memory and req.codec.strip() not in ("", "none"):
         raise ConfigError("--stream layers with --memory cuda streams raw chunks from and into GPU memory: not with "
                           "--codec")
-    from hopbench.core import stream as ST
+    from hopbench.workload import stream as ST
 
     sh = scfg.shape
     forward = req.forward_ms if req.forward_ms is not None else scfg.cycle_ms - scfg.t_draft_ms
@@ -320,7 +321,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     loads, cfg = plan(req)
     source = None
     if any(p.codec != "none" for p in loads):  # the hidden states, read and checked before connecting
-        from hopbench.core.hidden import source_for
+        from hopbench.workload.hidden import source_for
 
         source = source_for(req.payload_from, (cfg.bytes_per_token or 0) // (2 * cfg.hidden), cfg.hidden)
     pre = _preflight(req, console)
@@ -358,7 +359,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     if cfg.stream:
         stream_lines(cfg, model, rows, loads, console)
     if cfg.drafter:
-        drafter_lines((w.header.get("server_env") or {}).get("drafter"), rows, console)
+        drafter_lines(DrafterInfo.from_env(w.header.get("server_env")), rows, console)
     console.end(made[0], req.transport, w.header.get("floor"))
     return made[0]
 
@@ -373,17 +374,14 @@ def _agreement(req: RunRequest, loads: list[Payload], console: RunConsole) -> di
     return {"agreement": record} if record else {}
 
 
-def drafter_lines(info: dict[str, Any] | None, rows: list[dict[str, Any]], console: RunConsole) -> None:
+def drafter_lines(info: DrafterInfo | None, rows: list[dict[str, Any]], console: RunConsole) -> None:
     """After a --remote-drafter run: each drafter payload's forward (draft_ns, the drafter's own
     time), against its weight-read floor, and the hop without it beside the same payload's hop
     to the plain echo server path, measured in this session."""
     if not info:
         console.warn("--remote-drafter: the server announced no drafter model")
         return
-    s = info["shape"]
-    console.say(f"drafter: {s['name']} on {info.get('gpu') or info['device']} ({info['dtype']}), "
-                f"{info['weight_bytes'] / 1e9:.3f} GB read a forward, floor {info['weight_read_floor_ns'] / 1e6:.3f} ms"
-                + ("" if info["ids_meaningful"] else "; random weights: its ids are not meaningful tokens"))
+    console.say(info.line())
     by = {r["payload"]: r for r in rows}
     for r in rows:
         if r.get("draft_p50_ns") is None:
@@ -418,7 +416,7 @@ def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
     """The streamed hop's model on the link's nominal rate (--rate), before measuring: its
     tail, the link's idle share of the forward, the least rate that hides every chunk; a
     warning when the chunks cannot all cross before the accept count. None without --rate."""
-    from hopbench.core import stream as ST
+    from hopbench.workload import stream as ST
 
     assert cfg.stream is not None
     if not cfg.rate_mbit:
@@ -436,7 +434,7 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
                  console: RunConsole) -> None:
     """After a streamed run: the exposed hop beside the model's (a warning when they disagree by
     more than 5% and 0.2 ms), the bytes it costs per cycle, and what the schedule assumed."""
-    from hopbench.core import stream as ST
+    from hopbench.workload import stream as ST
 
     assert cfg.stream is not None
     by = {r["payload"]: r for r in rows if r.get("n")}

@@ -18,9 +18,9 @@ from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.client import Measurement, Session
-from hopbench.core.stats import summarize
 from hopbench.errors import ConfigError, HopbenchError, Refused
-from hopbench.records import Payload, RunConfig
+from hopbench.orchestration.stats import summarize
+from hopbench.records import DrafterInfo, Payload, RunConfig
 
 
 @contextlib.contextmanager
@@ -87,7 +87,7 @@ def load_summary(m: Measurement, gap_s: float) -> dict[str, Any]:
     think times back to back; open loop: the schedule's span), its tails from an HdrHistogram
     (`hdr`: its encoded text, mergeable), and for open loop its late sends (the previous reply
     not back by a send's intended time) and the sends' lag behind their schedule."""
-    from hopbench.core.stats import hdr_histogram, hdr_tails
+    from hopbench.orchestration.stats import hdr_histogram, hdr_tails
 
     first, last = 1 + m.plan.warmup, max(1 + m.plan.warmup, m.completed)
     timed = m.samples_ns[first:last]
@@ -186,9 +186,9 @@ class RunWriter:
             extra = load_summary(m, m.plan.gap_ms / 1000.0)
             hdr = extra.pop("hdr")
             summary.update(self.load, **extra)
-        drafter = (self.header.get("server_env") or {}).get("drafter")
+        drafter = DrafterInfo.from_env(self.header.get("server_env"))
         if drafter and "draft_ns" in m.stages and summary.get("draft_p50_ns"):  # the forward against its floor
-            summary["draft_floor_ratio"] = summary["draft_p50_ns"] / max(1, drafter["weight_read_floor_ns"])
+            summary["draft_floor_ratio"] = summary["draft_p50_ns"] / max(1, drafter.weight_read_floor_ns)
         self.samples.extend(rows)
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
@@ -197,7 +197,7 @@ class RunWriter:
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
                               **({"codec": m.codec_info} if m.codec_info else {}),
                               **({"design": payload.design} if payload.design != "taps" else {}),
-                              **({"drafter": drafter} if drafter and "draft_ns" in m.stages else {}),
+                              **({"drafter": drafter.to_dict()} if drafter and "draft_ns" in m.stages else {}),
                               **({"hdr": hdr} if hdr else {}),
                               **({"duration_probe": probe} if probe else {})})
         return summary
@@ -318,7 +318,7 @@ def run_session(
     (RunIdentity); cfg.mps paces each target's sends (open loop). `hooks`: what the caller is
     told as the run goes (SessionHooks)."""
     if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
-        from hopbench.core.hidden import source_for
+        from hopbench.workload.hidden import source_for
 
         source = source_for(cfg.payload_from, (cfg.bytes_per_token or 2 * cfg.hidden) // (2 * cfg.hidden), cfg.hidden)
     client_env = envmod.collect(peer_host=host)
@@ -329,17 +329,16 @@ def run_session(
                                  hooks, floor)
 
 
-def check_drafter(info: dict[str, Any] | None, cfg: RunConfig) -> None:
+def check_drafter(info: DrafterInfo | None, cfg: RunConfig) -> None:
     """--remote-drafter against the server's drafter model, before anything is measured: one
     line where there is none, or where its rows are not this run's tokens."""
     if not info:
         raise ConfigError("--remote-drafter: the server runs no drafter model (start it with `hopbench serve "
                           "--drafter SHAPE`)")
-    shape = info["shape"]
-    row = shape["fc_in_features"] * 2
+    row = info.row_bytes
     if cfg.bytes_per_token != row:
-        raise ConfigError(f"--remote-drafter: the server's {shape['name']} drafter takes rows of {row:,} B "
-                          f"({shape['fc_in_features']} BF16 values), this run's shape sends {cfg.bytes_per_token:,} B a "
+        raise ConfigError(f"--remote-drafter: the server's {info.name} drafter takes rows of {row:,} B "
+                          f"({row // 2} BF16 values), this run's shape sends {cfg.bytes_per_token:,} B a "
                           "token: give --shape the drafter's shape (configs/shape-tiny.toml for the tiny preset)")
 
 
@@ -369,10 +368,10 @@ def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg:
 
     check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
     if cfg.drafter:
-        check_drafter(session.server_env.get("drafter"), cfg)
+        check_drafter(session.drafter, cfg)
     stream_schedule = None
-    if cfg.stream:  # the forward's timeline every streamed cycle follows (hopbench.core.stream)
-        from hopbench.core.stream import from_record
+    if cfg.stream:  # the forward's timeline every streamed cycle follows (hopbench.workload.stream)
+        from hopbench.workload.stream import from_record
 
         stream_schedule = from_record(cfg.stream)
     folder = folder() if callable(folder) else folder

@@ -82,8 +82,8 @@ class SpecConfig:
         return d
 
     def schedule(self) -> Any:
-        """Mode stream's forward (hopbench.core.stream.Schedule): the verify's own length."""
-        from hopbench.core import stream as ST
+        """Mode stream's forward (hopbench.workload.stream.Schedule): the verify's own length."""
+        from hopbench.workload import stream as ST
 
         forward = S.parse_work(self.verify, self.time_scale).nominal_ms()
         if forward is None or S.parse_work(self.verify).kind == "file":
@@ -208,7 +208,7 @@ def _models(cfg: SpecConfig) -> tuple[Any, Any, Any, Any]:
         S.parse_work(S.wire_work(cfg.draft_remote), cfg.time_scale, files=False)  # as the PLAN will carry it
     source = None
     if cfg.codec != "none":
-        from hopbench.core.hidden import source_for
+        from hopbench.workload.hidden import source_for
 
         source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
     return acceptance, verify, local_draft, source
@@ -247,7 +247,7 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             assert host is not None and port is not None
             session = opened.enter_context(Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, secret=secret,
                                                    transport_settings=cfg.transport_settings, client_env=client_env))
-            if session.server_env.get("drafter") and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
+            if session.drafter is not None and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
                 # the server runs a drafter model: the remote draft is its forward, not the work model
                 cfg = replace(cfg, draft_remote="model")
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)

@@ -16,7 +16,7 @@ from hopbench.analysis import hops as HP
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Reading, first_header, load_groups, reading, recorded_shape, result_id
 from hopbench.errors import HopbenchError
-from hopbench.records import MIN_GAIN
+from hopbench.records import MIN_GAIN, DrafterInfo
 from hopbench.results import DOCUMENTS, SPEC_TARGETS_SCHEMA, ResultFolder
 
 REPORT_SCHEMA, REPORT_SCHEMA_VERSION = DOCUMENTS["report"]
@@ -153,15 +153,13 @@ def serve_argv(host: str, head: dict) -> list[str]:
         serve += ["--max-request-bytes", str(caps["max_request_bytes"])]
     if (caps.get("max_sessions") or 1) > 1:
         serve += ["--max-sessions", str(caps["max_sessions"])]
-    drafter = (head.get("server_env") or {}).get("drafter") or {}
-    shape = drafter.get("shape") or {}
-    if shape.get("name"):
-        source = str(shape.get("source") or "")
-        serve += ["--drafter", source if source.endswith(".json") else str(shape["name"])]
-        if drafter.get("device"):
-            serve += ["--drafter-device", str(drafter["device"]).split(":")[0]]
-        if drafter.get("weights") not in (None, "random"):
-            serve += ["--drafter-weights", str(drafter["weights"])]
+    drafter = DrafterInfo.from_env(head.get("server_env"))
+    if drafter is not None:
+        source = str(drafter.shape.get("source") or "")
+        serve += ["--drafter", source if source.endswith(".json") else drafter.name,
+                  "--drafter-device", drafter.device.split(":")[0]]
+        if drafter.weights != "random":
+            serve += ["--drafter-weights", drafter.weights]
     return serve
 
 

@@ -82,16 +82,16 @@ def _checked(cfg: SweepConfig, shape: Shape, rungs: list[Rung], forward_ms: floa
     (refused, or with --skip-missing the missing transports left out). Returns the config
     to run and the stream's record (None: no streamed cells)."""
     if cfg.codecs != ("none",) or cfg.payload_from:  # checked and spelled one way before anything is made
-        from hopbench.core.hidden import source_for
         from hopbench.orchestration.runjob import check_codecs
+        from hopbench.workload.hidden import source_for
 
         cfg = replace(cfg, codecs=tuple(check_codecs(",".join(cfg.codecs), shape.hidden)))
         if cfg.payload_from:
             source_for(cfg.payload_from, shape.bytes_per_token // (2 * shape.hidden), shape.hidden)
     stream = None
     if "layers" in cfg.stream:  # the streamed cells' schedule, checked before anything is made
-        from hopbench.core import stream as ST
         from hopbench.shape import DTYPE_BYTES
+        from hopbench.workload import stream as ST
 
         if forward_ms is None:
             raise ConfigError("sweep.stream = layers needs the verify forward's length (the shape's cycle - t_draft)")

@@ -23,11 +23,14 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hopbench.errors import ConfigError, HopbenchError
+
+if TYPE_CHECKING:
+    from hopbench.models.streamed import StreamedDraft
 
 INSTALL = "pip install 'hopbench[drafter]'"
 BF16_BYTES = 2
@@ -427,6 +430,12 @@ class Model:
     def tensors(self) -> dict[str, Any]:
         """The weights by their names in a .safetensors file (what `--drafter-weights` reads)."""
         return file_tensors(self)
+
+    def streamed(self, rows: int, k: int, early: str) -> StreamedDraft:
+        """One streamed cycle's work on this model, begun on the taps as they land."""
+        from hopbench.models.streamed import StreamedDraft
+
+        return StreamedDraft(self, rows, k, early)
 
     def info(self) -> dict[str, Any]:
         """What report.json names: the shape, the device, the weight bytes read and their floor
