@@ -39,8 +39,11 @@ STREAM_STAGE_COLUMNS = ["send_lag_ns", "end_lag_ns", "server_hold_ns"]
 
 #: plans served by the server's drafter model (docs/DRAFTER.md): per cycle its forward's own
 #: time, its wait for a batch, the rows of the batch it ran in, the work started before the
-#: accept count (streamed, --early), and the reply time without the forward
-DRAFT_STAGE_COLUMNS = ["draft_ns", "queue_ns", "batch_rows", "early_ns", "hop_ex_draft_ns"]
+#: accept count (streamed, --early), the reply time without the forward, and the ledger: the
+#: rows staged into the forward, the ids back, the server's whole time from the request
+#: received to the reply handed to the transport, and the hop without it (the wire's part)
+DRAFT_STAGE_COLUMNS = ["draft_ns", "queue_ns", "batch_rows", "early_ns", "hop_ex_draft_ns", "stage_ns", "back_ns",
+                       "server_ns", "hop_ex_server_ns"]
 
 
 def sample_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False,

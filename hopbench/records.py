@@ -375,21 +375,26 @@ class DrafterInfo:
     dtype: str
     weights: str  # "random" or the weights' file
     weight_bytes: int  # read by one forward
-    weight_read_floor_ns: int  # weight_bytes at the measured copy bandwidth
-    copy_bytes_per_s: float
+    read_floor_ns: int  # one target's forward: its weights and context KV at the best read bandwidth
+    read_bytes_per_s: float  # the best of the measured read bandwidths (bandwidth_methods)
     ids_meaningful: bool
     gpu: str | None = None  # the device's name; None on a CPU (and in folders written before it was sent)
     cuda_graphs: bool = False
+    context: int = 0  # the context tokens each target's forward attends over (its KV cache)
+    context_kv_bytes: int = 0  # what one target's context adds to a forward's reads
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as it crossed, kept verbatim
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DrafterInfo:
         try:
+            old = "read_floor_ns" not in d  # written before the context (its floor: the weights at copy speed)
             return cls(shape=dict(d["shape"]), device=str(d["device"]), dtype=str(d["dtype"]),
                        weights=str(d["weights"]), weight_bytes=int(d["weight_bytes"]),
-                       weight_read_floor_ns=int(d["weight_read_floor_ns"]),
-                       copy_bytes_per_s=float(d["copy_bytes_per_s"]), ids_meaningful=bool(d["ids_meaningful"]),
-                       gpu=d.get("gpu"), cuda_graphs=bool(d.get("cuda_graphs")), raw=dict(d))
+                       read_floor_ns=int(d["weight_read_floor_ns" if old else "read_floor_ns"]),
+                       read_bytes_per_s=float(d["copy_bytes_per_s" if old else "read_bytes_per_s"]),
+                       ids_meaningful=bool(d["ids_meaningful"]), gpu=d.get("gpu"),
+                       cuda_graphs=bool(d.get("cuda_graphs")), context=int(d.get("context") or 0),
+                       context_kv_bytes=int(d.get("context_kv_bytes") or 0), raw=dict(d))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"env.drafter is not a drafter's description ({exc})") from None
 
@@ -420,7 +425,9 @@ class DrafterInfo:
     def line(self) -> str:
         """The drafter in one line: where, what one forward reads, its floor, its ids."""
         ids = "real weights" if self.ids_meaningful else "random weights: its ids are not meaningful tokens"
+        ctx = (f" and {self.context_kv_bytes / 1e9:.3f} GB of KV a target ({self.context:,}-token context)"
+               if self.context else " (no context)")
         return (f"drafter {self.where} ({self.dtype}{', CUDA graphs' if self.cuda_graphs else ''}): "
-                f"{self.weight_bytes / 1e9:.3f} GB of weights read a forward, floor "
-                f"{self.weight_read_floor_ns / 1e6:.3f} ms at the measured {self.copy_bytes_per_s / 1e9:.0f} GB/s copy "
-                f"bandwidth; {ids}")
+                f"{self.weight_bytes / 1e9:.3f} GB of weights{ctx} read a forward, floor "
+                f"{self.read_floor_ns / 1e6:.3f} ms at the best measured read bandwidth "
+                f"{self.read_bytes_per_s / 1e9:.0f} GB/s; {ids}")

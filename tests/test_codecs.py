@@ -312,3 +312,18 @@ def test_a_server_announces_its_codecs_and_a_codec_it_lacks_is_refused_before_me
                          "--codec", "int8", "--cycles", "20", "--out", str(tmp_path / "ok")], capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_a_token_payloads_bodies_start_at_token_i_times_t(tokens):
+    """docs/CODECS.md: body i starts at token i x T, whatever the seq's 8 bytes take off its
+    end (it was cut at i x (request_bytes - 8) bytes, across the tokens' boundaries)."""
+    from hopbench.core.client_paths import request_bodies
+
+    layers, width, n = 5, 16, 40
+    marked = np.repeat(np.arange(n, dtype=np.uint16)[:, None], layers * width, axis=1)  # token t's values are t
+    src = H.Source(marked, layers, width, "marked")
+    row = layers * width * 2
+    bodies = request_bodies(src, tokens * row, 1 + 2 + 8)
+    assert [int(b.view(np.uint16)[0]) for b in bodies[:4]] == [i * tokens for i in range(4)]
+    assert all(b.size == tokens * row - P.SEQ_BYTES for b in bodies)

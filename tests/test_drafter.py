@@ -3,6 +3,7 @@ forward, the server's drafter kinds (`draft`, `stream-draft`) through a real ser
 batches across sessions, and every bad input's one line. The tiny preset on the CPU; the
 GPU figures are benchmarks (benchmarks/bench_drafter.py), never timed tests."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -26,11 +27,17 @@ from tests.conftest import ServerThread  # noqa: E402
 
 TINY = DM.TINY
 ROW = TINY.row_bytes  # 640 B: 5 taps x 64 BF16 values
+ROWWISE = dataclasses.replace(TINY, name="tiny-rowwise", block_size=0)  # one row sampled: --early all runs it
 
 
 @pytest.fixture(scope="module")
 def model():
     return DM.Model(TINY, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def rowwise():
+    return DM.Model(ROWWISE, device="cpu")
 
 
 @pytest.fixture
@@ -99,9 +106,10 @@ def test_weights_load_with_their_shapes_checked(tmp_path, model):
         DM.Model(TINY, weights=path, device="cpu")
 
 
-def test_fc_by_taps_sums_to_fc_and_one_causal_forward_holds_every_candidate(model):
+def test_fc_by_taps_sums_to_fc_and_one_causal_forward_holds_every_candidate(rowwise):
     """What the early start rests on: fc is linear over the taps, and with causal attention
     the forward's row a is the forward of rows[:a + 1] (so --early all is the real forward)."""
+    model = rowwise
     with torch.inference_mode():
         x = model.rows_from(_rows(4, 1), 1, 4)
         parts = sum(model.fc(x[..., j * 64:(j + 1) * 64], tap=j) for j in range(TINY.taps))
@@ -120,7 +128,8 @@ def test_a_drafter_plan_runs_the_model_and_records_its_times(drafter_server, mod
         env = s.server_env["drafter"]
         assert env["shape"]["name"] == "tiny"
         documented = {"shape", "device", "gpu", "dtype", "weights", "weight_bytes", "cuda_graphs", "torch",
-                      "copy_bytes_per_s", "weight_read_floor_ns", "ids_meaningful"}  # docs/PROTOCOL.md
+                      "context", "context_kv_bytes", "bandwidth_methods", "read_bytes_per_s", "read_floor_ns",
+                      "ids_meaningful"}  # docs/PROTOCOL.md
         assert set(env) == documented and (env["gpu"] is None) == (env["device"] == "cpu")
         info = s.drafter  # the typed record, read once from the HELLO
         assert info is not None and info.row_bytes == ROW and info.to_dict() == env
@@ -148,27 +157,33 @@ def test_bad_drafter_plans_are_refused_in_one_line_and_the_next_is_served(drafte
         assert s.measure(P.Plan("tcp", ROW, 8, 2, 4, 5, 1, drafter=P.DrafterPlan())).completed == 7
 
 
-def test_early_all_is_refused_for_a_drafter_that_needs_the_bonus_token():
+def test_early_all_is_refused_for_a_drafter_that_needs_the_accept_count(drafter_server):
     eagle_like = DM.Shape("tok", 64, 1, 96, 4, 2, 16, 256, 5 * 64, needs_tokens=True)
     st = ServerThread(drafter=Batcher(DM.Model(eagle_like, device="cpu")))
     try:
-        with Session(st.host, st.port) as s:
-            plan = P.Plan("tcp", 5 * 3 * 128, 8, 2, 4, 5, 1, stream=P.StreamPlan(5, 3 * 128),
-                          drafter=P.DrafterPlan("all"))
-            with pytest.raises(Refused, match="conditioned on the bonus token"):
-                s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 2.0, 78))
+        for server, why in ((st, "conditioned on the bonus token"), (drafter_server, "drafts a block over every")):
+            with Session(server.host, server.port) as s:
+                plan = P.Plan("tcp", 5 * 3 * 128, 8, 2, 4, 5, 1, stream=P.StreamPlan(5, 3 * 128),
+                              drafter=P.DrafterPlan("all"))
+                with pytest.raises(Refused, match=why):
+                    s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 2.0, 78))
     finally:
         st.stop()
 
 
-@pytest.mark.parametrize("early", ["off", "fc", "all"])
-def test_a_streamed_plan_starts_the_drafter_on_the_landed_taps(drafter_server, early):
+@pytest.mark.parametrize("early,block", [("off", True), ("fc", True), ("off", False), ("fc", False), ("all", False)])
+def test_a_streamed_plan_starts_the_drafter_on_the_landed_taps(drafter_server, rowwise, early, block):
     size = 3 * 64 * 2  # K + 1 = 3 rows of one tap
     plan = P.Plan("tcp", 5 * size, 8, 2, 4, 10, 2, stream=P.StreamPlan(5, size), drafter=P.DrafterPlan(early))
     assert plan.kind == "stream-draft"
-    with Session(drafter_server.host, drafter_server.port) as s:
-        m = s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 3.0, 78))
-        s.bye()
+    st = drafter_server if block else ServerThread(drafter=Batcher(rowwise))
+    try:
+        with Session(st.host, st.port) as s:
+            m = s.measure(plan, stream=ST.schedule((8, 23, 39, 55, 70), 3.0, 78))
+            s.bye()
+    finally:
+        if not block:
+            st.stop()
     st = m.stages
     assert m.completed == plan.total and (st["draft_ns"] > 0).all() and (st["batch_rows"] == 3).all()
     assert ((st["early_ns"] > 0).all() if early != "off" else (st["early_ns"] == 0).all()), st["early_ns"]
@@ -200,7 +215,16 @@ def test_run_remote_drafter_end_to_end_and_the_verdict_uses_its_time(drafter_ser
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "T3!draft: the forward p50" in out.stdout and "not meaningful tokens" in out.stdout
+    assert "ledger (p50s, ms): echo" in out.stdout, out.stdout
     folder = next(tmp_path.glob("*-run"))
+    import csv
+
+    cycles = [r for r in csv.DictReader(open(folder / "samples.csv")) if r["payload"] == "T3!draft"]
+    assert len(cycles) >= 20
+    for c in cycles:  # the ledger adds up: its parts inside the server's time, the server's inside the hop
+        parts = sum(int(c[k]) for k in ("queue_ns", "stage_ns", "draft_ns", "back_ns"))
+        assert 0 < parts <= int(c["server_ns"]) < int(c["rtt_ns"]), c
+        assert int(c["hop_ex_server_ns"]) == int(c["rtt_ns"]) - int(c["server_ns"])
     # a decode cycle slow enough that the tiny drafter's CPU forward is faster than t_draft on any
     # host, however loaded (a loaded 2-core host measured 188 ms): the test is the plumbing, not a time
     v = subprocess.run([sys.executable, "-m", "hopbench", "verdict", str(folder), "--shape", "configs/shape-tiny.toml",

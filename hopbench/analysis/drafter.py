@@ -41,13 +41,16 @@ def from_drafter_folder(folder: Path, rows: int) -> RemoteTime:
     if doc.get("schema") != DRAFTER_SCHEMA:
         raise ConfigError(f"{folder}/{DRAFTER_FILE}: schema {doc.get('schema')!r}, expected {DRAFTER_SCHEMA!r}")
     graphed = [r for r in doc["rows"] if r.get("graphs")] or doc["rows"]
+    graphed = [r for r in graphed if r.get("targets", 1) == 1]  # one target's forward: the verdict's
     if not graphed:
-        raise ConfigError(f"{folder}/{DRAFTER_FILE}: no forward was measured")
+        raise ConfigError(f"{folder}/{DRAFTER_FILE}: no forward of one target was measured")
     best = min(graphed, key=lambda r: (abs(int(r["rows"]) - rows), int(r["rows"])))
     half = max(best["p50_ns"] - best["ci_lo_ns"], best["ci_hi_ns"] - best["p50_ns"]) / 1e6
-    return RemoteTime(best["p50_ns"] / 1e6, half, f"measured: hopbench drafter, {_where(doc.get('drafter'))}, "
-                                                  f"{best['rows']} rows, p50 of {best['n']} forwards, its interval at "
-                                                  f"{best['ci_level']:.1%}")
+    info = DrafterInfo.from_dict(doc["drafter"]) if doc.get("drafter") else None
+    ctx = f", a {info.context:,}-token context" if info is not None and info.context else ""
+    return RemoteTime(best["p50_ns"] / 1e6, half, f"measured: hopbench drafter, {_where(info)}, "
+                                                  f"{best['rows']} rows{ctx}, p50 of {best['n']} forwards, its "
+                                                  f"interval at {best['ci_level']:.1%}")
 
 
 def from_run_folder(folder: Path, tokens: int) -> RemoteTime | None:

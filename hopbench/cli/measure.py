@@ -58,6 +58,7 @@ def serve(
     drafter_device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda where torch sees a GPU).", rich_help_panel="Drafter")] = None,
     batch_window_us: Annotated[float, typer.Option(min=0, help="A session's rows wait this long for the other sessions' to share one forward.", rich_help_panel="Drafter")] = 0.0,
     max_batch: Annotated[int, typer.Option(min=1, help="The most sessions' rows in one forward.", rich_help_panel="Drafter")] = 8,
+    context: Annotated[int, typer.Option(help="Context tokens each session's drafter forward attends over: a KV cache per session (--max-sessions of them, allocated at start), read by every forward; 0: none.", rich_help_panel="Drafter")] = 4096,
 ):
     """Serve clients until Ctrl-C: up to --max-sessions at once (1: one after another, like iperf3 -s)."""
     from hopbench.core import protocol as P
@@ -76,7 +77,8 @@ def serve(
         gpu_info = gpumod.device_info()
     host, port = _address(bind, port, 0)
     settings = split_options(opt)
-    batcher = _drafter(drafter, drafter_weights, drafter_device, batch_window_us, max_batch) if drafter else None
+    batcher = _drafter(drafter, drafter_weights, drafter_device, batch_window_us, (max_batch, max_sessions),
+                       context) if drafter else None
     cfg = ServerConfig(host=host, port=port, once=once, idle_timeout_s=idle_timeout, poll=poll.value,
                        handshake_timeout_s=handshake_timeout,
                        caps=P.Caps(max_request_bytes=max_request_bytes, max_reply_bytes=max_request_bytes,
@@ -92,15 +94,19 @@ def serve(
     server.serve_forever()
 
 
-def _drafter(shape: str, weights: Path | None, device: str | None, window_us: float, most: int) -> Any:
-    """The server's drafter model behind its batcher, or a one-line error."""
+def _drafter(shape: str, weights: Path | None, device: str | None, window_us: float, most: tuple[int, int],
+             context: int) -> Any:
+    """The server's drafter model behind its batcher (`most`: the sessions a forward batches,
+    the sessions served at once, each with a context cache), or a one-line error."""
     from hopbench.core.batcher import Batcher
     from hopbench.models import drafter as DM
 
     if device not in (None, "cuda", "cpu"):
         raise ConfigError(f"--drafter-device {device}: cuda or cpu")
-    model = DM.Model(DM.parse_shape(shape), weights=weights, device=device)
-    return Batcher(model, window_us / 1e6, most)
+    if context < 0:
+        raise ConfigError(f"--context {context}: a number of tokens >= 0 (0: no context)")
+    model = DM.Model(DM.parse_shape(shape), weights=weights, device=device, context=context, sessions=max(most))
+    return Batcher(model, window_us / 1e6, most[0])
 
 
 def run_request(p: dict[str, Any]) -> Any:

@@ -84,7 +84,9 @@ def codecs(
 def drafter(
     shape: Annotated[str, typer.Option(help="A preset (dspark-glm5, eagle3-llama70b, tiny) or the drafter's config.json.")] = "dspark-glm5",
     rows: Annotated[str, typer.Option(help="Row counts a forward runs on (a target's accepted tokens, or several targets' batched).")] = "1,3,6,12,24,48,96,192",
-    k: Annotated[int, typer.Option(min=1, max=64, help="Draft depth K (the ids a forward samples).")] = 2,
+    targets: Annotated[str, typer.Option(help="Targets a forward serves at once (its batch: each target's rows and context).")] = "1",
+    k: Annotated[int, typer.Option(min=1, max=64, help="Draft depth K (the ids a forward samples; a block drafter's block holds K + 1).")] = 2,
+    context: Annotated[int, typer.Option(min=0, help="Context tokens each target's forward attends over (its KV cache, read every forward); 0: none.")] = 4096,
     repeats: Annotated[int, typer.Option(min=5, help="Timed forwards per row count (after 3 warm-up).")] = 50,
     weights: Annotated[Optional[Path], typer.Option(help="The drafter's real weights (.safetensors); default random (time does not depend on the values).")] = None,
     device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda where torch sees a GPU).")] = None,
@@ -94,12 +96,17 @@ def drafter(
 ):
     """What a drafter of this shape costs on this GPU, no peer needed: its forward against the
     rows, with and without CUDA graphs, against the weight-read floor (docs/DRAFTER.md)."""
+    import functools
+
     from hopbench.config import parse_int_list
-    from hopbench.orchestration.drafterjob import drafter_command
+    from hopbench.orchestration.drafterjob import DrafterJob, drafter_command
 
     if device not in (None, "cuda", "cpu"):
         raise ConfigError(f"--device {device}: cuda or cpu")
-    drafter_command(shape, weights, parse_int_list(rows, "--rows"), k, repeats, device, results_dir, name, out, print)
+    say = functools.partial(print, flush=True)  # each line reaches a pipe when it is printed
+    drafter_command(DrafterJob(shape, weights, tuple(parse_int_list(rows, "--rows")),
+                               tuple(parse_int_list(targets, "--targets")), k, context, repeats, device, results_dir,
+                               name, out), say)
 
 
 @app.command()

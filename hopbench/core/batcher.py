@@ -24,6 +24,8 @@ class Ask:
     draft_ns: int = 0
     queue_ns: int = 0
     batch_rows: int = 0
+    stage_ns: int = 0  # the batch's bodies into the forward's input (host copies, H2D)
+    back_ns: int = 0  # its ids back on the host (D2H)
     error: BaseException | None = None
     done: bool = False
 
@@ -104,12 +106,12 @@ class Batcher:
         t_start = time.perf_counter_ns()
         try:
             with self.gpu:
-                ids, ns = m.run_bodies([a.body for a in batch], batch[0].rows, batch[0].k)
+                ids, ns, staged, back = m.run_bodies([a.body for a in batch], batch[0].rows, batch[0].k)
         except Exception as exc:  # the batch's sessions all learn why (an OOM, a capture that failed)
             err = exc if isinstance(exc, HopbenchError) else ConfigError(f"the drafter's forward failed: {exc}")
             for a in batch:
                 a.error, a.done = err, True
             return
         for j, a in enumerate(batch):
-            a.ids, a.draft_ns, a.queue_ns = ids[j], ns, t_start - a.t_in
+            a.ids, a.draft_ns, a.queue_ns, a.stage_ns, a.back_ns = ids[j], ns, t_start - a.t_in, staged, back
             a.batch_rows, a.done = len(batch) * a.rows, True

@@ -100,7 +100,7 @@ class ClientPath:
 
 #: a tail of several columns -> its stages, one per column
 TAIL_COLUMNS = {P.SERVER_STAGES.name: ("server_h2d_ns", "server_d2h_ns"),
-                P.DRAFT_TAIL.name: ("draft_ns", "queue_ns", "batch_rows", "early_ns")}
+                P.DRAFT_TAIL.name: ("draft_ns", "queue_ns", "batch_rows", "early_ns", "stage_ns", "back_ns", "server_ns")}
 
 
 def tail_stages(tails: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -214,6 +214,16 @@ class GpuDirect(_Gpu):
                           **run.loop_args())
 
 
+def request_bodies(source: HiddenSource, request_bytes: int, total: int) -> list[np.ndarray]:
+    """A codec plan's request bodies (request_bytes - 8 each, after the seq): for a token
+    payload (request_bytes = T tokens) body i is the start of tokens i*T .. (i+1)*T - 1, whole
+    tokens apart (docs/CODECS.md); another size, byte windows end to end."""
+    body_bytes = request_bytes - P.SEQ_BYTES
+    per_token = source.bits.shape[1] * 2
+    tokens = next((n // per_token for n in (request_bytes, body_bytes) if n % per_token == 0), None)
+    return source.bodies(body_bytes, tokens, min(total, -(-source.tokens // (tokens or 1))))
+
+
 class CodecRoundTrip(ClientPath):
     """The request bodies cross encoded (docs/CODECS.md): windows of the run's hidden states,
     encoded inside the timed hop; the server's decode times follow the last reply."""
@@ -227,10 +237,7 @@ class CodecRoundTrip(ClientPath):
         if source is None:
             raise ConfigError("a codec plan needs its hidden states (hopbench.workload.hidden.Source)")
         codec = codecs.parse(plan.codec or "none", plan.codec_group)
-        body_bytes = plan.request_bytes - P.SEQ_BYTES
-        per_token = source.bits.shape[1] * 2
-        tokens = body_bytes // per_token if body_bytes % per_token == 0 else None
-        bodies = source.bodies(body_bytes, tokens, min(plan.total, -(-source.tokens // (tokens or 1))))
+        bodies = request_bodies(source, plan.request_bytes, plan.total)
         self.crcs = codec_wire.expected_crcs(codec, bodies) if plan.verify else [0] * len(bodies)
         if plan.verify:
             plan = dataclasses.replace(plan, payload_crc32=self.crcs[0])

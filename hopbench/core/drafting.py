@@ -5,12 +5,14 @@ forward runs on each cycle's rows and whose argmax ids are the reply. Synchronou
 through the server's Batcher (the rows of the sessions waiting, one forward); streamed plans
 start the forward on the taps that have landed (`early`).
 
-After the last reply the server sends the draft tail (int64 total x 4: draft_ns, queue_ns,
-batch_rows, early_ns per cycle; protocol.DRAFT_TAIL); the client records them as stages
-beside `hop_ex_draft_ns`, the reply time without the drafter's."""
+After the last reply the server sends the draft tail (int64 total x 7 per cycle: draft_ns,
+queue_ns, batch_rows, early_ns, stage_ns, back_ns, server_ns; protocol.DRAFT_TAIL); the client
+records them as stages beside `hop_ex_draft_ns` (the reply time without the drafter's) and
+`hop_ex_server_ns` (without the server's whole time: the wire's part, the ledger's check)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,8 @@ def _refusal(plan: P.Plan, ctx: PlanContext) -> str | None:
     if plan.uses_gpu or plan.verify or (plan.codec is not None):
         return ("a drafter plan sends raw rows from host memory (the drafter copies them to its own device): "
                 "not with --memory cuda, --verify or --codec")
+    if (wrong := batcher.model.refusal(plan.k)) is not None:
+        return wrong
     if shape.vocab_size > 1 << (8 * plan.id_bytes):
         return f"the {shape.name} drafter's {shape.vocab_size:,} ids need id_bytes of at least 4"
     rows_bytes = plan.stream.chunk_bytes * plan.stream.chunks if plan.stream is not None else plan.request_bytes
@@ -67,13 +71,15 @@ class DraftEcho(ServingPath):
         shape = batcher.model.shape
         request, reply = chan.alloc(plan.request_bytes), chan.alloc(plan.reply_bytes)
         rows = plan.request_bytes // shape.row_bytes
-        times = np.zeros((plan.total, 4), dtype=np.int64)
+        times = np.zeros((plan.total, P.DRAFT_TAIL.columns), dtype=np.int64)
         ids_view = np.frombuffer(reply, dtype=np.dtype(f"<u{plan.id_bytes}"), count=plan.k)
+        clock = time.perf_counter_ns
         seq = 0
         batcher.join()
         try:
             for seq in range(plan.total):
                 chan.recv_into(request)
+                t_in = clock()
                 if P.SEQ.unpack_from(request, 0)[0] != seq:
                     bad_request(ctx, chan, request, seq, plan)
                     return seq
@@ -82,8 +88,9 @@ class DraftEcho(ServingPath):
                 except HopbenchError as exc:
                     abort(chan, str(exc), plan)
                 ids_view[:] = ask.ids
+                t_out = clock()  # the reply handed to the transport (after its send returns, it may be in)
                 chan.send(reply)
-                times[seq] = (ask.draft_ns, ask.queue_ns, ask.batch_rows, 0)
+                times[seq] = (ask.draft_ns, ask.queue_ns, ask.batch_rows, 0, ask.stage_ns, ask.back_ns, t_out - t_in)
             seq = plan.total
         finally:
             batcher.leave()
@@ -111,13 +118,16 @@ class StreamDraft(StreamDrafter):
         if plan.drafter.early == "all" and shape.needs_tokens:
             return (f"--early all: the {shape.name} drafter is conditioned on the bonus token too (needs_tokens), "
                     "so its forward cannot run before the accept count; use --early fc or off")
+        if plan.drafter.early == "all" and shape.block_size:
+            return (f"--early all: the {shape.name} drafter drafts a block over every accepted row (block_size "
+                    f"{shape.block_size}), so its forward cannot run before the accept count; use --early fc or off")
         return None
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
         assert plan.stream is not None and plan.drafter is not None
         model, early, chunks = ctx.drafter.model, plan.drafter.early, plan.stream.chunks
         rows = plan.stream.chunk_bytes // (model.shape.hidden_size * 2)
-        times = np.zeros((plan.total, 4), dtype=np.int64)
+        times = np.zeros((plan.total, P.DRAFT_TAIL.columns), dtype=np.int64)
         ids_view: list[Any] = []
         state: list[StreamedWork] = []  # this cycle's work, made at its first chunk
 
@@ -133,7 +143,7 @@ class StreamDraft(StreamDrafter):
                 ids_view.append(np.frombuffer(reply, dtype=np.dtype(f"<u{plan.id_bytes}"), count=plan.k))
             ids, waited = state[0].answer(accepted)
             ids_view[0][:] = ids
-            times[seq] = (waited, 0, rows, state[0].early_ns)
+            times[seq] = (waited, 0, rows, state[0].early_ns, 0, 0, 0)
 
         return self.run_stream(chan, plan, ctx, on_chunk, on_end, {P.DRAFT_TAIL.name: times})
 
@@ -179,6 +189,8 @@ def add_ex_draft(run: PlanRun) -> None:
     st = run.m.stages
     if "draft_ns" in st:
         st["hop_ex_draft_ns"] = run.m.samples_ns - st["draft_ns"]
+    if "server_ns" in st and st["server_ns"].any():  # streamed plans time the drafter from the end message
+        st["hop_ex_server_ns"] = run.m.samples_ns - st["server_ns"]
 
 
 __all__ = ["DraftEcho", "DraftIds", "DraftRoundTrip", "NO_DRAFTER", "StreamDraft",

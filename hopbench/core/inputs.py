@@ -72,6 +72,9 @@ class DraftShape(Protocol):
     def needs_tokens(self) -> bool: ...  # conditioned on the bonus token too: no early "all"
 
     @property
+    def block_size(self) -> int: ...  # block drafting: an anchor and up to block_size - 1 drafts a pass
+
+    @property
     def row_bytes(self) -> int: ...
 
     @property
@@ -99,6 +102,9 @@ class DraftModel(Protocol):
 
     def info(self) -> dict[str, Any]: ...  # the HELLO's env.drafter (records.DrafterInfo)
 
-    def run_bodies(self, bodies: list[Any], rows: int, k: int) -> tuple[Any, int]: ...  # ids [batch, k], forward ns
+    def refusal(self, k: int) -> str | None: ...  # why it cannot draft K ids a pass (a block too short)
+
+    #: ids [batch, k], the forward's ns, and the ns staging its input and bringing the ids back
+    def run_bodies(self, bodies: list[Any], rows: int, k: int) -> tuple[Any, int, int, int]: ...
 
     def streamed(self, rows: int, k: int, early: str) -> StreamedWork: ...

@@ -237,7 +237,7 @@ class Tail:
 SERVER_STAGES = Tail("server_stages", 2)
 #: a drafter's own times per cycle: its forward (draft_ns, the GPU's own time where it has
 #: one), its wait in the queue for a batch, the rows of the batch it ran in, its early work
-DRAFT_TAIL = Tail("draft", 4)
+DRAFT_TAIL = Tail("draft", 7)
 
 
 @dataclass(frozen=True)

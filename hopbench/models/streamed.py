@@ -25,7 +25,7 @@ class Forward(Protocol):
 
     def tail(self, h: Any, k: int, every: bool) -> Any: ...
 
-    def run_bodies(self, bodies: list[Any], rows: int, k: int) -> tuple[Any, int]: ...
+    def run_bodies(self, bodies: list[Any], rows: int, k: int) -> tuple[Any, int, int, int]: ...
 
 
 EARLY = ("off", "fc", "all")
@@ -94,7 +94,7 @@ class StreamedDraft:
         with m.torch.inference_mode():
             if self.early == "off":
                 body = np.concatenate([t.reshape(self.rows, -1) for t in self.taps], axis=1)
-                host = m.run_bodies([body.reshape(-1)], self.rows, self.k)[0][0]
+                host = m.run_bodies([body.reshape(-1)], self.rows, self.k)[0][0]  # its forward alone
             else:
                 ids = m.tail(self.acc, self.k, every=False)[0] if self.early == "fc" else \
                     self.ids[min(accepted, self.rows - 1)]

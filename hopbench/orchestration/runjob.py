@@ -395,6 +395,23 @@ def drafter_lines(info: DrafterInfo | None, rows: list[dict[str, Any]], console:
                     f"({r.get('draft_floor_ratio') or 0:.2f}x its floor){early}; the hop with it {r['p50_ns'] / 1e6:.3f} ms, "
                     f"without it {r['hop_ex_draft_p50_ns'] / 1e6:.3f} ms"
                     + (f" (the same payload's echo hop: {plain['p50_ns'] / 1e6:.3f} ms)" if plain else ""))
+        if plain and r.get("server_p50_ns"):
+            console.say("    " + ledger_line(r, plain))
+
+
+def ledger_line(r: dict[str, Any], plain: dict[str, Any]) -> str:
+    """A drafter payload's hop as its parts (p50s, ms): the echo hop of the same payload (the
+    wire and the plain server path), the drafter's queue, staging, forward and ids back, the
+    rest of the server's time from the request received to the reply sent, and what is left
+    (the hop minus them all); with / (echo + forward), the served path's own overhead."""
+    ms = {k: r[f"{k}_p50_ns"] / 1e6 for k in ("queue", "stage", "draft", "back", "server")}
+    echo, hop = plain["p50_ns"] / 1e6, r["p50_ns"] / 1e6
+    rest = ms["server"] - ms["queue"] - ms["stage"] - ms["draft"] - ms["back"]
+    left = hop - echo - ms["server"]
+    return (f"ledger (p50s, ms): echo {echo:.3f} + queue {ms['queue']:.3f} + stage {ms['stage']:.3f} + forward "
+            f"{ms['draft']:.3f} + ids back {ms['back']:.3f} + the server's rest {rest:.3f} + left {left:+.3f} "
+            f"({left / hop:+.1%} of the hop) = the hop {hop:.3f}; with / (echo + forward) "
+            f"{hop / (echo + ms['draft']):.3f}")
 
 
 def scheduled_s(loads: list[Payload], cfg: RunConfig) -> float:

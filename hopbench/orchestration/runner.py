@@ -188,7 +188,7 @@ class RunWriter:
             summary.update(self.load, **extra)
         drafter = DrafterInfo.from_env(self.header.get("server_env"))
         if drafter and "draft_ns" in m.stages and summary.get("draft_p50_ns"):  # the forward against its floor
-            summary["draft_floor_ratio"] = summary["draft_p50_ns"] / max(1, drafter.weight_read_floor_ns)
+            summary["draft_floor_ratio"] = summary["draft_p50_ns"] / max(1, drafter.read_floor_ns)
         self.samples.extend(rows)
         self.summaries.append(summary)
         self.payloads.append({"payload": payload.label, "tokens": payload.tokens, "plan": m.plan.to_wire(),
