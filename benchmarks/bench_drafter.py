@@ -69,10 +69,16 @@ class Server:
             pass
 
     def stop(self) -> None:
+        import time
+
+        t0 = time.monotonic()
         self.p.terminate()
         try:
             self.p.wait(30)
+            print(f"CHECK the server stopped on SIGTERM in {time.monotonic() - t0:.2f} s -> "
+                  f"{'PASS' if time.monotonic() - t0 <= 5 else 'FAIL'}", flush=True)
         except subprocess.TimeoutExpired:  # a forward still holding it: end it
+            print("CHECK the server stopped on SIGTERM: not within 30 s, killed -> FAIL", flush=True)
             self.p.kill()
             self.p.wait(30)
 

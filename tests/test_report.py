@@ -191,16 +191,22 @@ def test_the_servers_reproduce_line_has_what_the_run_needed():
     a server with its drafter model: the report's serve line says both, from the HELLO."""
     from hopbench.analysis.report.document import serve_argv
 
-    head = {"server_caps": {"max_request_bytes": 1 << 20, "max_sessions": 4},
-            "server_env": {"drafter": {"shape": {"name": "tiny", "source": "a preset"}, "device": "cuda:0",
-                                       "weights": "random"}}}
+    def drafter(**kw):  # a HELLO's env.drafter as a server sends it (docs/PROTOCOL.md "Drafter plans")
+        return {"shape": {"name": "tiny", "source": "a preset"}, "device": "cuda:0", "weights": "random", "dtype": "bfloat16",
+                "weight_bytes": 1, "read_floor_ns": 1, "read_bytes_per_s": 1.0, "ids_meaningful": False,
+                "context": 4096, **kw}
+
+    head = {"server_caps": {"max_request_bytes": 1 << 20, "max_sessions": 4}, "server_env": {"drafter": drafter()}}
     line = serve_argv("10.0.0.2", head)
     assert line[line.index("--max-sessions") + 1] == "4" and line[line.index("--drafter") + 1] == "tiny"
     assert line[line.index("--drafter-device") + 1] == "cuda" and "--drafter-weights" not in line
+    assert line[line.index("--context") + 1] == "4096"  # the context every forward attended over
     assert "--max-sessions" not in serve_argv("h", {"server_caps": {"max_sessions": 1}})
-    from_file = {"server_env": {"drafter": {"shape": {"name": "x", "source": "/m/config.json"}, "weights": "/m/w.safetensors"}}}
+    from_file = {"server_env": {"drafter": drafter(shape={"name": "x", "source": "/m/config.json"}, context=0,
+                                                   weights="/m/w.safetensors")}}
     line = serve_argv("h", from_file)
     assert line[line.index("--drafter") + 1] == "/m/config.json" and line[-1] == "/m/w.safetensors"
+    assert line[line.index("--context") + 1] == "0"
 
 
 def test_plot_draws_a_bytes_only_run_like_report_does(server, tmp_path):

@@ -157,7 +157,7 @@ def serve_argv(host: str, head: dict) -> list[str]:
     if drafter is not None:
         source = str(drafter.shape.get("source") or "")
         serve += ["--drafter", source if source.endswith(".json") else drafter.name,
-                  "--drafter-device", drafter.device.split(":")[0]]
+                  "--drafter-device", drafter.device.split(":")[0], "--context", str(drafter.context)]
         if drafter.weights != "random":
             serve += ["--drafter-weights", drafter.weights]
     return serve
