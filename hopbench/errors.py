@@ -51,3 +51,8 @@ class Refused(ProtocolError):
 
 class VerifyError(ProtocolError):
     """A reply did not answer its own request (wrong, stale or corrupted ids)."""
+
+
+class DiskFull(HopbenchError):
+    """A result file could not be written: its filesystem is full (or over quota). What was
+    written whole before it stays as it was (every result file is replaced atomically)."""

@@ -4,6 +4,7 @@ overwritten. docs/RESULTS.md documents every field and column."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import os
 import signal
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from hopbench.errors import HopbenchError
+from hopbench.errors import DiskFull, HopbenchError
 from hopbench.version import __version__
 
 SCHEMA = "hopbench.run"
@@ -55,7 +56,14 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     # temporary file's creation and its rename or removal left a .tmp behind (issue 42: seen
     # in a target of an interrupted run --clients); raised again as soon as the write is done
     with _signals_held():
-        _write_replacing(path, data, mode)
+        try:
+            _write_replacing(path, data, mode)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            why = (exc.strerror or "no space left on device").lower()
+            raise DiskFull(f"{path}: not written, {why} ({len(data):,} B); the files written before it are kept "
+                           "whole") from None
 
 
 @contextmanager
@@ -532,10 +540,29 @@ class ResultFolder:
         (`files`), written last, so a report.json means its CSVs are whole."""
         import json
 
-        for name, text in csvs.items():
-            atomic_write(self.path / name, text)
-        doc["files"] = {name: manifest_entry(text) for name, text in csvs.items()}
-        atomic_write(self.path / RUN_FILE, json.dumps(doc, indent=1, default=str) + "\n")
+        try:
+            for name, text in csvs.items():
+                atomic_write(self.path / name, text)
+            doc["files"] = {name: manifest_entry(text) for name, text in csvs.items()}
+            atomic_write(self.path / RUN_FILE, json.dumps(doc, indent=1, default=str) + "\n")
+        except DiskFull as exc:  # the last report.json written whole still matches the CSVs it names
+            self.mark_error(str(exc))
+            raise
+
+    def mark_error(self, reason: str) -> None:
+        """report.json's status made "error" with the reason, all else as it was (its payloads
+        and manifest still the CSVs on disk), where a file that small can still be written."""
+        import json
+
+        try:
+            old = json.loads((self.path / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            return  # nothing was written whole: nothing to mark
+        try:
+            atomic_write(self.path / RUN_FILE, json.dumps({**old, "status": "error", "error": reason}, indent=1,
+                                                          default=str) + "\n")
+        except DiskFull:
+            pass
 
     def write_files(self, files: dict[str, str]) -> None:
         """Files received whole from elsewhere (a matrix agent): report.json last, it marks

@@ -104,6 +104,10 @@ def test_weights_load_with_their_shapes_checked(tmp_path, model):
     save_file({"fc.weight": model.tensors()["fc.weight"].contiguous()}, str(path))
     with pytest.raises(ConfigError, match="no tensor"):
         DM.Model(TINY, weights=path, device="cpu")
+    for junk in (bytes(range(256)) * 4, b"{}", b""):  # not a safetensors file at all: one line naming it
+        path.write_bytes(junk)
+        with pytest.raises(ConfigError, match=f"{path}: not a .safetensors file"):
+            DM.Model(TINY, weights=path, device="cpu")
 
 
 def test_fc_by_taps_sums_to_fc_and_one_causal_forward_holds_every_candidate(rowwise):

@@ -82,6 +82,34 @@ def test_run_interrupted_between_payloads_is_marked_incomplete(server, tmp_path)
     assert rep["status"] == "incomplete" and len(rep["payloads"]) == 1
 
 
+def test_a_disk_that_fills_mid_run_is_one_error_and_keeps_what_was_written(server, tmp_path, monkeypatch):
+    """Issue 62: a full disk was a 71-line double traceback and report.json left "running".
+    Now the write that fails is one DiskFull naming the file; report.json (the last one written
+    whole, its payloads those of the CSVs beside it) says error with the reason."""
+    import errno
+
+    out = tmp_path / "r"
+    out.mkdir()
+    real, writes = R._write_replacing, []
+
+    def filling(path, data, mode):  # the second payload's samples.csv finds the disk full
+        writes.append(path.name)
+        if writes.count("samples.csv") == 2 and path.name == "samples.csv":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data, mode)
+
+    monkeypatch.setattr(R, "_write_replacing", filling)
+    with pytest.raises(R.DiskFull, match=r"samples.csv: not written, no space left on device") as got:
+        run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T2", 2, 122880, 8)],
+                    RunConfig("tcp", k=2, id_bytes=4, cycles=20, warmup=2), folder=out)
+    assert "\n" not in str(got.value)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "error" and "no space left" in rep["error"] and len(rep["payloads"]) == 1
+    rows = (out / "samples.csv").read_text().splitlines()
+    assert len(rows) == 1 + 1 + 2 + 20 and all(r.startswith("T1,") for r in rows[1:])  # T1's, whole
+    assert writes.count("samples.csv") == 2  # nothing written again after the disk filled
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=16, max_size=16))
 def test_header_parser_never_crashes(data):

@@ -277,3 +277,15 @@ def test_a_real_rung_whose_server_answers_passes_the_preflight(server):
     from hopbench.orchestration.sweep.run import _server_answers
 
     assert _server_answers(server.host, server.port) is None
+
+
+def test_plain_progress_says_something_every_ten_seconds(capsys):
+    """Issue 62: a piped sweep printed a line per 10% of its cells (the first after 201 s).
+    Now: the first cell, then at most every PROGRESS_EVERY_S seconds, and the last."""
+    from hopbench.orchestration.sweep import run as SR
+
+    for done, at in [(1, 0.5), (2, 3.0), (3, 9.0), (4, 11.0), (5, 12.0), (6, 21.5), (7, 22.0)]:
+        SR.progress(done, 7, at, 1.0, f"rung/tcp/T{done}")
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split("]")[0] for ln in lines] == ["[1/7", "[4/7", "[6/7", "[7/7"], lines
+    assert "left ~" in lines[0] and lines[1].endswith("rung/tcp/T4")

@@ -363,7 +363,7 @@ def pack(w: dict[str, Any], s: Shape) -> dict[str, Any]:
 def load_weights(m: Model, path: Path) -> dict[str, Any]:
     """The weights of a .safetensors file, each tensor's shape checked against the model's."""
     try:
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
     except ImportError:
         raise DrafterUnavailable(f"--drafter-weights needs safetensors; install it with: {INSTALL}") from None
     want = weight_shapes(m.shape)
@@ -380,8 +380,8 @@ def load_weights(m: Model, path: Path) -> dict[str, Any]:
                 if tuple(t.shape) != shp:
                     raise ConfigError(f"{path}: {name} is {list(t.shape)}, the config says {list(shp)}")
                 out[name] = t.to(device=m.device, dtype=m.dtype)
-    except (OSError, ValueError) as exc:  # not a safetensors file
-        raise ConfigError(f"cannot read the drafter's weights {path}: {str(exc)[:200]}") from None
+    except (OSError, ValueError, SafetensorError) as exc:  # not a safetensors file, or a truncated one
+        raise ConfigError(f"{path}: not a .safetensors file of the drafter's weights ({str(exc)[:160]})") from None
     return out
 
 

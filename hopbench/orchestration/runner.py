@@ -18,7 +18,7 @@ from hopbench import results as R
 from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.client import Measurement, Session
-from hopbench.errors import ConfigError, HopbenchError, Refused
+from hopbench.errors import ConfigError, DiskFull, HopbenchError, Refused
 from hopbench.orchestration.stats import summarize
 from hopbench.records import DrafterInfo, Payload, RunConfig
 
@@ -33,8 +33,10 @@ def naming_what_was_kept(made: list[Path]) -> Iterator[None]:
         exc.add_note(f"what was measured is in {made[0]} (status incomplete)" if made else "nothing was measured")
         raise
     except HopbenchError as exc:
-        if made:
+        if made and (made[0] / R.RUN_FILE).exists():
             raise type(exc)(f"{exc} (measured so far kept in {made[0]}, status error)") from None
+        if made:
+            raise type(exc)(f"{exc} (nothing was written whole in {made[0]})") from None
         raise
 
 
@@ -175,6 +177,7 @@ class RunWriter:
         self.header = header
         self.target = target  # one of several targets at once (its number, 1..M)
         self.load = load  # several targets or open loop: {"clients": M, "offered_per_s": rate or None}
+        self.full = False  # a write found the disk full: the folder keeps its last whole files, marked error
         self.samples: list[dict] = []
         self.summaries: list[dict] = []
         self.payloads: list[dict] = []
@@ -205,6 +208,9 @@ class RunWriter:
     def write(self, status: str, error: str | None = None) -> None:
         from hopbench.core.placement import affinity
 
+        if self.full:  # the write that found the disk full marked the folder; the rest would fail alike
+            return
+
         self.header["client_affinity"] = affinity()  # per thread, once the transports' threads exist
         report = {**self.header, "status": status, "error": error, "finished_utc": R.utc_iso(),
                   "payloads": self.payloads}
@@ -213,9 +219,13 @@ class RunWriter:
         load = self.load is not None
         stream = any("stream" in p["plan"] for p in self.payloads)  # stage columns only where a plan streamed
         draft = any("drafter" in p["plan"] for p in self.payloads)  # the drafter's columns where it ran
-        R.ResultFolder(self.folder).write_run(report, {
-            R.SAMPLES_FILE: R.csv_text(COL.sample_columns(gpu, codec, load, stream, draft), self.samples),
-            R.SUMMARY_FILE: R.csv_text(COL.summary_columns(gpu, codec, load, stream, draft), self.summaries)})
+        try:
+            R.ResultFolder(self.folder).write_run(report, {
+                R.SAMPLES_FILE: R.csv_text(COL.sample_columns(gpu, codec, load, stream, draft), self.samples),
+                R.SUMMARY_FILE: R.csv_text(COL.summary_columns(gpu, codec, load, stream, draft), self.summaries)})
+        except DiskFull:
+            self.full = True
+            raise
 
 
 def measure_floor(transport: str, k: int, id_bytes: int, cycles: int, poll: str,

@@ -171,7 +171,7 @@ def run_sweep(cfg: SweepConfig, shape: Shape, *, results_root: Path, out: Path |
               on_progress: Callable[[int, int, float, float, str], None] | None = None) -> Path:
     """Measure every cell of the sweep (ids of the shape's id_bytes); returns its folder.
     `on_progress(done, total, elapsed_s, eta_s, cell_key)` after each cell (default: plain
-    lines, one per 10%)."""
+    lines, one every ~10 s)."""
     report_progress = on_progress or progress
     only_rungs, resume, strict = options.only_rungs, options.resume, options.strict
     rung_names = only_rungs or list(cfg.rungs)
@@ -335,10 +335,20 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
     return folder
 
 
+#: seconds between plain progress lines (iperf3's default interval is 1 s; a sweep's cell takes ~1 s)
+PROGRESS_EVERY_S = 10.0
+_last_line = [-PROGRESS_EVERY_S]
+
+
 def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> None:
-    """Plain progress for a log file: one line per 10% of the cells, no carriage returns
-    (the CLI shows a live bar instead when stderr is a terminal)."""
-    if done == total or done * 10 // total != (done - 1) * 10 // total:
-        sys.stderr.write(f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  ETA {eta:5.0f} s  "
+    """Plain progress for a log file or a pipe: the first cell, then a line at most every
+    PROGRESS_EVERY_S seconds and the last, each with the cells done of the total, the cell
+    just measured (rung, transport, payload), the time so far and left at the rate so far;
+    no carriage returns (the CLI shows a live bar instead when stderr is a terminal)."""
+    if done in (1, total) or elapsed - _last_line[0] >= PROGRESS_EVERY_S:
+        _last_line[0] = elapsed
+        sys.stderr.write(f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  left ~{eta:5.0f} s  "
                          f"{key}\n")
         sys.stderr.flush()
+
+
