@@ -56,9 +56,10 @@ def sample_columns(gpu: bool, codec: bool = False, load: bool = False, stream: b
 
 
 def stage_summary_keys(stage_column: str) -> tuple[str, str, str]:
-    """the summary's p50 and CI columns for one stage column ("d2h_ns" -> "d2h_p50_ns", ...)."""
-    base = stage_column.removesuffix("_ns")
-    return f"{base}_p50_ns", f"{base}_p50_ci_lo_ns", f"{base}_p50_ci_hi_ns"
+    """the summary's p50 and CI columns for one stage column ("d2h_ns" -> "d2h_p50_ns", ...);
+    a column that is not a time keeps its unit off ("batch_rows" -> "batch_rows_p50", ...)."""
+    base, unit = (stage_column.removesuffix("_ns"), "_ns") if stage_column.endswith("_ns") else (stage_column, "")
+    return f"{base}_p50{unit}", f"{base}_p50_ci_lo{unit}", f"{base}_p50_ci_hi{unit}"
 
 
 def summary_columns(gpu: bool, codec: bool = False, load: bool = False, stream: bool = False,

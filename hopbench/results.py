@@ -55,7 +55,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     # Ctrl-C or a terminate (SIGINT, SIGTERM) waits for the write: one arriving between the
     # temporary file's creation and its rename or removal left a .tmp behind (issue 42: seen
     # in a target of an interrupted run --clients); raised again as soon as the write is done
-    with _signals_held():
+    with signals_held():
         try:
             _write_replacing(path, data, mode)
         except OSError as exc:
@@ -67,7 +67,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM noted, not acted on, for the block, then raised again with their own
     handlers (Python runs signal handlers in the main thread only: elsewhere nothing is held)."""
     if threading.current_thread() is not threading.main_thread():

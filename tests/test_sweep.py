@@ -69,7 +69,8 @@ def run_sweep_cli(out, *extra, timeout=600):
     # KeyboardInterrupt, and the "interrupted" sweep ran to its end (seen once, reproduced)
     return subprocess.Popen([sys.executable, "-m", "hopbench", "sweep", str(TINY), "--out", str(out), "--no-analyse", *extra],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            env={**os.environ, "HOPBENCH_PROGRESS_S": "0"})  # a line per cell: interrupt at 8
 
 
 @pytest.mark.netns
@@ -79,8 +80,8 @@ def test_sweep_interrupt_teardown_and_resume(tmp_path):
     out = tmp_path / "sweep"
     before = set(netem.leftovers())
     p = run_sweep_cli(out)
-    # wait until a few cells are done (progress goes to a non-terminal as one plain line
-    # per 10%, no carriage returns), then Ctrl-C the whole process group
+    # wait until a few cells are done (progress goes to a non-terminal as plain lines, here
+    # one per cell, no carriage returns), then Ctrl-C the whole process group
     buf = ""
     while True:
         line = p.stderr.readline()
@@ -279,11 +280,12 @@ def test_a_real_rung_whose_server_answers_passes_the_preflight(server):
     assert _server_answers(server.host, server.port) is None
 
 
-def test_plain_progress_says_something_every_ten_seconds(capsys):
+def test_plain_progress_says_something_every_ten_seconds(capsys, monkeypatch):
     """Issue 62: a piped sweep printed a line per 10% of its cells (the first after 201 s).
     Now: the first cell, then at most every PROGRESS_EVERY_S seconds, and the last."""
     from hopbench.orchestration.sweep import run as SR
 
+    monkeypatch.delenv("HOPBENCH_PROGRESS_S", raising=False)
     for done, at in [(1, 0.5), (2, 3.0), (3, 9.0), (4, 11.0), (5, 12.0), (6, 21.5), (7, 22.0)]:
         SR.progress(done, 7, at, 1.0, f"rung/tcp/T{done}")
     lines = capsys.readouterr().err.splitlines()

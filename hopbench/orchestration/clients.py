@@ -250,7 +250,7 @@ def _in_window(t: int, err: str | None, p: dict[str, Any], line: tuple[list[dict
              "n": int(x.size), "n_total": s.get("n"), "p50_ns": st.get("p50_ns"), "p99_ns": st.get("p99_ns"),
              "p999_ns": st.get("p999_ns"), "cycles_per_s": rate,
              "goodput_mbit": rate * int(plan["request_bytes"]) * 8 / 1e6 if rate else None,
-             **{k: s.get(k) for k in ("late_sends", "send_lag_p50_ns", "queue_p50_ns", "batch_rows_p50_ns")},
+             **{k: s.get(k) for k in ("late_sends", "send_lag_p50_ns", "queue_p50_ns", "batch_rows_p50")},
              **hdr_tails(h)}, x)
 
 
@@ -461,7 +461,7 @@ def result_table(entries: list[dict], say: Callable[[str], None]) -> None:
         incast = f"incast {a['incast']:.2f}x (alone p50 {a['alone_p50_ns'] / 1e6:.3f} ms)" if a.get("incast") else ""
         jain = f"Jain {a['jain']:.3f}" if a.get("jain") is not None else ""
         batched = [t for t in e["targets"] if t.get("queue_p50_ns") is not None]
-        mean = _batched({k: float(np.mean([t[k] for t in batched])) for k in ("queue_p50_ns", "batch_rows_p50_ns")}
+        mean = _batched({k: float(np.mean([t[k] for t in batched])) for k in ("queue_p50_ns", "batch_rows_p50")}
                         ).replace("batch", "mean of the targets' batch") if batched else ""
         say(f"{e['payload']:>9} {'all':>6} {s['n']:>6} {s['p50_ns'] / 1e6:8.3f} {s['p99_ns'] / 1e6:8.3f} "
             f"{s['p999_ns'] / 1e6:9.3f} {a['cycles_per_s'] or 0:9.1f} {a['goodput_mbit'] or 0:8.1f}  {jain}  {incast}"
@@ -470,9 +470,9 @@ def result_table(entries: list[dict], say: Callable[[str], None]) -> None:
 
 def _batched(t: dict[str, Any]) -> str:
     """A drafter payload's batching, per target (its whole run's p50s): did the drafter batch?"""
-    if t.get("queue_p50_ns") is None or t.get("batch_rows_p50_ns") is None:
+    if t.get("queue_p50_ns") is None or t.get("batch_rows_p50") is None:
         return ""
-    return f"  batch p50 {t['batch_rows_p50_ns']:.0f} rows, queue p50 {t['queue_p50_ns'] / 1e6:.3f} ms"
+    return f"  batch p50 {t['batch_rows_p50']:.0f} rows, queue p50 {t['queue_p50_ns'] / 1e6:.3f} ms"
 
 
 def json_record(record: dict[str, Any]) -> dict[str, Any]:

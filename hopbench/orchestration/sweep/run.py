@@ -4,6 +4,7 @@ runtime, every finished cell kept; resumable. Aggregation is analysis's
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -326,18 +327,20 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
         log(f"\ninterrupted: finished cells are kept in {folder}; run the same command again to resume")
         raise
     finally:
-        for rt in runtimes.values():
-            rt.stop()
         signal.signal(signal.SIGTERM, old_term)
-        summary = aggregate(folder)
-        R.atomic_write(rf.file(R.SUMMARY_FILE), R.csv_text(AGG_COLUMNS, summary))
-        save(status)
+        with R.signals_held():  # a Ctrl-C now waits for the teardown: no namespace left, the state saved
+            for rt in runtimes.values():
+                rt.stop()
+            summary = aggregate(folder)
+            R.atomic_write(rf.file(R.SUMMARY_FILE), R.csv_text(AGG_COLUMNS, summary))
+            save(status)
     return folder
 
 
-#: seconds between plain progress lines (iperf3's default interval is 1 s; a sweep's cell takes ~1 s)
+#: seconds between plain progress lines (a sweep's cell takes ~1 s; iperf3 prints every 1 s);
+#: HOPBENCH_PROGRESS_S sets another interval (0: every cell)
 PROGRESS_EVERY_S = 10.0
-_last_line = [-PROGRESS_EVERY_S]
+_last_line = [-math.inf]
 
 
 def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> None:
@@ -345,7 +348,8 @@ def progress(done: int, total: int, elapsed: float, eta: float, key: str) -> Non
     PROGRESS_EVERY_S seconds and the last, each with the cells done of the total, the cell
     just measured (rung, transport, payload), the time so far and left at the rate so far;
     no carriage returns (the CLI shows a live bar instead when stderr is a terminal)."""
-    if done in (1, total) or elapsed - _last_line[0] >= PROGRESS_EVERY_S:
+    every = float(os.environ.get("HOPBENCH_PROGRESS_S") or PROGRESS_EVERY_S)
+    if done in (1, total) or elapsed - _last_line[0] >= every:
         _last_line[0] = elapsed
         sys.stderr.write(f"[{done}/{total}] {100 * done / total:3.0f}%  elapsed {elapsed:5.0f} s  left ~{eta:5.0f} s  "
                          f"{key}\n")
