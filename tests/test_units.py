@@ -340,3 +340,32 @@ def test_identity_is_typed_from_plan_to_reading(tmp_path):
                 "group": {"size": c.series.clients} if c.series.clients > 1 else None}
         key = cell_of(run, {"plan": plan, "payload": c.payload, "tokens": c.tokens, "design": c.series.design})
         assert (key.place, key.series, key.payload) == (c.place, c.series, c.payload)
+
+
+def test_a_drift_note_is_explained_once_in_the_legend():
+    """Issue 62 item 10: a row's 'drift -92.7%' had no word of what drifted."""
+    from hopbench.orchestration.runjob import RunConsole
+
+    said: list[str] = []
+    con = RunConsole(said.append, said.append)
+    row = {"payload": "T3", "request_bytes": 184320, "reply_bytes": 8, "n": 100, "p50_ns": 1e5, "p50_ci_lo_ns": 9e4,
+           "p50_ci_hi_ns": 1.1e5, "p50_ci_level": 0.95, "p99_ns": 2e5, "drift": True, "drift_rel": -0.927}
+    con.row(row)
+    con.row({**row, "payload": "T1", "drift": False})
+    con.end("f", "tcp", None)
+    assert "drift -92.7%" in said[0]
+    legend = [line for line in said if line.startswith("drift X% (T3)")]
+    assert len(legend) == 1 and "last third" in legend[0] and "first third" in legend[0]
+
+
+def test_a_plain_hop_is_said_against_its_wire_time_at_the_rate():
+    """Issue 62 item 11: T3 at 3.858 ms against a 1.566 ms wire time at 1 Gbit said nothing."""
+    from hopbench.orchestration.runjob import RunConsole, wire_lines
+
+    said, warned = [], []
+    row = {"payload": "T3", "request_bytes": 184320, "reply_bytes": 8, "n": 100}
+    wire_lines(1000, [{**row, "p50_ns": 3.858e6}, {**row, "payload": "T1", "request_bytes": 61440, "p50_ns": 0.6e6},
+                      {**row, "payload": "T9", "p50_ns": 0.03e6}], RunConsole(said.append, warned.append))
+    assert len(warned) == 2 and "T3: hop p50 3.858 ms against its wire time 1.568 ms" in warned[0]
+    assert "(2.46x): more than 1.5x" in warned[0] and "faster than the rate allows" in warned[1]
+    assert said == ["T1: hop p50 0.600 ms against its wire time 0.523 ms at 1000 Mbit/s (1.15x)"]

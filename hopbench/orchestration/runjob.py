@@ -16,7 +16,7 @@ from hopbench.config import parse_int_list
 from hopbench.core import protocol as P
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
-from hopbench.estimate import pct
+from hopbench.estimate import DRIFT_MIN_REL, DRIFT_P, pct
 from hopbench.records import (
     DESIGNS,
     PROJECTED,
@@ -247,6 +247,7 @@ class RunConsole:
 
     def __init__(self, say: Callable[[str], None], warn: Callable[[str], None]):
         self.say, self.warn = say, warn
+        self.drifted: list[str] = []  # payloads whose note says drift: the legend explains it once
 
     def start(self, folder: Path, req: RunRequest, n: int, note: str | None) -> None:
         if note:  # once connected (a run that cannot start says only why): advice, not an error
@@ -263,6 +264,8 @@ class RunConsole:
 
     def row(self, s: dict[str, Any]) -> None:
         note = f"drift {s['drift_rel']:+.1%}" if s.get("drift") else ""
+        if note:
+            self.drifted.append(s["payload"])
         stages = [(n, s.get(f"{n}_p50_ns")) for n in self.STAGES]
         if any(v is not None for _, v in stages):  # GPU staged: where the hop's time goes
             note = " ".join(f"{n} {v / 1e3:.1f}" for n, v in stages if v is not None) + (f"  {note}" if note else "")
@@ -287,6 +290,11 @@ class RunConsole:
                      f"{pct(f['p50_ci_level'])}, n = {f['n']}]; a hop near it measures the host, not the link")
         self.say("CI = order statistics over this run's cycles: the run-to-run spread is not in it (repeat runs, or a "
                  "sweep, to measure that)")
+        if self.drifted:
+            self.say(f"drift X% ({', '.join(self.drifted)}): the median of the last third of the payload's cycles "
+                     f"against the first third's moved by X% (Mann-Whitney p < {DRIFT_P}, more than "
+                     f"{DRIFT_MIN_REL:.0%}): the hop changed during the run (a warm-up ramp, or the host's load "
+                     "changed), so its p50 and CI describe a moving target: measure it again, longer or pinned")
         self.say(f"results: {folder}")
 
 
@@ -358,6 +366,8 @@ def run(req: RunRequest, console: RunConsole) -> Path:
                         hooks=SessionHooks(on_payload, console.warn, progress))
     if cfg.stream:
         stream_lines(cfg, model, rows, loads, console)
+    elif cfg.rate_mbit:
+        wire_lines(cfg.rate_mbit, rows, console)
     if cfg.drafter:
         drafter_lines(DrafterInfo.from_env(w.header.get("server_env")), rows, console)
     console.end(made[0], req.transport, w.header.get("floor"))
@@ -412,6 +422,35 @@ def ledger_line(r: dict[str, Any], plain: dict[str, Any]) -> str:
             f"{ms['draft']:.3f} + ids back {ms['back']:.3f} + the server's rest {rest:.3f} + left {left:+.3f} "
             f"({left / hop:+.1%} of the hop) = the hop {hop:.3f}; with / (echo + forward) "
             f"{hop / (echo + ms['draft']):.3f}")
+
+
+#: a hop this far over its wire time, where the wire time is not negligible, is said to be
+WIRE_OVER = 1.5
+WIRE_SIGNIFICANT_MS = 0.2
+
+
+def wire_lines(rate_mbit: float, rows: list[dict[str, Any]], console: RunConsole) -> None:
+    """--rate: each payload's hop p50 against the time its request and reply occupy a link of
+    that rate (Ethernet framing charged); a warning where the hop is well over it, as the
+    streamed path warns when model and measurement part."""
+    from hopbench.workload.stream import wire_s
+
+    for r in rows:
+        if not r.get("n") or "!draft" in r["payload"]:
+            continue
+        wire = (wire_s(r["request_bytes"], rate_mbit) + wire_s(r["reply_bytes"], rate_mbit)) * 1e3
+        hop = r["p50_ns"] / 1e6
+        line = (f"{r['payload']}: hop p50 {hop:.3f} ms against its wire time {wire:.3f} ms at {rate_mbit:g} Mbit/s "
+                f"({hop / wire:.2f}x)")
+        if wire >= WIRE_SIGNIFICANT_MS and hop > WIRE_OVER * wire:
+            console.warn(f"{line}: more than {WIRE_OVER:g}x, so the link runs below --rate, or the host or the path "
+                         "adds time the rate does not explain (a loaded host, a shaper's queue); check with "
+                         "`hopbench doctor`")
+        elif wire >= WIRE_SIGNIFICANT_MS and hop < wire:
+            console.warn(f"{line}: faster than the rate allows, so the path is not a link of {rate_mbit:g} Mbit/s "
+                         "(loopback, or a faster link than --rate says)")
+        else:
+            console.say(line)
 
 
 def scheduled_s(loads: list[Payload], cfg: RunConfig) -> float:
