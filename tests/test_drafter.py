@@ -267,6 +267,8 @@ def test_early_needs_the_remote_drafter_and_a_stream():
         plan(RunRequest(host="h", port=1, transport="tcp", early="fc"))
     with pytest.raises(ConfigError, match="needs --stream layers"):
         plan(RunRequest(host="h", port=1, transport="tcp", early="fc", remote_drafter=True))
+    with pytest.raises(ConfigError, match="none of this run's payloads is a drafter payload"):  # issue 62 item 16
+        plan(RunRequest(host="h", port=1, transport="tcp", remote_drafter=True, codec="fp8"))
 
 
 def test_spec_runs_the_servers_drafter_model_in_place_of_its_work_model(drafter_server, tmp_path):
@@ -280,3 +282,4 @@ def test_spec_runs_the_servers_drafter_model_in_place_of_its_work_model(drafter_
                             "--repeats", "1", "--draft-remote", "model", "--results-dir", str(tmp_path / "w")],
                            capture_output=True, text=True, timeout=120)
     assert wrong.returncode != 0 and "takes rows of 640 B" in wrong.stderr, wrong.stderr
+    assert not (tmp_path / "w").exists() or not list((tmp_path / "w").rglob("cycles.csv"))  # refused before any mode ran

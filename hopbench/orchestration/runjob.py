@@ -184,6 +184,10 @@ def _with_drafter(loads: list[Payload], req: RunRequest) -> list[Payload]:
         if p.tokens is not None and p.codec == "none" and p.design == "taps":
             mark = ("model" if req.early == "off" else req.early) if p.stream else "model"
             out.append(dataclasses.replace(p, label=draft_label(p.label, mark), drafter=True))
+    if not any(p.drafter for p in out):  # e.g. --codec fp8 alone: nothing the drafter can take
+        raise ConfigError("--remote-drafter: none of this run's payloads is a drafter payload (raw token payloads "
+                          "of the aux taps: the drafter takes raw rows, so not a codec's, a design's or a byte "
+                          "size's); add --codec none beside the codec, or --tokens")
     return out
 
 

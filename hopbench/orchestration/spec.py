@@ -250,6 +250,15 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             if session.drafter is not None and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
                 # the server runs a drafter model: the remote draft is its forward, not the work model
                 cfg = replace(cfg, draft_remote="model")
+            if cfg.draft_remote == "model":  # what the server would refuse, said before any mode runs
+                d = session.drafter
+                if d is None:
+                    raise ConfigError("--draft-remote model: the server runs no drafter model (start it with "
+                                      "`hopbench serve --drafter SHAPE`)")
+                if d.row_bytes != cfg.bytes_per_token:
+                    raise ConfigError(f"--draft-remote model: the server's {d.name} drafter takes rows of "
+                                      f"{d.row_bytes:,} B, this run's tokens are {cfg.bytes_per_token:,} B: give "
+                                      "--shape the drafter's shape (configs/shape-tiny.toml for the tiny preset)")
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
         report = _report_head(cfg, f"{host}:{port}" if host else None, seed, acceptance, (verify, local_draft),
                               client_env, session.server_env if session else None, group, target, source)
