@@ -170,6 +170,8 @@ def test_the_users_drafter_is_fed_the_users_states(tmp_path):
     by = {r["codec"]: r for r in rec["rows"]}
     assert by["none"]["identical_bytes"] and by["int8"]["n"] == by["none"]["n"] >= 4 * 32
     assert rec["kind"] == "drafter" and "random weights" in rec["source"]
+    lines = A.table_lines(rec)  # issue 62 item 16: its second line was the table's rows as a 1,420-character repr
+    assert "bodies of 4 rows" in lines[1] and len(lines[1]) < 200, lines[1][:300]
     assert 0 < by["int8"]["kl"] and by["int8"]["top1_lo"] <= by["int8"]["top1"] <= by["int8"]["top1_hi"]
     np.save(tmp_path / "wrong.npy", np.zeros((8, 3, 5), dtype=np.float32))  # not the drafter's taps x hidden
     with pytest.raises(ConfigError, match=r"has shape \[8, 3, 5\]"):

@@ -120,7 +120,7 @@ class DrafterSource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "drafter", "model": self.model.shape.to_dict(), "weights": self.model.weights_from,
-                "device": self.model.device, "states": self.states.record, "taps": ["all"], "rows": self.rows,
+                "device": self.model.device, "states": self.states.record, "taps": ["all"], "body_rows": self.rows,
                 "groups": len(self.bodies), "group": "body"}
 
 
@@ -228,7 +228,7 @@ def agreement_command(codec: str | None, json_out: bool, say: Callable[[str], No
 
 
 def table_lines(record: dict[str, Any]) -> list[str]:
-    what = "prompts" if record.get("group") == "prompt" else f"bodies of {record.get('rows')} rows"
+    what = "prompts" if record.get("group") == "prompt" else f"bodies of {record.get('body_rows')} rows"
     out = [f"codec agreement on the {record['label']}",
            f"{record['groups']} {what}, {record['rows'][0]['n']:,} positions a tap; taps {record['taps']}; 95% intervals "
            "(top-1: the wider of Wilson's over positions and a bootstrap over the " + what.split()[0] + ")",
