@@ -125,6 +125,8 @@ def test_spec_end_to_end_against_a_real_server(server, tmp_path):
     assert set(by) == {"local", "sync", "overlap"}
     assert by["local"].reference == "arithmetic" and by["sync"].reference == "projection"
     assert by["overlap"].hit_rate is not None and 0 <= by["overlap"].hit_rate <= 1
+    assert by["local"].gain is None and by["sync"].gain is not None and by["sync"].gain.n_repeats == 2  # paired
+    assert "vs local" in A.format_table(report, res)
     assert "modelled:" in A.format_table(report, res) and "measured:" in A.format_table(report, res)
 
 
