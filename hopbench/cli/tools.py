@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -70,7 +71,7 @@ def codecs(
     if agreement:
         from hopbench.orchestration.agreement import agreement_command
 
-        agreement_command(codec, json_out, print, drafter=drafter, weights=drafter_weights, file=file, tokens=tokens,
+        agreement_command(codec, json_out, functools.partial(print, flush=True), drafter=drafter, weights=drafter_weights, file=file, tokens=tokens,
                           save=save)
         return
     if drafter or drafter_weights or save:
@@ -96,8 +97,6 @@ def drafter(
 ):
     """What a drafter of this shape costs on this GPU, no peer needed: its forward against the
     rows, with and without CUDA graphs, against the weight-read floor (docs/DRAFTER.md)."""
-    import functools
-
     from hopbench.config import parse_int_list
     from hopbench.orchestration.drafterjob import DrafterJob, drafter_command
 

@@ -20,6 +20,7 @@ agreement and KL are kept, the logits dropped (a table's logits would not fit in
 from __future__ import annotations
 
 import json
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -124,15 +125,21 @@ class DrafterSource:
                 "groups": len(self.bodies), "group": "body"}
 
 
-def measure(source: Source, codecs: list[str]) -> dict[str, Any]:
+#: seconds between progress lines of a long agreement (issue 62: 300 s of silence on a loaded host)
+PROGRESS_EVERY_S = 10.0
+
+
+def measure(source: Source, codecs: list[str], say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The agreement table: per codec, tap and measure, top-1 agreement and KL with their
-    intervals and n (hopbench.analysis.agreement.summarise)."""
+    intervals and n (hopbench.analysis.agreement.summarise); `say` hears a progress line at
+    most every PROGRESS_EVERY_S seconds (groups done of all, the time left at the rate so far)."""
     coders = {name: C.parse(name, source.width) for name in codecs}
     hits: dict[tuple[str, Any, str], list[np.ndarray]] = {}
     kls: dict[tuple[str, Any, str], list[np.ndarray]] = {}
     differs: set[tuple[str, Any]] = set()  # (codec, tap) where some group's bytes changed
-    t0 = time.perf_counter()
+    t0 = last = time.perf_counter()
     groups = 0
+    total = len(getattr(source, "texts", None) or getattr(source, "bodies", None) or [])
     for group in source.groups():
         inputs: dict[Any, list[np.ndarray]] = {}
         index: dict[tuple[str, Any], int] = {}  # (codec, tap) -> its states' place in inputs[tap]; 0: raw's
@@ -160,6 +167,11 @@ def measure(source: Source, codecs: list[str]) -> dict[str, Any]:
                     hits.setdefault((name, tap, how), []).append(agree)
                     kls.setdefault((name, tap, how), []).append(kl)
         groups += 1
+        if say is not None and (now := time.perf_counter()) - last >= PROGRESS_EVERY_S:
+            last, rate = now, groups / (now - t0)
+            left = f", ~{(total - groups) / rate:.0f} s left" if total else ""
+            say(f"  agreement: {groups}{f' of {total}' if total else ''} {source.describe()['group']}s done in "
+                f"{now - t0:.0f} s{left}")
     rows: list[dict[str, Any]] = []
     for (name, tap, how), each in hits.items():
         r = AG.summarise(each, kls[(name, tap, how)], seed=len(rows)) if (name, tap) in differs else \
@@ -210,8 +222,12 @@ def agreement_command(codec: str | None, json_out: bool, say: Callable[[str], No
     if save is not None and save.exists():
         raise ConfigError(f"{save} already exists; refusing to overwrite it (choose another --save)")
     t0 = time.perf_counter()
+    note = say if not json_out else (lambda line: print(line, file=sys.stderr, flush=True))  # stdout: the JSON
+    note(f"loading {'the drafter ' + drafter if drafter else 'the proxy (SmolLM2-135M)'} for the agreement of "
+         f"{', '.join(names)} ...")
     source: Source = drafter_source(drafter, weights, file, tokens) if drafter else proxy_source()
-    record = measure(source, names)
+    note(f"loaded in {time.perf_counter() - t0:.0f} s; measuring")
+    record = measure(source, names, note)
     record["seconds_with_load"] = time.perf_counter() - t0
     if save is not None:
         from hopbench.results import atomic_write
