@@ -240,3 +240,26 @@ def test_a_second_client_is_told_at_once_that_the_server_is_busy(server):
         assert s.measure(small_plan(cycles=10)).completed == 16
     finally:
         s.close()
+
+
+def test_a_server_stops_on_sigterm_delivered_to_another_thread(tmp_path):
+    """Issue 64: on the GPU host `serve --drafter` ignored SIGTERM for 30 s and more: the signal
+    reached one of CUDA's threads, and the main thread, blocked in an endless accept(), never
+    ran the handler. Here the signal is sent to a helper thread on purpose."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import signal, threading, time\n"
+        "from hopbench.core.server import Server, ServerConfig\n"
+        "srv = Server(ServerConfig(port=0), log=lambda line: print(line, flush=True))\n"
+        "def poke():\n"
+        "    while signal.getsignal(signal.SIGTERM) != srv._on_signal:  # serve_forever's handler is in\n"
+        "        time.sleep(0.01)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread, not the main one\n"
+        "threading.Thread(target=poke, daemon=True).start()\n"
+        "srv.serve_forever()\n"
+        "print('stopped', flush=True)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0 and "server stopping" in out.stdout and "stopped" in out.stdout, out

@@ -22,7 +22,7 @@ from hopbench.core import env as envmod
 from hopbench.core.busy import BusyAnswer, SessionPool
 from hopbench.core.serving import ServerConfig
 from hopbench.core.session import ServerSession, SessionStats
-from hopbench.errors import HopbenchError
+from hopbench.errors import HopbenchError, Timeout
 
 __all__ = ["Server", "ServerConfig"]
 
@@ -40,6 +40,10 @@ def _one_line_at_a_time(log: Callable[[str], None]) -> Callable[[str], None]:
         with lock:
             log(line)
     return serialized
+
+
+#: the longest the accept loop sleeps before it looks at a pending signal or stop()
+ACCEPT_WAKE_S = 0.5
 
 
 class Server:
@@ -70,7 +74,12 @@ class Server:
         try:
             while not self._stopping:
                 try:
-                    chan = self.listener.accept(None)
+                    # a bounded wait: where a signal reaches another thread than this one (CUDA's, torch's;
+                    # seen under gVisor on the GPU host), an endless accept() never returned to run the
+                    # handler, and SIGTERM went unanswered for 30 s and more (issue 64)
+                    chan = self.listener.accept(ACCEPT_WAKE_S)
+                except Timeout:
+                    continue
                 except HopbenchError as exc:
                     if not self._stopping:
                         self.log(f"accept failed: {exc}")
