@@ -422,6 +422,14 @@ class DrafterInfo:
         """`NAME on DEVICE`: the GPU's name where it has one."""
         return f"{self.name} on {self.gpu or self.device}"
 
+    def cpu_note(self) -> str | None:
+        """What a forward on a CPU cannot say, or None on a GPU."""
+        if self.device != "cpu":
+            return None
+        return (f"note: the {self.name} drafter runs on this host's CPU (no GPU): its forward's time says how the path "
+                "works, not what the drafter costs on its GPU; measure there (`hopbench drafter` on the GPU host), or "
+                "give verdict --t-draft-remote")
+
     def line(self) -> str:
         """The drafter in one line: where, what one forward reads, its floor, its ids."""
         ids = "real weights" if self.ids_meaningful else "random weights: its ids are not meaningful tokens"

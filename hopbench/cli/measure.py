@@ -88,7 +88,10 @@ def serve(
     server = Server(cfg, log=lambda line: print(line, flush=True))
     print(f"hopbench server listening on {server.address[0]}:{server.address[1]}", flush=True)
     if batcher is not None:
-        print(DrafterInfo.from_dict(server.env["drafter"]).line(), flush=True)
+        info = DrafterInfo.from_dict(server.env["drafter"])
+        print(info.line(), flush=True)
+        if (note := info.cpu_note()) is not None:
+            print(note, flush=True)
     if gpu:
         print(f"GPU memory on {gpu_info['name']} (device {gpu_info['device']}, {gpu_info['library']})", flush=True)
     server.serve_forever()

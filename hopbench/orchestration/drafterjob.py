@@ -58,7 +58,10 @@ def measure(job: DrafterJob, say: Callable[[str], None]) -> dict[str, Any]:
     if (wrong := model.refusal(k)) is not None:
         raise ConfigError(wrong)
     info = model.info()
-    say(DrafterInfo.from_dict(info).line())
+    described = DrafterInfo.from_dict(info)
+    say(described.line())
+    if (note := described.cpu_note()) is not None:
+        say(note)
     cells = [(m, n, g) for g in ([True, False] if model.device == "cuda" else [False]) for m in targets for n in rows]
     floor_s = {(m, n): model.read_bytes(m, n) / info["read_bytes_per_s"] for m in targets for n in rows}
     least = sum(floor_s[m, n] for m, n, _ in cells) * (repeats + 3)

@@ -396,6 +396,8 @@ def drafter_lines(info: DrafterInfo | None, rows: list[dict[str, Any]], console:
         console.warn("--remote-drafter: the server announced no drafter model")
         return
     console.say(info.line())
+    if (note := info.cpu_note()) is not None:
+        console.say(note)
     by = {r["payload"]: r for r in rows}
     for r in rows:
         if r.get("draft_p50_ns") is None:
