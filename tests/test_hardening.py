@@ -90,7 +90,9 @@ def test_a_disk_that_fills_mid_run_is_one_error_and_keeps_what_was_written(serve
 
     out = tmp_path / "r"
     out.mkdir()
-    real, writes = R._write_replacing, []
+    from hopbench import files
+
+    real, writes = files._write_replacing, []
 
     def filling(path, data, mode):  # the second payload's samples.csv finds the disk full
         writes.append(path.name)
@@ -98,7 +100,7 @@ def test_a_disk_that_fills_mid_run_is_one_error_and_keeps_what_was_written(serve
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, data, mode)
 
-    monkeypatch.setattr(R, "_write_replacing", filling)
+    monkeypatch.setattr(files, "_write_replacing", filling)
     with pytest.raises(R.DiskFull, match=r"samples.csv: not written, no space left on device") as got:
         run_session(server.host, server.port, [Payload("T1", 1, 61440, 8), Payload("T2", 2, 122880, 8)],
                     RunConfig("tcp", k=2, id_bytes=4, cycles=20, warmup=2), folder=out)

@@ -180,6 +180,23 @@ def _report_head(cfg: SpecConfig, peer: str | None, seed: int, acceptance: Any, 
                **({"payload_source": source.record} if source is not None else {})}).to_dict()
 
 
+def _with_servers_drafter(cfg: SpecConfig, d: Any) -> SpecConfig:
+    """The remote draft as the server can run it: its drafter model's forward where it runs one
+    and the work model is the default; a `model` draft it cannot run refused now, before any
+    mode (records.DrafterInfo `d`, or None)."""
+    if d is not None and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
+        cfg = replace(cfg, draft_remote="model")
+    if cfg.draft_remote == "model":
+        if d is None:
+            raise ConfigError("--draft-remote model: the server runs no drafter model (start it with "
+                              "`hopbench serve --drafter SHAPE`)")
+        if d.row_bytes != cfg.bytes_per_token:
+            raise ConfigError(f"--draft-remote model: the server's {d.name} drafter takes rows of {d.row_bytes:,} B, "
+                              f"this run's tokens are {cfg.bytes_per_token:,} B: give --shape the drafter's shape "
+                              "(configs/shape-tiny.toml for the tiny preset)")
+    return cfg
+
+
 def _remote_plan(cfg: SpecConfig, info: Any, mode: str, seed: int, acceptance: Any,
                  group: dict[str, Any] | None) -> P.Plan:
     """The plan of a remote mode's repeat: the drafter's spec block (its mode, draft work,
@@ -247,18 +264,7 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
             assert host is not None and port is not None
             session = opened.enter_context(Session(host, port, timeout_s=cfg.timeout_s, poll=cfg.poll, secret=secret,
                                                    transport_settings=cfg.transport_settings, client_env=client_env))
-            if session.drafter is not None and cfg.draft_remote == DEFAULT_DRAFT_REMOTE:
-                # the server runs a drafter model: the remote draft is its forward, not the work model
-                cfg = replace(cfg, draft_remote="model")
-            if cfg.draft_remote == "model":  # what the server would refuse, said before any mode runs
-                d = session.drafter
-                if d is None:
-                    raise ConfigError("--draft-remote model: the server runs no drafter model (start it with "
-                                      "`hopbench serve --drafter SHAPE`)")
-                if d.row_bytes != cfg.bytes_per_token:
-                    raise ConfigError(f"--draft-remote model: the server's {d.name} drafter takes rows of "
-                                      f"{d.row_bytes:,} B, this run's tokens are {cfg.bytes_per_token:,} B: give "
-                                      "--shape the drafter's shape (configs/shape-tiny.toml for the tiny preset)")
+            cfg = _with_servers_drafter(cfg, session.drafter)
         folder = folder() if callable(folder) else R.new_folder(Path(folder).parent, "", folder)
         report = _report_head(cfg, f"{host}:{port}" if host else None, seed, acceptance, (verify, local_draft),
                               client_env, session.server_env if session else None, group, target, source)

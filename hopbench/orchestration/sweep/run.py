@@ -21,6 +21,7 @@ from hopbench.config import parse_hostport
 from hopbench.config_sweep import Rung, SweepConfig, load_rung
 from hopbench.core.transport import get_transport
 from hopbench.errors import ConfigError, HopbenchError, TransportUnavailable
+from hopbench.files import signals_held
 from hopbench.orchestration import netem
 from hopbench.orchestration.sweep.plan import cycles_for, plan_cells
 from hopbench.orchestration.sweep.runtime import RungRuntime
@@ -328,13 +329,19 @@ def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shap
         raise
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        with R.signals_held():  # a Ctrl-C now waits for the teardown: no namespace left, the state saved
-            for rt in runtimes.values():
-                rt.stop()
-            summary = aggregate(folder)
-            R.atomic_write(rf.file(R.SUMMARY_FILE), R.csv_text(AGG_COLUMNS, summary))
-            save(status)
+        _teardown(runtimes, folder, lambda: save(status))
     return folder
+
+
+def _teardown(runtimes: dict[str, RungRuntime], folder: Path, save: Callable[[], None]) -> None:
+    """The rungs stopped, the summary aggregated and the state saved, with Ctrl-C held until
+    done: an interrupt then leaves no namespace behind and the sweep's status written."""
+    with signals_held():
+        for rt in runtimes.values():
+            rt.stop()
+        summary = aggregate(folder)
+        R.atomic_write(R.ResultFolder(folder).file(R.SUMMARY_FILE), R.csv_text(AGG_COLUMNS, summary))
+        save()
 
 
 #: seconds between plain progress lines (a sweep's cell takes ~1 s; iperf3 prints every 1 s);
