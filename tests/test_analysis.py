@@ -364,3 +364,18 @@ def test_a_single_runs_hop_bar_is_inside_its_log_axis():
         assert bottom < 0.0999 < top and bottom > 0
     finally:
         _plt().close(fig)
+
+
+def test_the_advice_for_a_missing_operating_payload_is_runnable_as_given():
+    """Issue 62 item 13: a streamed run (which takes no --tokens) was advised to measure T = 65."""
+    from types import SimpleNamespace
+
+    from hopbench.analysis.hops import hop_rows
+    from hopbench.errors import ConfigError
+
+    streamed = [SimpleNamespace(tokens=3, streamed=True, rung="r", gap_ms=0)]
+    with pytest.raises(ConfigError, match=r"measure a streamed run with K \+ 1 = 65 \(hopbench run --stream layers --k 64\)"):
+        hop_rows("f", 65, streamed)
+    plain = [SimpleNamespace(tokens=3, streamed=False, rung="r", gap_ms=0)]
+    with pytest.raises(ConfigError, match=r"verdict --tokens with one of them, or measure T = 65 \(hopbench run --tokens 65\)"):
+        hop_rows("f", 65, plain)

@@ -36,9 +36,13 @@ def hop_rows(folder: Path | Reading, operating_tokens: int, groups=None) -> list
             for g in sorted(groups, key=lambda g: (g.rung, g.gap_ms)) if g.tokens == operating_tokens]
     if not rows:
         have = sorted({g.tokens for g in groups if g.tokens})
+        streamed = bool(groups) and all(g.streamed for g in groups)  # a streamed run takes no --tokens: T = K + 1
+        how = (f"a streamed run with K + 1 = {operating_tokens} (hopbench run --stream layers --k "
+               f"{operating_tokens - 1})" if streamed else f"T = {operating_tokens} (hopbench run --tokens "
+               f"{operating_tokens})")
         raise ConfigError(f"{folder}: no measurement at the operating payload T = {operating_tokens} "
                           f"(measured T: {', '.join(map(str, have)) or 'none, only byte sizes'}); "
-                          f"give --tokens with one of them, or measure T = {operating_tokens}")
+                          f"give verdict --tokens with one of them, or measure {how}")
     return rows
 
 
