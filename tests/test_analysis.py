@@ -379,3 +379,16 @@ def test_the_advice_for_a_missing_operating_payload_is_runnable_as_given():
     plain = [SimpleNamespace(tokens=3, streamed=False, rung="r", gap_ms=0)]
     with pytest.raises(ConfigError, match=r"verdict --tokens with one of them, or measure T = 65 \(hopbench run --tokens 65\)"):
         hop_rows("f", 65, plain)
+
+
+def test_a_streamed_run_under_another_forward_is_named_by_the_verdict():
+    """Issue 62 item 12: a run at --forward-ms 20 was projected with the default cycle's 73.46 ms
+    forward without a word."""
+    from hopbench.analysis import verdict as V
+    from hopbench.analysis.commands import forward_note
+
+    inputs = V.Inputs(15.88, 89.34, 24.05)
+    note = forward_note({"config": {"stream": {"forward_ms": 20.0}}}, inputs)
+    assert note.startswith("warning: the streamed series were measured under a 20 ms forward") and "73.46 ms" in note
+    assert "warning" not in forward_note({"config": {"stream": {"forward_ms": 73.46}}}, inputs)
+    assert forward_note({"config": {}}, inputs) is None  # not streamed: nothing to say

@@ -93,6 +93,27 @@ def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int,
     return fits
 
 
+#: a streamed run's forward this far from the one the projected cycle implies is said
+FORWARD_TOLERANCE = 0.05
+
+
+def forward_note(top: dict, inputs: V.Inputs) -> str | None:
+    """A streamed run measured under a forward (its --forward-ms) other than the one the
+    verdict's cycle implies (cycle - t_draft): one line naming both, since the exposed hop
+    depends on the forward the chunks were sent within (issue 62 item 12)."""
+    stream = (top.get("config") or {}).get("stream") or {}
+    measured = stream.get("forward_ms")
+    if not measured:
+        return None
+    implied = inputs.cycle_ms - inputs.t_draft_ms
+    if abs(measured / implied - 1) <= FORWARD_TOLERANCE:
+        return f"the streamed series were measured under a {measured:g} ms forward, the projected cycle's"
+    return (f"warning: the streamed series were measured under a {measured:g} ms forward (--forward-ms), but the "
+            f"cycle projected here implies {implied:g} ms (--cycle {inputs.cycle_ms:g} - --t-draft "
+            f"{inputs.t_draft_ms:g}): their exposed hop is for the other forward; measure under this one, or give "
+            "the cycle the run had")
+
+
 def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_tokens: int, hops: dict[str, float] | None = None,
                 show=print, calls: dict | None = None) -> list[V.Verdict]:
     """The verdict table and every call printed with it (the codecs', the targets'); `calls`,
@@ -114,6 +135,8 @@ def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_token
             show(f"note: this result is {top['status']}: the calls below come from what was measured so far (at most "
                  f"{n} repeat(s) per cell: the n column), not from the whole "
                  f"{'sweep' if top.get('kind') == 'sweep' or 'rungs' in top else 'run'}")
+    if folder is not None and (note := forward_note(load_groups(folder)[1], inputs)) is not None:
+        show(note)
     show(V.format_table(vs, inputs, floors))
     codecs = V.codec_calls(vs, V.codec_sources(load_groups(folder)[0]) if folder is not None else None)
     for c in codecs:
