@@ -284,3 +284,18 @@ def test_spec_runs_the_servers_drafter_model_in_place_of_its_work_model(drafter_
                            capture_output=True, text=True, timeout=120)
     assert wrong.returncode != 0 and "takes rows of 640 B" in wrong.stderr, wrong.stderr
     assert not (tmp_path / "w").exists() or not list((tmp_path / "w").rglob("cycles.csv"))  # refused before any mode ran
+
+
+def test_a_block_drafter_refuses_more_drafts_than_its_block_holds(drafter_server):
+    """The tiny preset drafts blocks of 8 (an anchor and 7 drafts): K = 8 is refused in one
+    line, as a drafter plan and as a spec plan's `model` draft."""
+    from hopbench.core import spec as S
+
+    with Session(drafter_server.host, drafter_server.port) as s:
+        with pytest.raises(Refused, match="drafts blocks of 8 .*K = 8 does not fit; use K <= 7"):
+            s.measure(P.Plan("tcp", ROW, 8 * 4, 8, 4, 5, 1, drafter=P.DrafterPlan()))
+    info = S.SpecPlanInfo("sync", 8, 4, ROW, 5, 1, 1)
+    plan = P.Plan("tcp", info.request_bytes, info.reply_bytes, 8, 4, 5, 1, spec=P.SpecPlan("sync", ROW, "model"))
+    with Session(drafter_server.host, drafter_server.port) as s:
+        with pytest.raises(Refused, match="--draft-remote model: the tiny drafter drafts blocks of 8"):
+            s.measure(plan)

@@ -320,6 +320,8 @@ def _model_refusal(plan: P.Plan, ctx: PlanContext) -> str | None:
     if ctx.config.drafter is None:
         return ("this server runs no drafter model for --draft-remote model: start it with `hopbench serve --drafter "
                 "SHAPE`")
+    if (wrong := ctx.drafter.model.refusal(plan.k)) is not None:  # K ids a pass: a block drafter's bound
+        return f"--draft-remote model: {wrong}"
     shape = ctx.drafter.model.shape
     assert plan.spec is not None
     if plan.spec.bytes_per_token != shape.row_bytes or plan.spec.mode == "stream":
