@@ -392,3 +392,4 @@ def test_a_streamed_run_under_another_forward_is_named_by_the_verdict():
     assert note.startswith("warning: the streamed series were measured under a 20 ms forward") and "73.46 ms" in note
     assert "warning" not in forward_note({"config": {"stream": {"forward_ms": 73.46}}}, inputs)
     assert forward_note({"config": {}}, inputs) is None  # not streamed: nothing to say
+    assert forward_note({"config": {"stream": ["off", "layers"]}}, inputs) is None  # a sweep's: its modes

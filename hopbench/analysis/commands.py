@@ -101,8 +101,10 @@ def forward_note(top: dict, inputs: V.Inputs) -> str | None:
     """A streamed run measured under a forward (its --forward-ms) other than the one the
     verdict's cycle implies (cycle - t_draft): one line naming both, since the exposed hop
     depends on the forward the chunks were sent within (issue 62 item 12)."""
-    stream = (top.get("config") or {}).get("stream") or {}
-    measured = stream.get("forward_ms")
+    stream = (top.get("config") or {}).get("stream")
+    # a run's StreamSpec; a sweep's config lists its stream modes and streams under the decode
+    # cycle's own forward (its cells carry their StreamSpec)
+    measured = stream.get("forward_ms") if isinstance(stream, dict) else None
     if not measured:
         return None
     implied = inputs.cycle_ms - inputs.t_draft_ms
