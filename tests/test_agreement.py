@@ -199,7 +199,7 @@ def test_a_codec_that_changes_the_drafts_is_never_a_plain_move():
     raw, fp8 = _codec_verdicts(rec)
     assert raw.call == "move the drafter" and fp8.call == V.CHANGES_DRAFTS
     (call,) = V.codec_calls([raw, fp8])
-    assert call["call"] == "the codec halves the hop but changes the drafts" and call["changes_drafts"]
+    assert call["call"] == "the codec cuts the hop to 0.50x but changes the drafts" and call["changes_drafts"]
     assert "top-1 agreement 98.46% [97.20%-99.16%, n = 651] (proxy: test, worst tap 9)" in call["line"]
     assert V.best_per_rung([fp8, raw]) == {"100mbit": 1}  # the raw series, though fp8's gain is larger
     keeps = {**rec, "headline": AG.headlines([{**rows[0], "top1": 0.999, "top1_lo": 0.995}], "continued")}

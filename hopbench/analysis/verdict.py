@@ -361,7 +361,7 @@ def codec_calls(vs: "list[Verdict]", sources: "dict[tuple[Place, Series], str | 
         call = ("the codec pays" if pays else "undecided: the two hops' intervals overlap" if undecided
                 else "the codec does not pay (it costs more time than it saves)")
         if pays and v.agreement and v.agreement["changes_drafts"]:  # never a plain "pays" (issue 52)
-            call = f"the codec {'halves' if v.hop_ms <= 0.55 * base.hop_ms else 'cuts'} the hop but changes the drafts"
+            call = f"the codec cuts the hop to {v.hop_ms / base.hop_ms:.2f}x but changes the drafts"
         data = (sources or {}).get((v.place, v.series))
         said = f" ({data} data)" if data == "synthetic" else f" (hidden states from {data})" if data else ""
         drafts = _drafts_said(v)
