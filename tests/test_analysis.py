@@ -388,8 +388,9 @@ def test_a_streamed_run_under_another_forward_is_named_by_the_verdict():
     from hopbench.analysis.commands import forward_note
 
     inputs = V.Inputs(15.88, 89.34, 24.05)
-    note = forward_note({"config": {"stream": {"forward_ms": 20.0}}}, inputs)
+    spec = {"chunks": 5, "chunk_bytes": 18432, "forward_ms": 20.0}  # a run's StreamSpec as recorded
+    note = forward_note({"config": {"stream": spec}}, inputs)
     assert note.startswith("warning: the streamed series were measured under a 20 ms forward") and "73.46 ms" in note
-    assert "warning" not in forward_note({"config": {"stream": {"forward_ms": 73.46}}}, inputs)
+    assert "warning" not in forward_note({"config": {"stream": {**spec, "forward_ms": 73.46}}}, inputs)
     assert forward_note({"config": {}}, inputs) is None  # not streamed: nothing to say
     assert forward_note({"config": {"stream": ["off", "layers"]}}, inputs) is None  # a sweep's: its modes

@@ -14,7 +14,7 @@ from hopbench.analysis.data import Reading, load_groups, recorded_shape
 from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts, verdicts_with_drafter
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
-from hopbench.records import MIN_GAIN
+from hopbench.records import MIN_GAIN, StreamSpec
 from hopbench.results import RUN_FILE, ResultFolder, atomic_write, document
 
 #: a shaped cell this far over wire + the unshaped round trip is judged: the host, not the link
@@ -104,9 +104,9 @@ def forward_note(top: dict, inputs: V.Inputs) -> str | None:
     stream = (top.get("config") or {}).get("stream")
     # a run's StreamSpec; a sweep's config lists its stream modes and streams under the decode
     # cycle's own forward (its cells carry their StreamSpec)
-    measured = stream.get("forward_ms") if isinstance(stream, dict) else None
-    if not measured:
+    if not isinstance(stream, dict):
         return None
+    measured = StreamSpec.from_dict(stream).forward_ms
     implied = inputs.cycle_ms - inputs.t_draft_ms
     if abs(measured / implied - 1) <= FORWARD_TOLERANCE:
         return f"the streamed series were measured under a {measured:g} ms forward, the projected cycle's"
