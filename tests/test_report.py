@@ -76,6 +76,19 @@ def test_report_is_one_self_contained_page_with_the_analysis_numbers(tmp_path, k
         assert isinstance(node, (int, float))
 
 
+def test_the_report_takes_the_verdicts_inputs_and_answers_as_verdict_does(tmp_path):
+    """Issue 62 item 15: `report SWEEP --t-draft-remote 2.245` said "No such option", so the page
+    answered with 0 ms (assumed) while verdict answered with the drafter's time."""
+    folder = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
+    given = ["--t-draft-remote", "2.245", "--cycle", "80", "--t-draft", "12.5"]
+    doc = json.loads(hb("report", folder, *given, "--json").stdout)
+    assert doc["inputs"]["t_draft_remote_ms"] == 2.245 and doc["inputs"]["cycle_ms"] == 80
+    assert doc["inputs"]["t_draft_ms"] == 12.5 and doc["inputs"]["t_draft_remote_from"] != "assumed"
+    verdict = json.loads(hb("verdict", folder, *given, "--json").stdout)["results"][0]
+    calls = {(v["rung"], v["transport"]): v["call"] for v in verdict["verdicts"]}
+    assert calls == {(v["rung"], v["transport"]): v["call"] for v in doc["verdicts"]}
+
+
 def test_report_refuses_to_overwrite_another_file(tmp_path):
     folder = shutil.copytree(GOLDEN / "sweep-v1", tmp_path / "s")
     other = tmp_path / "mine.html"

@@ -190,7 +190,7 @@ def _report_all(folder: Path | Reading, scfg, show=print) -> None:
 
 
 def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float = MIN_GAIN,
-                 spec: list[Path] | None = None) -> Path:
+                 spec: list[Path] | None = None, inputs: V.Inputs | None = None) -> Path:
     """The HTML report (hopbench.analysis.report) and its JSON document in analysis/report.json.
     The default page, <folder>/report.html, is derived and rewritten; any other path must not exist."""
     from hopbench.analysis import report as RP
@@ -198,7 +198,7 @@ def write_report(folder: Path, scfg, output: Path | None = None, min_gain: float
     folder = Path(folder)
     if output is not None and output.exists() and output.resolve() != (folder / "report.html").resolve():
         raise ConfigError(f"{output} exists; refusing to overwrite it (choose another -o)")
-    doc, page = RP.build(folder, scfg, min_gain, spec)
+    doc, page = RP.build(folder, scfg, min_gain, spec, inputs)
     atomic_write(_out(folder) / RUN_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     path = output or folder / "report.html"
     atomic_write(path, page)

@@ -100,13 +100,24 @@ def report(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
     min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = MIN_GAIN,
     spec: Annotated[Optional[list[Path]], typer.Option(help="A hopbench spec result folder (repeatable): its rung's Answer uses the measured tok/s.")] = None,
+    t_draft: Annotated[Optional[str], typer.Option(help="As verdict's: ms the drafter costs per cycle (VALUE or VALUE+-HALF).")] = None,
+    cycle: Annotated[Optional[str], typer.Option(help="As verdict's: the co-located decode cycle, ms.")] = None,
+    tok_s: Annotated[Optional[str], typer.Option(help="As verdict's: the co-located tok/s.")] = None,
+    t_draft_remote: Annotated[Optional[str], typer.Option(help="As verdict's: the remote drafter's own time per cycle, MS[+-HALF] or a folder that measured it.")] = None,
+    tokens: Annotated[Optional[int], typer.Option(help="As verdict's: the operating payload in accepted tokens (for --t-draft-remote FOLDER).")] = None,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
-    """One self-contained HTML page: question and verdict first, fit, figures, warnings, both environments, commands."""
+    """One self-contained HTML page: question and verdict first, fit, figures, warnings, both environments, commands.
+    It takes the verdict's inputs, so the page answers as `hopbench verdict` does for the same ones."""
     from hopbench.analysis import commands as analysis
+    from hopbench.analysis.verdict import inputs_from
 
-    path = analysis.write_report(results, _shape(shape), output, min_gain, spec or [])
+    s = _shape(shape)
+    given = (t_draft, cycle, tok_s, t_draft_remote)
+    inputs = inputs_from(s, t_draft, cycle, tok_s, min_gain=min_gain,
+                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens)) if any(given) else None
+    path = analysis.write_report(results, s, output, min_gain, spec or [], inputs)
     if json_out:
         print(R.ResultFolder(results).derived(R.RUN_FILE).read_text(), end="")
     else:

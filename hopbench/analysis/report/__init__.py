@@ -14,6 +14,7 @@ HTML), markup.py (their shared small pieces)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hopbench.analysis.report.answers import _answer
 from hopbench.analysis.report.document import REPORT_SCHEMA, REPORT_SCHEMA_VERSION, Analysed, analyse, build_document
@@ -23,8 +24,9 @@ from hopbench.records import MIN_GAIN
 __all__ = ["REPORT_SCHEMA", "REPORT_SCHEMA_VERSION", "Analysed", "_answer", "analyse", "build", "build_document", "render"]
 
 
-def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> tuple[dict, str]:
-    a = analyse(folder, scfg, min_gain, spec)  # one Reading for the document, the figures and the warnings
+def build(folder: Path, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None,
+          inputs: Any = None) -> tuple[dict, str]:
+    a = analyse(folder, scfg, min_gain, spec, inputs)  # one Reading for the document, the figures and the warnings
     doc = build_document(a)
     return doc, render(a, doc)
 

@@ -236,11 +236,14 @@ def _spec_targets(folder: Path) -> dict | None:
             "worst_tok_s_ci": at.get("worst_tok_s_ci") if at else None, "gain": at.get("gain_worst") if at else None}
 
 
-def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None) -> Analysed:
+def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list[Path] | None = None,
+            inputs: V.Inputs | None = None) -> Analysed:
+    """`inputs`: the verdict's inputs as the user gave them (report --t-draft, --cycle, --tok-s,
+    --t-draft-remote, the same as verdict's); default the shape's decode cycle and `min_gain`."""
     folder = reading(folder)
     groups, top = load_groups(folder)
     bpt, op = recorded_shape(folder, scfg.shape.bytes_per_token, scfg.operating_tokens)
-    inputs = V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
+    inputs = inputs or V.Inputs(scfg.t_draft_ms, scfg.cycle_ms, scfg.tok_s, min_gain=min_gain)
     problems: list[dict] = []
     try:
         verdicts, inputs = HP.verdicts_with_drafter(folder, op, inputs, groups)
