@@ -366,6 +366,6 @@ def test_a_plain_hop_is_said_against_its_wire_time_at_the_rate():
     row = {"payload": "T3", "request_bytes": 184320, "reply_bytes": 8, "n": 100}
     wire_lines(1000, [{**row, "p50_ns": 3.858e6}, {**row, "payload": "T1", "request_bytes": 61440, "p50_ns": 0.6e6},
                       {**row, "payload": "T9", "p50_ns": 0.03e6}], RunConsole(said.append, warned.append))
-    assert len(warned) == 2 and "T3: hop p50 3.858 ms against its wire time 1.568 ms" in warned[0]
+    assert len(warned) == 2 and "T3: hop p50 3.858 ms (n = 100) against its wire time 1.568 ms" in warned[0]
     assert "(2.46x): more than 1.5x" in warned[0] and "faster than the rate allows" in warned[1]
-    assert said == ["T1: hop p50 0.600 ms against its wire time 0.523 ms at 1000 Mbit/s (1.15x)"]
+    assert said == ["T1: hop p50 0.600 ms (n = 100) against its wire time 0.523 ms at 1000 Mbit/s (1.15x)"]

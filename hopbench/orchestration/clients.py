@@ -461,18 +461,18 @@ def result_table(entries: list[dict], say: Callable[[str], None]) -> None:
         incast = f"incast {a['incast']:.2f}x (alone p50 {a['alone_p50_ns'] / 1e6:.3f} ms)" if a.get("incast") else ""
         jain = f"Jain {a['jain']:.3f}" if a.get("jain") is not None else ""
         batched = [t for t in e["targets"] if t.get("queue_p50_ns") is not None]
-        mean = _batched({k: float(np.mean([t[k] for t in batched])) for k in ("queue_p50_ns", "batch_rows_p50")}
-                        ).replace("batch", "mean of the targets' batch") if batched else ""
+        mean = _batched({k: float(np.mean([t[k] for t in batched])) for k in ("queue_p50_ns", "batch_rows_p50")},
+                        "mean of the targets' ") if batched else ""
         say(f"{e['payload']:>9} {'all':>6} {s['n']:>6} {s['p50_ns'] / 1e6:8.3f} {s['p99_ns'] / 1e6:8.3f} "
             f"{s['p999_ns'] / 1e6:9.3f} {a['cycles_per_s'] or 0:9.1f} {a['goodput_mbit'] or 0:8.1f}  {jain}  {incast}"
             f"{mean}")
 
 
-def _batched(t: dict[str, Any]) -> str:
+def _batched(t: dict[str, Any], whose: str = "") -> str:
     """A drafter payload's batching, per target (its whole run's p50s): did the drafter batch?"""
     if t.get("queue_p50_ns") is None or t.get("batch_rows_p50") is None:
         return ""
-    return f"  batch p50 {t['batch_rows_p50']:.0f} rows, queue p50 {t['queue_p50_ns'] / 1e6:.3f} ms"
+    return f"  {whose}batch p50 {t['batch_rows_p50']:.0f} rows, queue p50 {t['queue_p50_ns'] / 1e6:.3f} ms"
 
 
 def json_record(record: dict[str, Any]) -> dict[str, Any]:

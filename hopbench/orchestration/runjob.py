@@ -424,7 +424,8 @@ def ledger_line(r: dict[str, Any], plain: dict[str, Any]) -> str:
     echo, hop = plain["p50_ns"] / 1e6, r["p50_ns"] / 1e6
     rest = ms["server"] - ms["queue"] - ms["stage"] - ms["draft"] - ms["back"]
     left = hop - echo - ms["server"]
-    return (f"ledger (p50s, ms): echo {echo:.3f} + queue {ms['queue']:.3f} + stage {ms['stage']:.3f} + forward "
+    return (f"ledger (p50s of {r['n']} and {plain['n']} timed cycles, ms; their intervals above): echo {echo:.3f} "
+            f"+ queue {ms['queue']:.3f} + stage {ms['stage']:.3f} + forward "
             f"{ms['draft']:.3f} + ids back {ms['back']:.3f} + the server's rest {rest:.3f} + left {left:+.3f} "
             f"({left / hop:+.1%} of the hop) = the hop {hop:.3f}; with / (echo + forward) "
             f"{hop / (echo + ms['draft']):.3f}")
@@ -446,8 +447,8 @@ def wire_lines(rate_mbit: float, rows: list[dict[str, Any]], console: RunConsole
             continue
         wire = (wire_s(r["request_bytes"], rate_mbit) + wire_s(r["reply_bytes"], rate_mbit)) * 1e3
         hop = r["p50_ns"] / 1e6
-        line = (f"{r['payload']}: hop p50 {hop:.3f} ms against its wire time {wire:.3f} ms at {rate_mbit:g} Mbit/s "
-                f"({hop / wire:.2f}x)")
+        line = (f"{r['payload']}: hop p50 {hop:.3f} ms (n = {r['n']}) against its wire time {wire:.3f} ms at "
+                f"{rate_mbit:g} Mbit/s ({hop / wire:.2f}x)")
         if wire >= WIRE_SIGNIFICANT_MS and hop > WIRE_OVER * wire:
             console.warn(f"{line}: more than {WIRE_OVER:g}x, so the link runs below --rate, or the host or the path "
                          "adds time the rate does not explain (a loaded host, a shaper's queue); check with "
