@@ -230,6 +230,7 @@ def test_run_carries_a_saved_agreement_into_report_verdict_and_page(server, tmp_
                               "--cycles", "20", "--warmup", "2", "--no-floor", "--agreement-from", str(saved),
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert f"agreement (from {saved}): int8: may change the drafts" in res.output, res.output  # in run's own output
     top = json.loads((out / "report.json").read_text())
     assert top["agreement"]["headline"]["int8"]["n"] == 24 and top["agreement"]["source"] == "test: identity"
     res = runner.invoke(app, ["verdict", str(out)])

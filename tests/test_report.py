@@ -41,7 +41,7 @@ def test_report_is_one_self_contained_page_with_the_analysis_numbers(tmp_path, k
     folder = shutil.copytree(GOLDEN / kind, tmp_path / kind)
     r = hb("report", folder)
     page_path = folder / "report.html"
-    assert r.stdout.strip() == f"report: {page_path}"
+    assert r.stdout.splitlines()[0] == f"report: {page_path}"
     page = page_path.read_text()
     assert fetches(page) == []
     for section in ("answer", "verdict", "fit", "figures", "cells", "warnings", "environment", "reproduce"):
@@ -264,9 +264,49 @@ def test_the_answer_does_not_offer_loopback_as_a_link_and_says_emulated_rungs_ar
     folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "s")
     doc = json.loads(cli("report", folder, "--json").stdout)
     text = _answer(doc)
-    assert "loopback</b>: the instrument's own floor" in text and "move the drafter</span>" not in text
+    assert "<b>loopback</b></td><td class=\"t wrap\" colspan" in text and "the instrument's own floor" in text
+    assert "move the drafter</span>" not in text and "emulated on this one machine" not in text
     doc["rungs"]["loopback"]["kind"] = "emulated"
-    assert "emulated on this one machine" in _answer(doc)
+    assert "<b>loopback</b>*" in _answer(doc) and "* emulated on this one machine" in _answer(doc)
+
+
+def test_the_answer_is_one_row_per_rung_with_its_inputs_once_and_its_warnings_beside(tmp_path):
+    """Issue 62 item 15: the Answer was 20 bullets, twelve repeating one sentence; the drift
+    warning sat at the bottom, not on stdout; a --spec rung matching no rung was dropped."""
+    import json
+    import re
+    import shutil
+
+    from hopbench.analysis.report import _answer
+
+    folder = shutil.copytree("tests/golden/sweep-v1", tmp_path / "s")
+    doc = json.loads(cli("report", folder, "--json").stdout)
+    rungs = list(dict.fromkeys(v["rung"] for v in doc["verdicts"]))
+    text = _answer(doc)
+    rows = re.findall(r"<tr><td class=\"t\" data-h=\"rung\"><b>([^<]+)</b>", text)
+    assert rows == rungs and text.count("Inputs:") == 1 and "the shape's, configs/shape.toml" in text
+    assert text.count("surely-largest") == 1  # the explanation once, below the table
+    doc["warnings"] = [{"kind": "drift", "text": "d", "rungs": {rungs[0]: [2, 9]},
+                        "at": [{"rung": rungs[0], "transport": doc["verdicts"][0]["transport"],
+                                "tokens": doc["operating_tokens"], "drift_rel": -0.25}]},
+                       {"kind": "loaded host", "rung": rungs[-1], "short": "ucx: +496% over its wire time", "text": "x"}]
+    row = {r: t for r, t in re.findall(r"<b>([^<]+)</b>.*?(<td class=\"t wrap\" data-h=\"trust\">.*?</td>)", _answer(doc))}
+    assert "drift: 2 of 9 cells" in row[rungs[0]] and "ucx: +496% over its wire time" in row[rungs[-1]], row
+    r = cli("report", folder, "--t-draft", "12", "-o", str(tmp_path / "p.html"))
+    assert "t_draft <span" in (page := (tmp_path / "p.html").read_text()) and "12.00</span> ms (given)" in page
+    written = json.loads((folder / "analysis" / "report.json").read_text())["warnings"]
+    assert [ln.removeprefix("warning: ") for ln in r.stdout.splitlines()[1:]] == [w["text"] for w in written]
+
+
+def test_a_spec_whose_rung_matches_none_is_said_not_dropped():
+    from types import SimpleNamespace
+
+    from hopbench.analysis.report.document import _spec_rungs
+
+    a = SimpleNamespace(verdicts=[SimpleNamespace(rung="emu-1g")], groups=[],
+                        spec=[{"folder": "s1", "rung": "emu-1g"}, {"folder": "s2", "rung": "lab-25g"}])
+    (w,) = _spec_rungs(a)
+    assert w["kind"] == "spec rung" and w["text"].startswith("s2: its rung 'lab-25g' is none of this result's (emu-1g)")
 
 
 def test_the_report_path_imports_neither_scipy_nor_matplotlib(tmp_path):

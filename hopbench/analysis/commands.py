@@ -17,10 +17,6 @@ from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN, StreamSpec
 from hopbench.results import RUN_FILE, ResultFolder, atomic_write, document
 
-#: a shaped cell this far over wire + the unshaped round trip is judged: the host, not the link
-LOADED_OVER = 0.5
-LOADED_WARNING = "over by more than the link explains: a loaded host?"
-
 
 def _out(folder: "Path | Reading") -> Path:
     return ResultFolder(folder).analysis_dir()
@@ -75,13 +71,13 @@ def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int,
         for w in wires:
             ci = (f"[{w['measured_lo_ns'] / 1e3:.1f}-{w['measured_hi_ns'] / 1e3:.1f}, {pct(w['level'])}, "
                   f"{w['repeats']}r]" if w.get("level") else "[no CI]")
-            over = f"  << {LOADED_WARNING}" if w["deviation"] > LOADED_OVER else ""
+            over = f"  << {F.LOADED_WARNING}" if w["deviation"] > F.LOADED_OVER else ""
             show(f"  {w['rung']:<10} {w['transport']:<4} measured {w['measured_ns'] / 1e3:9.1f} us {ci}  wire "
                  f"{w['wire_ns'] / 1e3:9.1f} us ({w['measured_ns'] / w['wire_ns'] - 1:+.2%})  wire+unshaped "
                  f"{w['expected_ns'] / 1e3:9.1f} us ({w['deviation']:+.2%}){over}")
-        loaded = [f"{w['rung']} {w['transport']}" for w in wires if w["deviation"] > LOADED_OVER]
+        loaded = [f"{w['rung']} {w['transport']}" for w in wires if w["deviation"] > F.LOADED_OVER]
         if loaded:
-            show(f"warning: {', '.join(loaded)} measured more than {LOADED_OVER:.0%} over wire + unshaped: the host "
+            show(f"warning: {', '.join(loaded)} measured more than {F.LOADED_OVER:.0%} over wire + unshaped: the host "
                  "(or the link) added time the rate does not explain, so those cells say more about this host's load "
                  "than about the link; re-measure them on an idle host (`hopbench doctor` shows what else runs)")
     trend = trend_warning(groups)

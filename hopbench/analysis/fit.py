@@ -321,6 +321,11 @@ def crossover(fits: list[Fit]) -> dict[str, str]:
     return out
 
 
+#: a shaped cell this far over wire + the unshaped round trip is judged: the host, not the link
+LOADED_OVER = 0.5
+LOADED_WARNING = "over by more than the link explains: a loaded host?"
+
+
 def wire_check(groups: list[Group], bytes_per_token: int, tokens: int, unshaped_rung: str = "emu-unshaped") -> list[dict]:
     """Measured hop at T tokens on shaped rungs vs the physical wire time
     (request bytes x 1538/1448 x 8 / rate) plus the unshaped round trip of the same transport.

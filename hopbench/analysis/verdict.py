@@ -64,6 +64,8 @@ class Inputs:
     #: where the remote drafter's time came from: "assumed" (0), "given" (--t-draft-remote MS), or
     #: the measurement it was read from (docs/DRAFTER.md)
     t_draft_remote_from: str = "assumed"
+    #: which of t_draft_ms, cycle_ms, tok_s the user gave (the rest are the shape's: configs/shape.toml)
+    given: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("t_draft_ms", "cycle_ms", "tok_s"):
@@ -114,7 +116,8 @@ def inputs_from(shape, t_draft: str | None, cycle: str | None, tok_s: str | None
     td = parse_quantity(t_draft, "--t-draft") if t_draft is not None else (shape.t_draft_ms, 0.0)
     cy = parse_quantity(cycle, "--cycle") if cycle is not None else (shape.cycle_ms, 0.0)
     ts = parse_quantity(tok_s, "--tok-s") if tok_s is not None else (shape.tok_s, 0.0)
-    return Inputs(td[0], cy[0], ts[0], t_draft_pm=td[1], cycle_pm=cy[1], tok_s_pm=ts[1], **rest)
+    given = tuple(n for n, x in (("t_draft_ms", t_draft), ("cycle_ms", cycle), ("tok_s", tok_s)) if x is not None)
+    return Inputs(td[0], cy[0], ts[0], t_draft_pm=td[1], cycle_pm=cy[1], tok_s_pm=ts[1], given=given, **rest)
 
 
 def parse_quantity(text: str, what: str) -> tuple[float, float]:

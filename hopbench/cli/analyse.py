@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -118,10 +119,13 @@ def report(
     inputs = inputs_from(s, t_draft, cycle, tok_s, min_gain=min_gain,
                          **remote_inputs(t_draft_remote, tokens or s.operating_tokens)) if any(given) else None
     path = analysis.write_report(results, s, output, min_gain, spec or [], inputs)
+    text = R.ResultFolder(results).derived(R.RUN_FILE).read_text()
     if json_out:
-        print(R.ResultFolder(results).derived(R.RUN_FILE).read_text(), end="")
-    else:
-        print(f"report: {path}")
+        print(text, end="")
+        return
+    print(f"report: {path}")
+    for w in json.loads(text).get("warnings") or []:  # what changes how far the page's figures can be trusted
+        print(f"warning: {w['text']}")
 
 
 @app.command()

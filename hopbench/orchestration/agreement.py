@@ -252,10 +252,20 @@ def table_lines(record: dict[str, Any]) -> list[str]:
     for r in record["rows"]:
         out.append(f"{r['codec']:10s} {str(r['tap']):>3s} {r['measure']:10s} {AG.text(r):>30s} "
                    f"{r['kl']:.2e} [{r['kl_lo']:.1e}-{r['kl_hi']:.1e}]")
+    out += headline_lines(record)
+    out.append(f"{record.get('seconds_with_load', record['seconds']):.0f} s with the model's load")
+    return out
+
+
+def headline_lines(record: dict[str, Any], codecs: list[str] | None = None) -> list[str]:
+    """One line per codec: its call on the drafts, its worst tap's top-1 agreement and the bar
+    (the codecs given, or all the record holds)."""
+    out = []
     for name, h in record["headline"].items():
+        if codecs is not None and name not in codecs:
+            continue
         worst = f"worst tap {h['tap']}, " if h["tap"] != "all" else ""
         out.append(f"{name}: {AG.verb(h)} ({worst}{h['measure']}: {AG.text(h)}; bar {record['bar']:.0%})")
-    out.append(f"{record.get('seconds_with_load', record['seconds']):.0f} s with the model's load")
     return out
 
 

@@ -380,12 +380,18 @@ def run(req: RunRequest, console: RunConsole) -> Path:
 
 def _agreement(req: RunRequest, loads: list[Payload], console: RunConsole) -> dict[str, Any]:
     """The header's `agreement` (run --agreement / --agreement-from: docs/CODECS.md), or none."""
-    from hopbench.orchestration.agreement import for_run
+    from hopbench.orchestration.agreement import for_run, headline_lines
 
     if (req.agreement or req.agreement_from) and all(p.codec == "none" for p in loads):
         raise ConfigError("--agreement and --agreement-from judge a lossy codec: give --codec (e.g. none,fp8)")
-    record = for_run(req.agreement, req.agreement_from, list(dict.fromkeys(p.codec for p in loads)), console.say)
-    return {"agreement": record} if record else {}
+    codecs = list(dict.fromkeys(p.codec for p in loads))
+    record = for_run(req.agreement, req.agreement_from, codecs, console.say)
+    if not record:
+        return {}
+    source = f"from {req.agreement_from}" if req.agreement_from else f"measured on {record.get('label', 'the proxy')}"
+    for line in headline_lines(record, codecs):
+        console.say(f"agreement ({source}): {line}")
+    return {"agreement": record}
 
 
 def drafter_lines(info: DrafterInfo | None, rows: list[dict[str, Any]], console: RunConsole) -> None:

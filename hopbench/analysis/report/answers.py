@@ -1,9 +1,9 @@
-"""The Answer: the verdict in a sentence per rung, and the codec, payload design and
-several-targets answers beside it."""
+"""The Answer on one screen: the inputs once, one row per rung with each design's call side
+by side (synchronous, streamed, projected, with the served drafter), the codec's and a
+measured spec's beside them, the warnings that touch the row, and the several-targets
+answers below."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from hopbench.analysis import verdict as V
 from hopbench.analysis.report.markup import (
@@ -14,41 +14,29 @@ from hopbench.analysis.report.markup import (
 from hopbench.records import Place, Series
 
 
-def _codec_answers(doc: dict) -> list[str]:
-    """Per rung with codec cells: the best codec, and whether it pays against the raw hop of
-    the same transport (its hop includes its encode and decode)."""
+def _codec_cells(doc: dict) -> dict[str, str]:
+    """Per rung with codec cells: the best codec's call against the raw hop of the same
+    transport (its hop includes its encode and decode), and its effect on the drafts."""
     best: dict[str, int] = {}
     codecs = doc.get("codecs") or []
     for i, c in enumerate(codecs):
         if c["rung"] not in best or c["hop_ms"] < codecs[best[c["rung"]]]["hop_ms"]:
             best[c["rung"]] = i
-    items = []
+    cells = {}
     for rung, i in best.items():
         c = codecs[i]
         p = f"codecs.{i}"
-        data = c.get("payload_source")
-        said = (" <span class=\"note\">(on synthetic hidden states: not a claim about any model)</span>" if data == "synthetic"
-                else f" <span class=\"note\">(hidden states from {_esc(data)})</span>" if data else "")
         if c["pays"]:
-            changes = c.get("changes_drafts")
-            head = (f'<span class="call even">{_esc(c["codec"])}: {_esc(c["call"])}</span>' if changes
-                    else f'<span class="call pays">{_esc(c["codec"])} pays</span>')
-            items.append(f'<li><b>{_esc(rung)}</b>, codecs: {head} '
-                         f'&mdash; over {_esc(c["transport"])} it turns a {num(doc, f"{p}.raw_hop_ms", 3)} ms hop into '
-                         f'{num(doc, f"{p}.hop_ms", 3)} ms ({num(doc, f"{p}.hop_ratio", 2)}x, encode and decode '
-                         f'included): projected gain {num(doc, f"{p}.gain", 1, 100, sign=True)}% against '
-                         f'{num(doc, f"{p}.raw_gain", 1, 100, sign=True)}% raw{said}. {_drafts(doc, p, c)}</li>')
-        elif c.get("undecided"):
-            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call even">undecided</span> &mdash; the best, '
-                         f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
-                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw, within the measured spread{said}. '
-                         f'{_drafts(doc, p, c)}</li>')
+            tone, call = ("even", c["call"]) if c.get("changes_drafts") else ("pays", "pays")
         else:
-            items.append(f'<li><b>{_esc(rung)}</b>, codecs: <span class="call costs">none pays</span> &mdash; the best, '
-                         f'{_esc(c["codec"])}, makes the {_esc(c["transport"])} hop {num(doc, f"{p}.hop_ms", 3)} ms '
-                         f'against {num(doc, f"{p}.raw_hop_ms", 3)} ms raw: on this link its CPU time costs more '
-                         f'than the bytes it saves{said}. {_drafts(doc, p, c)}</li>')
-    return items
+            tone, call = ("even", "undecided") if c.get("undecided") else ("costs", "none pays")
+        data = c.get("payload_source")
+        states = " (synthetic states)" if data == "synthetic" else f" (states: {_esc(data)})" if data else ""
+        cells[rung] = (f'<span class="call {tone}">{_esc(c["codec"])}: {_esc(call)}</span> {_esc(c["transport"])} '
+                       f'{num(doc, f"{p}.hop_ms", 3)} ms, {num(doc, f"{p}.hop_ratio", 2)}x raw, '
+                       f'{num(doc, f"{p}.gain", 1, 100, sign=True)}%{states}<br><span class="note">{_drafts(doc, p, c)}'
+                       '</span>')
+    return cells
 
 
 def _drafts(doc: dict, p: str, c: dict) -> str:
@@ -68,41 +56,26 @@ def _drafts(doc: dict, p: str, c: dict) -> str:
             f'{verb}')
 
 
-DESIGN_NAMES = {("taps", "off"): "synchronous taps", ("projected", "off"): "synchronous projected (fc on the target)",
-                ("taps", "layers"): "streamed taps (during the verify forward)"}
+#: the Answer's columns: a series' kind of hop (docs/STREAM.md, docs/DRAFTER.md)
+COLUMNS = {"sync": "synchronous taps", "stream": "streamed taps (exposed hop)",
+           "projected": "synchronous projected (fc on the target)", "drafter": "with the served drafter"}
 
 
-def _design_of(v: dict) -> tuple[str, tuple[str, str]]:
-    """A verdict's series without its design and stream (its transport, codec and M, as
-    labelled), and its (design, stream)."""
+def _column(v: dict) -> str | None:
+    """Which Answer column a verdict's series belongs to (None: a codec's or M > 1's, answered apart)."""
     s = Series.from_dict(v["series"])
-    return replace(s, design="taps", stream="off").label, (s.design, s.stream)
+    if s.clients != 1 or s.codec != "none":
+        return None
+    if s.drafter != "off":
+        return "drafter"
+    return "stream" if s.stream != "off" else "projected" if s.design == "projected" else "sync"
 
 
-def _design_answers(doc: dict) -> list[str]:
-    """Per rung and transport with more than one payload design measured (synchronous taps,
-    synchronous projected, streamed taps: docs/STREAM.md): each design's hop and gain side by
-    side, the best named (by the surely-largest gain, verdict.best_per_rung's rule), with the
-    assumptions it carries."""
-    vs = doc["verdicts"]
-    by: dict[tuple[str, str], list[tuple[tuple[str, str], int]]] = {}
-    for i, v in enumerate(vs):
-        base, design = _design_of(v)
-        by.setdefault((v["rung"], base), []).append((design, i))
-    items = []
-    for (rung, base), designs in by.items():
-        if len(designs) < 2:
-            continue
-        best = designs[V.best_per_rung([vs[i] for _, i in designs])[rung]]
-        each = "; ".join(f'{DESIGN_NAMES[d]} {num(doc, f"verdicts.{i}.hop_ms", 3)} ms '
-                         f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)' for d, i in designs)
-        bi = best[1]
-        items.append(f'<li><b>{_esc(rung)}</b>, {_esc(base)} by payload design: best <span class="call '
-                     f'{_call_class(vs[bi]["decision"])}">{_esc(DESIGN_NAMES[best[0]])}: {_esc(vs[bi]["call"])}</span> '
-                     f'&mdash; {each}. The streamed hop is the exposed one (ids back &minus; the forward\'s end; the '
-                     'forward a schedule, tap k sent when layer k ends, its extraction cost as recorded); the projected '
-                     'one assumes the drafter\'s fc runs on the target (docs/STREAM.md)</li>')
-    return items
+def _design_cell(doc: dict, i: int) -> str:
+    v = doc["verdicts"][i]
+    return (f'<span class="call {_call_class(v["decision"])}">{_esc(v["call"])}</span><br>'
+            f'{_esc(Series.from_dict(v["series"]).transport)} {num(doc, f"verdicts.{i}.hop_ms", 3)} ms, '
+            f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s ({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%)')
 
 
 def _targets_answers(doc: dict) -> list[str]:
@@ -151,61 +124,129 @@ def _spec_targets_answers(doc: dict) -> list[str]:
     return items
 
 
-def _spec_answer(doc: dict, rung: str, j: int, s: dict) -> str:
+def _spec_cell(doc: dict, j: int, s: dict) -> str:
     """A rung's answer measured end to end by a `hopbench spec` result given with --spec."""
     each = "; ".join(f'{_esc(mm["mode"])} {num(doc, f"spec_measured.{j}.modes.{k}.tok_s", 2)} tok/s '
                      f'({num(doc, f"spec_measured.{j}.modes.{k}.gain", 1, 100, sign=True)}%)'
                      for k, mm in enumerate(s.get("modes") or []))
-    partial = (f' <span class="note">(the spec is {_esc(s["status"])}: {s["repeats"]} of '
-               f'{s["repeats_asked"]} repeats measured)</span>') if s.get("status") not in (None, "complete") else ""
-    return (f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(s["decision"])}">{_esc(s["call"])}</span> '
-            f'&mdash; measured end to end by hopbench spec over {_esc(s["transport"])} '
-                 f'({_esc(s["folder"])}): {each} against {num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s '
-                 f'local; the call is the best mode, {_esc(s["mode"])}. The projections in the verdict table '
-                 f'below are not this answer: they assume a remote drafter of '
-                 f'{doc["inputs"]["t_draft_remote_ms"]:g} ms{partial}</li>')
+    partial = (f' <span class="note">({_esc(s["status"])}: {s["repeats"]} of {s["repeats_asked"]} repeats)</span>'
+               if s.get("status") not in (None, "complete") else "")
+    return (f'<span class="call {_call_class(s["decision"])}">{_esc(s["call"])}</span><br>measured end to end by '
+            f'hopbench spec over {_esc(s["transport"])}: {each} against '
+            f'{num(doc, f"spec_measured.{j}.local_tok_s", 2)} tok/s local{partial}')
+
+
+def _trust(doc: dict, rung: str, shown: dict[str, int]) -> str:
+    """What changes how far a rung's figures can be trusted: its cells that drifted (and
+    whether an answered one did), a shaped cell far over its wire time, a hop near the floor."""
+    out = []
+    for w in doc.get("warnings") or []:
+        if w.get("kind") == "drift":
+            n, total = (w.get("rungs") or {}).get(rung, (0, 0))
+            own = [f"{_esc(a['transport'])} {a['drift_rel']:+.1%}" for a in w.get("at") or []
+                   if a["rung"] == rung and a["tokens"] == doc["operating_tokens"]
+                   and a["transport"] in {doc["verdicts"][i]["transport"] for i in shown.values()}]
+            if n:
+                out.append(f"drift: {n} of {total} cells" + (f" (answered: {', '.join(own)})" if own else ""))
+        elif w.get("rung") == rung and w.get("kind") in ("loaded host", "floor", "not a network hop"):
+            out.append(_esc(w["short"]))
+    return "<br>".join(out) or '<span class="note">none</span>'
 
 
 def _answer(doc: dict) -> str:
-    """The verdict in a sentence per rung: its best transport's call."""
-    alone = [i for i, v in enumerate(doc["verdicts"]) if v["series"]["clients"] == 1]  # M > 1: _targets_answers
-    picked = V.best_per_rung([doc["verdicts"][i] for i in alone])
-    best = {rung: {"i": alone[k]} for rung, k in picked.items()}
-    items = []
+    """The Answer on one screen: the inputs and where each came from, then one row per rung
+    with each design's call side by side (its best transport), the codec's, the measured
+    spec's, and the warnings that touch the row; the explanations once, below."""
+    vs = doc["verdicts"]
+    cols: dict[str, dict[str, int]] = {}
+    for name in COLUMNS:
+        idx = [i for i, v in enumerate(vs) if _column(v) == name]
+        if idx:
+            cols[name] = {r: idx[k] for r, k in V.best_per_rung([vs[i] for i in idx]).items()}
     measured = {s["rung"]: (j, s) for j, s in enumerate(doc.get("spec_measured") or []) if s.get("kind") != "targets"}
-    rungs = doc.get("rungs") or {}
-    for rung, b in best.items():
-        i = b["i"]
-        v = doc["verdicts"][i]
-        place = Place.from_dict(v["place"])
-        info = rungs.get(place.rung_label) or rungs.get(place.rung) or {}
-        kind = info.get("kind") if isinstance(info, dict) else None
-        if kind == "loopback":  # both ends on this machine: the instrument's floor, not a link to move to
-            items.append(f'<li><b>{_esc(rung)}</b>: the instrument\'s own floor (both ends on this machine over '
-                         f'127.0.0.1), not a link the drafter could move over &mdash; best transport '
-                         f'{_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms</li>')
-            continue
-        emulated = (" <span class=\"note\">(emulated on this one machine: two network namespaces joined by a veth "
-                    "pair, shaped with tc tbf)</span>") if kind == "emulated" else ""
-        if rung in measured:
-            items.append(_spec_answer(doc, rung, *measured[rung]))
-            continue
-        items.append(f'<li><b>{_esc(rung)}</b>: <span class="call {_call_class(v["decision"])}">{_esc(v["call"])}</span> '
-                     f'&mdash; best transport {_esc(v["transport"])}, hop {num(doc, f"verdicts.{i}.hop_ms", 3)} ms against '
-                     f'a break-even of {num(doc, f"verdicts.{i}.break_even_ms", 2)} ms, projected '
-                     f'{num(doc, f"verdicts.{i}.projected_tok_s", 2)} tok/s '
-                     f'({num(doc, f"verdicts.{i}.gain", 1, 100, sign=True)}%){emulated}</li>')
-    items += _codec_answers(doc)
-    items += _design_answers(doc)
-    items += _targets_answers(doc)
-    items += _spec_targets_answers(doc)
-    if not items:
+    codecs = _codec_cells(doc)
+    rungs = list(dict.fromkeys(v["rung"] for v in vs if _column(v)))
+    rows = [_answer_row(doc, rung, cols, codecs, measured) for rung in rungs]
+    rest = _targets_answers(doc) + _spec_targets_answers(doc)
+    if not rows and not rest:
         return ""
+    head = ("<tr><th class=t>rung</th>" + "".join(f"<th class=t>{_esc(COLUMNS[c])}</th>" for c in cols)
+            + ("<th class=t>codec</th>" if codecs else "") + ("<th class=t>measured end to end</th>" if measured else "")
+            + "<th class=t>trust</th></tr>")
+    table = f'<table class="answer">{head}{"".join(rows)}</table>' if rows else ""
+    return (f'<section id="answer"><h2>Answer</h2>{_inputs_line(doc)}{table}'
+            + (f'<ul class="answer">{"".join(rest)}</ul>' if rest else "") + _explained(doc, cols, measured)
+            + "</section>")
+
+
+def _rung_kind(doc: dict, v: dict) -> str | None:
+    place = Place.from_dict(v["place"])
+    rungs = doc.get("rungs") or {}
+    info = rungs.get(place.rung_label) or rungs.get(place.rung) or {}
+    return info.get("kind") if isinstance(info, dict) else None
+
+
+def _answer_row(doc: dict, rung: str, cols: dict[str, dict[str, int]], codecs: dict[str, str],
+                measured: dict[str, tuple[int, dict]]) -> str:
+    shown = {c: by[rung] for c, by in cols.items() if rung in by}
+    some = doc["verdicts"][next(iter(shown.values()))]
+    kind = _rung_kind(doc, some)
+    mark = "*" if kind == "emulated" else ""
+    cells = [f'<td class="t" data-h="rung"><b>{_esc(rung)}</b>{mark}</td>']
+    if kind == "loopback":  # both ends on this machine: the instrument's floor, not a link to move to
+        i = min(shown.values(), key=lambda k: doc["verdicts"][k]["hop_ms"])
+        span = len(cols) + bool(codecs) + bool(measured)
+        cells.append(f'<td class="t wrap" colspan="{span}">the instrument\'s own floor (both ends on this machine over '
+                     f'127.0.0.1), not a link the drafter could move over: {_esc(doc["verdicts"][i]["transport"])} '
+                     f'{num(doc, f"verdicts.{i}.hop_ms", 3)} ms</td>')
+    else:
+        for c in cols:
+            cells.append(f'<td class="t wrap" data-h="{_esc(COLUMNS[c])}">'
+                         f'{_design_cell(doc, shown[c]) if c in shown else "-"}</td>')
+        if codecs:
+            cells.append(f'<td class="t wrap" data-h="codec">{codecs.get(rung, "-")}</td>')
+        if measured:
+            cells.append(f'<td class="t wrap" data-h="measured end to end">'
+                         f'{_spec_cell(doc, *measured[rung]) if rung in measured else "-"}</td>')
+    cells.append(f'<td class="t wrap" data-h="trust">{_trust(doc, rung, shown)}</td>')
+    return f'<tr>{"".join(cells)}</tr>'
+
+
+def _inputs_line(doc: dict) -> str:
+    """The verdict's inputs, each with where it came from, said once."""
     inp = doc["inputs"]
-    return (f'<section id="answer"><h2>Answer</h2><ul class="answer">{"".join(items)}</ul>'
-            f'<p class="note">{_esc(doc.get("placement") or "")}. "move the drafter" needs a projected gain of at least '
-            f'{num(doc, "inputs.min_gain", 0, 100)}% (the least worth a second box; <code>--min-gain</code>). '
-            f'The projection assumes the whole t_draft ({num(doc, "inputs.t_draft_ms", 2)} ms) is freed and the '
-            f'remote drafter\'s own time per cycle is {num(doc, "inputs.t_draft_remote_ms", 2)} ms'
-            f'{"" if inp.get("t_draft_remote_ms") else " (zero)"}; a <code>hopbench spec</code> result given with '
-            '<code>--spec</code> replaces it with the measured tok/s.</p></section>')
+    given = set(inp.get("given") or ())
+    src = {True: "given", False: "the shape's, configs/shape.toml"}
+    remote = inp.get("t_draft_remote_from") or "assumed"
+    remote_said = ("assumed zero: <code>--t-draft-remote</code> gives it" if remote == "assumed"
+                   else "given" if remote == "given" else f"measured: {_esc(remote)}")
+    return (f'<p>Inputs: T = {doc["operating_tokens"]} accepted tokens ({doc["operating_bytes"]:,} B a hop); '
+            f't_draft {num(doc, "inputs.t_draft_ms", 2)} ms ({src["t_draft_ms" in given]}), the break-even hop; '
+            f'co-located cycle {num(doc, "inputs.cycle_ms", 2)} ms ({src["cycle_ms" in given]}) at '
+            f'{num(doc, "inputs.tok_s", 2)} tok/s ({src["tok_s" in given]}); the remote drafter\'s own time '
+            f'{num(doc, "inputs.t_draft_remote_ms", 3)} ms a cycle ({remote_said}); "move the drafter" needs a '
+            f'projected gain of at least {num(doc, "inputs.min_gain", 0, 100)}% (<code>--min-gain</code>).</p>')
+
+
+def _explained(doc: dict, cols: dict, measured: dict) -> str:
+    """What each column means, said once below the table."""
+    said = ["Each cell is its design's best transport on that rung (the surely-largest projected gain: the lower "
+            "end of its 95% interval), with its median hop and the projected tok/s if the drafter moves "
+            "(projected cycle = cycle &minus; t_draft + hop + the remote drafter's own time)."]
+    if "stream" in cols:
+        said.append("The streamed hop is the exposed one: ids back &minus; the verify forward's end, tap k sent when "
+                    "layer k ends, its extraction cost as recorded (docs/STREAM.md).")
+    if "projected" in cols:
+        said.append("The projected design assumes the drafter's fc runs on the target (docs/STREAM.md).")
+    if "drafter" in cols:
+        said.append("With the served drafter, the hop includes its forward on the server (docs/DRAFTER.md).")
+    if measured:
+        said.append("Measured end to end: a <code>hopbench spec</code> result given with <code>--spec</code>; its "
+                    "tok/s is measured, not projected.")
+    if any(_rung_kind(doc, v) == "emulated" for v in doc["verdicts"]):
+        said.append("* emulated on this one machine: two network namespaces joined by a veth pair, shaped with tc tbf.")
+    if doc.get("placement"):
+        said.append(_esc(doc["placement"]) + ".")
+    return f'<p class="note">{" ".join(said)}</p>'
+
+

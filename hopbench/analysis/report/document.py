@@ -14,7 +14,7 @@ from typing import Any
 from hopbench.analysis import fit as F
 from hopbench.analysis import hops as HP
 from hopbench.analysis import verdict as V
-from hopbench.analysis.data import Reading, first_header, load_groups, reading, recorded_shape, result_id
+from hopbench.analysis.data import Reading, cell_of, first_header, load_groups, reading, recorded_shape, result_id
 from hopbench.errors import HopbenchError
 from hopbench.records import MIN_GAIN, DrafterInfo
 from hopbench.results import DOCUMENTS, SPEC_TARGETS_SCHEMA, ResultFolder
@@ -61,23 +61,37 @@ def _doctor_and_drift(folder: Path | Reading, top: dict, sweep: bool) -> list[di
             if f.get("level") == "warn":
                 out.append({"kind": "doctor", "text": f"{where}: {f.get('message')}"})
     drifts, n_runs = [], 0
+    rungs: dict[str, list[int]] = {}  # rung -> [drifted, measured]: the Answer puts it beside the rung's row
+    at = []
     for _, rep in _cell_reports(folder):
         for pl in rep.get("payloads") or []:
             s = pl.get("summary") or {}
             n_runs += 1
+            try:
+                key = cell_of(rep, pl)
+            except (KeyError, TypeError, ValueError):
+                key = None
+            count = rungs.setdefault(key.place.label if key else "?", [0, 0])
+            count[1] += 1
             if s.get("drift"):
+                count[0] += 1
                 cell = (rep.get("sweep") or {}).get("key") or pl.get("payload")
                 drifts.append((abs(s.get("drift_rel") or 0), f"{cell}: {s.get('drift_rel', 0):+.1%}"))
+                if key is not None:
+                    at.append({"rung": key.place.label, "transport": key.transport, "tokens": key.tokens,
+                               "drift_rel": s.get("drift_rel") or 0.0})
     if drifts:
         drifts.sort(reverse=True)
         out.append({"kind": "drift", "text": f"{len(drifts)} of {n_runs} measured payload runs drifted within the run "
                                              f"(Mann-Whitney, last third vs first, p < 0.01 and > 3%); largest "
                                              f"{drifts[0][1]}. Their medians stand; the machine was not steady while "
-                                             "they ran", "items": [d[1] for d in drifts]})
+                                             "they ran", "items": [d[1] for d in drifts],
+                    "rungs": {r: c for r, c in rungs.items() if c[0]}, "at": at})
     return out
 
 
-def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float]) -> list[dict]:
+def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdict], floors: dict[str, float],
+              wires: list[dict]) -> list[dict]:
     """Everything a reader should weigh before trusting the figures: kind, text."""
     out: list[dict] = []
     sweep = ResultFolder(folder).is_sweep
@@ -107,14 +121,21 @@ def _warnings(folder: Path | Reading, top: dict, groups, verdicts: list[V.Verdic
         out.append({"kind": "repeat trend", "text": trend.removeprefix("warning: ")})
     for v in verdicts:
         if v.not_network:
-            out.append({"kind": "not a network hop", "text": f"{v.rung}, {v.transport}: UCX moved the hop by "
+            out.append({"kind": "not a network hop", "rung": v.rung, "short": f"{v.transport}: not a network hop",
+                        "text": f"{v.rung}, {v.transport}: UCX moved the hop by "
                         f"{', '.join(v.not_network)} (memory between two ends on one host, not the link): no call is "
                         "made from it; rerun with --opt UCX_TLS=tcp (ucx) or NIXL_UCX_TLS=tcp (nixl)"})
     for v in verdicts:
         fl = floors.get(v.transport)
         if fl and v.hop_ms < 3 * fl:
-            out.append({"kind": "floor", "text": f"{v.rung} {v.transport}: the hop ({v.hop_ms:.3f} ms) is within 3x the "
-                                                 f"instrument's floor ({fl:.3f} ms): it measures the host as much as the link"})
+            out.append({"kind": "floor", "rung": v.rung, "short": f"{v.transport}: within 3x the floor",
+                        "text": f"{v.rung} {v.transport}: the hop ({v.hop_ms:.3f} ms) is within 3x the "
+                                f"instrument's floor ({fl:.3f} ms): it measures the host as much as the link"})
+    for w in wires:
+        if w["deviation"] > F.LOADED_OVER:
+            out.append({"kind": "loaded host", "rung": w["rung"], "short": f"{w['transport']}: {w['deviation']:+.0%} "
+                        "over its wire time", "text": f"{w['rung']} {w['transport']}: the hop is {w['deviation']:+.0%} "
+                        f"over the wire time + the unshaped round trip, {F.LOADED_WARNING}"})
     return out
 
 
@@ -254,11 +275,21 @@ def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list
                     spec_measured(spec or [], inputs))
 
 
+def _spec_rungs(a: Analysed) -> list[dict]:
+    """A --spec result whose rung matches none here answers nothing on the page: said, not dropped."""
+    here = {v.rung for v in a.verdicts} | {g.rung for g in a.groups}
+    return [{"kind": "spec rung", "text": f"{s['folder']}: its rung {s['rung']!r} is none of this result's "
+                                          f"({', '.join(sorted(here)) or 'none'}): it answers no row (run spec with "
+                                          "--rung NAME to match one)"}
+            for s in a.spec if s["rung"] not in here]
+
+
 def build_document(a: Analysed) -> dict:
     """The report's numbers: verdicts, fits, cells, warnings, environments, commands."""
     folder, groups, top, bpt, op = a.folder, a.groups, a.top, a.bytes_per_token, a.operating_tokens
     inputs, fits, verdicts = a.inputs, a.fits, a.verdicts
     floors = HP.instrument_floors(folder, (groups, top))
+    wires = F.wire_check(groups, bpt, op)
     head = first_header(folder)
     sweep = ResultFolder(folder.path).is_sweep
     cells = []
@@ -283,8 +314,8 @@ def build_document(a: Analysed) -> dict:
         "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
-        "wire_check": F.wire_check(groups, bpt, op), "cells": cells,
-        "warnings": a.problems + _warnings(folder, top, groups, verdicts, floors),
+        "wire_check": wires, "cells": cells,
+        "warnings": a.problems + _warnings(folder, top, groups, verdicts, floors, wires) + _spec_rungs(a),
         "environments": {"client": head.get("client_env") or {}, "server": head.get("server_env") or {}},
         "rungs": top.get("rungs") or {(head.get("config") or {}).get("rung") or "run": {
             "rate_mbit": (head.get("config") or {}).get("rate_mbit"), "peer": head.get("peer")}},
