@@ -529,3 +529,40 @@ def test_a_long_plan_reports_its_cycles_as_they_complete(server, tmp_path, monke
     assert [d for _, d, _, _ in seen] == sorted(d for _, d, _, _ in seen) and seen[-1][1] > 0
     line = runner.progress_line(*seen[-1])
     assert f"{seen[-1][1]}/{total} cycles" in line and ("left" in line or seen[-1][1] == 0)
+
+
+def test_the_chunk_schedule_is_the_clients_the_server_waits_up_to_its_idle_timeout(server_factory):
+    """Issue 62 item 25 (docs/PROTOCOL.md "Streamed plans", the schedule's tolerance): the
+    server checks a streamed cycle's order and sizes, never its timing. Chunks sent all at
+    once and chunks with a gap are served alike, the gap before the end message is the hold
+    time it reports; a gap longer than the idle timeout drops the session."""
+    import struct
+    import time
+
+    from hopbench.core import protocol as P
+    from tests.specpeer import SpecClient, check_reply
+
+    srv = server_factory(idle_timeout_s=1.5)
+    chunk = lambda n: P.SEQ.pack(n) + bytes(56)  # noqa: E731
+    end = lambda s: struct.pack("<QII", s, 0, 0)  # noqa: E731
+    c = SpecClient(srv.host, srv.port)
+    c.handshake()
+    c.send_frame(P.PLAN, P.Plan("tcp", 2 * 64, 8, 2, 4, 1, 0, stream=P.StreamPlan(2, 64)).to_wire())
+    assert c.recv_frame()[0] == P.ACCEPT  # 1 + warmup 0 + cycles 1 = 2 round trips
+    c.sock.sendall(chunk(0) + chunk(1) + end(0))  # all at once: no schedule to keep
+    check_reply(c.recv_exact(8), 0, 2, 4)
+    c.sock.sendall(chunk(2))
+    time.sleep(0.3)  # the workload under test: a layer that ends late, within the idle timeout
+    c.sock.sendall(chunk(3))
+    time.sleep(0.3)  # ... and an accept count that comes late
+    c.sock.sendall(end(1))
+    check_reply(c.recv_exact(8), 1, 2, 4)
+    holds = struct.unpack("<2q", c.recv_exact(16))
+    assert holds[0] < 0.1e9 < 0.25e9 < holds[1], holds  # the gap before the end message, as the server saw it
+    assert c.recv_frame()[0] == P.DONE
+    c = SpecClient(srv.host, srv.port)
+    c.handshake()
+    c.send_frame(P.PLAN, P.Plan("tcp", 2 * 64, 8, 2, 4, 1, 0, stream=P.StreamPlan(2, 64)).to_wire())
+    assert c.recv_frame()[0] == P.ACCEPT
+    c.sock.sendall(chunk(0))
+    assert c.closed(timeout=10.0)  # silent past the idle timeout (1.5 s here, 60 s by default): dropped
