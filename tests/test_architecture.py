@@ -6,6 +6,8 @@ import collections
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # a file of the layout named as a path: the name alone or at the end of a glob or path string
 # ("report.json", "*/sweep.json"), the cells glob, the set-aside rule
@@ -459,3 +461,25 @@ def test_tests_are_named_for_the_behaviour_they_check():
     tree = ast.parse((ROOT / "hopbench" / "testing" / "conformance.py").read_text())
     checks = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("check_")]
     assert len(checks) > 15 and all(ast.get_docstring(f) for f in checks), [f.name for f in checks if not ast.get_docstring(f)]
+
+
+def test_the_drafter_extra_agrees_with_the_ucx_extras_cuda_line():
+    """Issue 62 item 6: `.[drafter,proxy]` beside the ucx extra resolved torch's CUDA 13 build,
+    whose cuda-bindings 13 broke rmm-cu12's pin (< 13). The drafter extra pins cuda-bindings
+    inside every bound the ucx extra's packages put on it."""
+    import importlib.metadata as md
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
+    ours = [Requirement(r) for r in extras["drafter"] if Requirement(r).name == "cuda-bindings"]
+    assert ours, "the drafter extra does not pin cuda-bindings"
+    try:
+        theirs = [Requirement(r) for r in md.requires("rmm-cu12") or [] if Requirement(r).name == "cuda-bindings"]
+    except md.PackageNotFoundError:
+        pytest.skip("rmm-cu12 (the ucx extra's) is not installed here")
+    for probe in ("12.9.4", "13.0.3", "13.5.0"):  # every version ours allows, theirs allows
+        if ours[0].specifier.contains(probe):
+            assert all(t.specifier.contains(probe) for t in theirs), (probe, theirs)
+    assert not ours[0].specifier.contains("13.0.3")
