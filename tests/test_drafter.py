@@ -230,6 +230,13 @@ def test_run_remote_drafter_end_to_end_and_the_verdict_uses_its_time(drafter_ser
         parts = sum(int(c[k]) for k in ("queue_ns", "stage_ns", "draft_ns", "back_ns"))
         assert 0 < parts <= int(c["server_ns"]) < int(c["rtt_ns"]), c
         assert int(c["hop_ex_server_ns"]) == int(c["rtt_ns"]) - int(c["server_ns"])
+    page = subprocess.run([sys.executable, "-m", "hopbench", "report", str(folder), "--json"], capture_output=True,
+                          text=True, timeout=120)  # the ledger as a stacked bar per drafter payload
+    assert page.returncode == 0, page.stderr
+    (led,) = json.loads(page.stdout)["ledger"]
+    parts = sum(led[k] for k in ("echo", "queue", "stage", "forward", "back", "rest", "left"))
+    assert led["payload"] == "T3!draft" and parts == pytest.approx(led["hop"]) and led["forward"] > 0, led
+    assert 'id="fig-ledger"' in (folder / "report.html").read_text()
     # a decode cycle slow enough that the tiny drafter's CPU forward is faster than t_draft on any
     # host, however loaded (a loaded 2-core host measured 188 ms): the test is the plumbing, not a time
     v = subprocess.run([sys.executable, "-m", "hopbench", "verdict", str(folder), "--shape", "configs/shape-tiny.toml",
@@ -299,3 +306,36 @@ def test_a_block_drafter_refuses_more_drafts_than_its_block_holds(drafter_server
     with Session(drafter_server.host, drafter_server.port) as s:
         with pytest.raises(Refused, match="--draft-remote model: the tiny drafter drafts blocks of 8"):
             s.measure(plan)
+
+
+def test_a_drafter_folders_batched_forward_carries_into_verdict_report_and_spec(tmp_path):
+    """Issue 64 "carried through": --t-draft-remote FOLDER --drafter-targets M reads the forward
+    of M targets; spec --draft-remote batch:FOLDER fits A + B to the folder's 1..M forwards."""
+    from hopbench.analysis.drafter import batch_model, from_drafter_folder
+    from hopbench.orchestration.spec import SpecConfig
+
+    d = subprocess.run([sys.executable, "-m", "hopbench", "drafter", "--shape", "tiny", "--rows", "3,8", "--targets",
+                        "1,2,4", "--repeats", "5", "--context", "64", "--results-dir", str(tmp_path / "d")],
+                       capture_output=True, text=True, timeout=180)
+    assert d.returncode == 0, d.stderr
+    folder = next((tmp_path / "d").iterdir())
+    rows = json.loads((folder / "drafter.json").read_text())["rows"]
+    at = {(r["targets"], r["rows"]): r["p50_ns"] / 1e6 for r in rows if r["graphs"] == rows[0]["graphs"]}
+    v = subprocess.run([sys.executable, "-m", "hopbench", "verdict", "--hop-ms", "a=1", "--t-draft-remote", str(folder),
+                        "--drafter-targets", "4", "--json"], capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stderr
+    inputs = json.loads(v.stdout)["results"][0]["inputs"]
+    assert inputs["t_draft_remote_ms"] == at[(4, 3)] and "a batch of 4 targets, a 64-token context" in \
+        inputs["t_draft_remote_from"], inputs
+    with pytest.raises(ConfigError, match=r"no forward of 8 targets was measured \(measured: 1, 2, 4"):
+        from_drafter_folder(folder, 3, 8)
+    r = subprocess.run([sys.executable, "-m", "hopbench", "report", str(tmp_path / "nothing"), "--t-draft-remote", "2",
+                        "--drafter-targets", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--drafter-targets goes with --t-draft-remote DRAFTER_FOLDER" in r.stderr, r.stderr
+    a, b, source = batch_model(folder, 8)  # K = 7: the block's 8 rows
+    xs = np.array([1.0, 2.0, 4.0])
+    ys = np.array([at[(m, 8)] for m in (1, 2, 4)])
+    fit_b, fit_a = np.polyfit(xs, ys, 1)
+    assert (a, b) == pytest.approx((max(fit_a, 0), max(fit_b, 0))) and "ms by targets 1:" in source
+    cfg = SpecConfig(bytes_per_token=640, id_bytes=4, modes=("local",), k=7, draft_remote=f"batch:{folder}").check()
+    assert cfg.draft_remote == f"batch:{a:.4f}+{b:.4f}" and cfg.draft_remote_from == source

@@ -35,17 +35,22 @@ def fit(results: ResultsArg, tokens: Annotated[Optional[int], typer.Option(help=
         print(R.ResultFolder(results).derived("fit.json").read_text(), end="")
 
 
-def remote_inputs(text: str | None, tokens: int) -> dict:
-    """--t-draft-remote: MS[+-HALF] given, or read from a folder that measured it, or unset."""
+def remote_inputs(text: str | None, tokens: int, targets: int = 1) -> dict:
+    """--t-draft-remote: MS[+-HALF] given, or read from a folder that measured it (with
+    --drafter-targets M, a drafter folder's forward of M targets), or unset."""
     if text is None:
+        if targets != 1:
+            raise ConfigError("--drafter-targets goes with --t-draft-remote DRAFTER_FOLDER")
         return {}
     if Path(text).is_dir():
         from hopbench.analysis.drafter import remote_time
 
-        got = remote_time(Path(text), tokens)
+        got = remote_time(Path(text), tokens, targets)
         return {"t_draft_remote_ms": got.ms, "t_draft_remote_pm": got.pm, "t_draft_remote_from": got.source}
     from hopbench.analysis.verdict import parse_quantity
 
+    if targets != 1:
+        raise ConfigError("--drafter-targets goes with --t-draft-remote DRAFTER_FOLDER (a measured batch)")
     try:
         if float(text) <= 0:  # 0 as given; a negative one is refused by the verdict's inputs
             return {"t_draft_remote_ms": float(text), "t_draft_remote_from": "given"}
@@ -66,6 +71,7 @@ def verdict(
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
     t_draft_remote: Annotated[Optional[str], typer.Option(help="The remote drafter's own time per cycle: MS[+-HALF], or a folder that measured it (a `hopbench drafter` folder, or a run with --remote-drafter). Default: what the results folder measured with --remote-drafter, else 0 (the study's projection).")] = None,
     min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = MIN_GAIN,
+    drafter_targets: Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")] = 1,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -75,7 +81,7 @@ def verdict(
 
     s = _shape(shape)
     inputs = inputs_from(s, t_draft, cycle, tok_s, tolerance=tolerance, min_gain=min_gain,
-                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens))
+                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens, drafter_targets))
     doc = analysis.verdict_documents(results or [], inputs, tokens, s, parse_hops(hop_ms) if hop_ms else None,
                                      show=_quiet if json_out else print)
     if json_out:
@@ -106,6 +112,7 @@ def report(
     tok_s: Annotated[Optional[str], typer.Option(help="As verdict's: the co-located tok/s.")] = None,
     t_draft_remote: Annotated[Optional[str], typer.Option(help="As verdict's: the remote drafter's own time per cycle, MS[+-HALF] or a folder that measured it.")] = None,
     tokens: Annotated[Optional[int], typer.Option(help="As verdict's: the operating payload in accepted tokens (for --t-draft-remote FOLDER).")] = None,
+    drafter_targets: Annotated[int, typer.Option(help="As verdict's: with --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")] = 1,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -117,7 +124,8 @@ def report(
     s = _shape(shape)
     given = (t_draft, cycle, tok_s, t_draft_remote)
     inputs = inputs_from(s, t_draft, cycle, tok_s, min_gain=min_gain,
-                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens)) if any(given) else None
+                         **remote_inputs(t_draft_remote, tokens or s.operating_tokens, drafter_targets)) \
+        if any(given) or drafter_targets != 1 else None
     path = analysis.write_report(results, s, output, min_gain, spec or [], inputs)
     text = R.ResultFolder(results).derived(R.RUN_FILE).read_text()
     if json_out:

@@ -205,7 +205,7 @@ def spec(
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
     verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward; run's --verify is a CRC of the request).")] = "sleep:73.46",
     draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
-    draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft: a work model (sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B), or model: the server's drafter model (serve --drafter), used unasked where the server runs one.")] = "sleep:15.88",
+    draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft: a work model (sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B; batch:FOLDER fits A + B to a hopbench drafter folder's forwards of 1..M targets), or model: the server's drafter model (serve --drafter), used unasked where the server runs one.")] = "sleep:15.88",
     fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
     cycles: Annotated[int, typer.Option(help="Timed cycles per mode per repeat.")] = 100,
     warmup: Annotated[int, typer.Option(help="Warm-up cycles per mode per repeat.")] = 5,
@@ -284,8 +284,11 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
         made.append(R.new_folder(results_dir, "spec-targets", out))
         say(f"hopbench spec --targets {targets} -> {made[0]}")
         return made[0]
+    cfg = cfg.check()
+    if cfg.draft_remote_from:
+        say(f"--draft-remote {cfg.draft_remote}: {cfg.draft_remote_from}")
     with naming_what_was_kept(made):
-        folder = SPT.run_spec_targets(host, port, cfg.check(), parse_int_list(targets, "--targets"), make,
+        folder = SPT.run_spec_targets(host, port, cfg, parse_int_list(targets, "--targets"), make,
                                      secret=secret or None, cpu=cpu, say=say,
                                      warn=lambda text: typer.secho(f"warning: {text}", fg="yellow", err=True))
     doc = R.ResultFolder(folder).read().record

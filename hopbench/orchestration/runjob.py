@@ -422,19 +422,16 @@ def drafter_lines(info: DrafterInfo | None, rows: list[dict[str, Any]], console:
 
 
 def ledger_line(r: dict[str, Any], plain: dict[str, Any]) -> str:
-    """A drafter payload's hop as its parts (p50s, ms): the echo hop of the same payload (the
-    wire and the plain server path), the drafter's queue, staging, forward and ids back, the
-    rest of the server's time from the request received to the reply sent, and what is left
-    (the hop minus them all); with / (echo + forward), the served path's own overhead."""
-    ms = {k: r[f"{k}_p50_ns"] / 1e6 for k in ("queue", "stage", "draft", "back", "server")}
-    echo, hop = plain["p50_ns"] / 1e6, r["p50_ns"] / 1e6
-    rest = ms["server"] - ms["queue"] - ms["stage"] - ms["draft"] - ms["back"]
-    left = hop - echo - ms["server"]
-    return (f"ledger (p50s of {r['n']} and {plain['n']} timed cycles, ms; their intervals above): echo {echo:.3f} "
-            f"+ queue {ms['queue']:.3f} + stage {ms['stage']:.3f} + forward "
-            f"{ms['draft']:.3f} + ids back {ms['back']:.3f} + the server's rest {rest:.3f} + left {left:+.3f} "
-            f"({left / hop:+.1%} of the hop) = the hop {hop:.3f}; with / (echo + forward) "
-            f"{hop / (echo + ms['draft']):.3f}")
+    """A drafter payload's hop as its parts (analysis.drafter.ledger); with / (echo +
+    forward), the served path's own overhead."""
+    from hopbench.analysis.drafter import ledger
+
+    p = ledger(r, plain)
+    return (f"ledger (p50s of {r['n']} and {plain['n']} timed cycles, ms; their intervals above): echo {p['echo']:.3f} "
+            f"+ queue {p['queue']:.3f} + stage {p['stage']:.3f} + forward "
+            f"{p['forward']:.3f} + ids back {p['back']:.3f} + the server's rest {p['rest']:.3f} + left {p['left']:+.3f} "
+            f"({p['left'] / p['hop']:+.1%} of the hop) = the hop {p['hop']:.3f}; with / (echo + forward) "
+            f"{p['hop'] / (p['echo'] + p['forward']):.3f}")
 
 
 #: a hop this far over its wire time, where the wire time is not negligible, is said to be

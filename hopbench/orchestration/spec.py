@@ -74,6 +74,9 @@ class SpecConfig:
     taps: tuple[int, ...] = ()
     layers: int | None = None
     stream_cost_ms: float = 0.0
+    #: where draft_remote's A + B came from when it was given as batch:FOLDER (a hopbench
+    #: drafter folder, fitted by check()); empty when typed
+    draft_remote_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -102,6 +105,11 @@ class SpecConfig:
             raise ConfigError("--k, --cycles, --repeats must be >= 1, --warmup >= 0, --time-scale > 0")
         if "stream" in self.modes:
             self.schedule()  # its layers and forward checked before anything is measured
+        if self.draft_remote.startswith("batch:") and Path(self.draft_remote[6:]).is_dir():
+            from hopbench.analysis.drafter import batch_model
+
+            a, b, source = batch_model(Path(self.draft_remote[6:]), self.k + 1)
+            return replace(self, draft_remote=f"batch:{a:.4f}+{b:.4f}", draft_remote_from=source).check()
         if any(m != "local" for m in self.modes):
             from hopbench.core.transport import get_transport
 
@@ -124,6 +132,8 @@ def run_spec_cli(host: str | None, port: int | None, cfg: SpecConfig, out: Path 
     from hopbench.analysis import spec as A
 
     cfg = cfg.check()
+    if cfg.draft_remote_from:
+        say(f"--draft-remote {cfg.draft_remote}: {cfg.draft_remote_from}")
     if out is not None and out.exists():
         raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
     made: list[Path] = []

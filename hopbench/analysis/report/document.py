@@ -275,6 +275,22 @@ def analyse(folder: Path | Reading, scfg, min_gain: float = MIN_GAIN, spec: list
                     spec_measured(spec or [], inputs))
 
 
+def _ledgers(folder: Path | Reading) -> list[dict]:
+    """Each drafter payload's hop as its parts (analysis.drafter.ledger), beside the same
+    payload's echo hop of its session: the report's stacked bar (docs/DRAFTER.md)."""
+    from hopbench.analysis.drafter import ledger
+
+    out = []
+    for _, rep in _cell_reports(folder):
+        by = {p.get("payload"): p.get("summary") or {} for p in rep.get("payloads") or []}
+        for name, r in by.items():
+            plain = by.get(str(name).split("!draft")[0]) if "!draft" in str(name) else None
+            if plain and plain.get("p50_ns") and r.get("server_p50_ns") is not None and r.get("p50_ns"):
+                where = (rep.get("sweep") or {}).get("key") or (rep.get("config") or {}).get("rung") or "run"
+                out.append({"payload": name, "where": where, **ledger(r, plain)})
+    return out
+
+
 def _spec_rungs(a: Analysed) -> list[dict]:
     """A --spec result whose rung matches none here answers nothing on the page: said, not dropped."""
     here = {v.rung for v in a.verdicts} | {g.rung for g in a.groups}
@@ -314,7 +330,7 @@ def build_document(a: Analysed) -> dict:
         "placement": HP.placement_note(top),
         "spec_measured": a.spec,
         "fits": [f.to_dict() for f in fits], "crossover": F.crossover(fits),
-        "wire_check": wires, "cells": cells,
+        "wire_check": wires, "cells": cells, "ledger": _ledgers(folder),
         "warnings": a.problems + _warnings(folder, top, groups, verdicts, floors, wires) + _spec_rungs(a),
         "environments": {"client": head.get("client_env") or {}, "server": head.get("server_env") or {}},
         "rungs": top.get("rungs") or {(head.get("config") or {}).get("rung") or "run": {

@@ -193,9 +193,54 @@ def figures(a: Analysed) -> list[tuple[str, str, str]]:
     return [(fid, cap, make(fid)) for fid, cap, make in made]
 
 
+#: the ledger's parts as the bar shows them (analysis.drafter.LEDGER_PARTS), with their colours
+LEDGER_SHOWN = {"echo": ("the echo hop (wire + plain server path)", "#8c96a8"), "queue": ("queue", "#e0a030"),
+                "stage": ("staging (H2D)", "#d06a2a"), "forward": ("forward (GPU)", "#3a6ea5"),
+                "back": ("ids back (D2H)", "#6a9fd4"), "rest": ("the server's rest", "#b42318"),
+                "left": ("left (hop − all the parts)", "#555")}
+
+
+def ledger_svg(doc: dict) -> str:
+    """One stacked horizontal bar per drafter payload: its hop's parts (p50s, ms) end to end,
+    the hop itself marked; a negative `left` (parts' p50s summing past the hop's) is drawn
+    as a mark, not a bar."""
+    rows = doc.get("ledger") or []
+    width, left_w, bar_h, gap = 740, 200, 22, 12
+    top = 40
+    scale = (width - left_w - 20) / max(max(r["hop"], sum(max(r[k], 0) for k in LEDGER_SHOWN)) for r in rows)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {top + len(rows) * (bar_h + gap) + 20}" '
+           f'width="{width}" role="img" font-size="11" font-family="system-ui,sans-serif">']
+    for i, (label, colour) in enumerate(LEDGER_SHOWN.values()):  # the legend, one line
+        lx = 10 + i * 104
+        out.append(f'<rect x="{lx}" y="6" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="15">{_esc(label.split(" (")[0])}</text>')
+    for j, r in enumerate(rows):
+        y = top + j * (bar_h + gap)
+        out.append(f'<text x="{left_w - 6}" y="{y + bar_h * 0.7}" text-anchor="end">{_esc(r["payload"])} '
+                   f'({_esc(r["where"])})</text>')
+        x = left_w
+        for k, (label, colour) in LEDGER_SHOWN.items():
+            w = max(r[k], 0) * scale
+            if w > 0:
+                out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}">'
+                           f'<title>{_esc(label)}: {r[k]:.3f} ms</title></rect>')
+                x += w
+        hx = left_w + r["hop"] * scale
+        out.append(f'<line x1="{hx:.1f}" x2="{hx:.1f}" y1="{y - 3}" y2="{y + bar_h + 3}" stroke="#000" '
+                   f'stroke-width="2"><title>the hop {r["hop"]:.3f} ms</title></line>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 def render(a: Analysed, doc: dict) -> str:
     figs = "".join(f'<figure id="{fid}">{svg}<figcaption>{cap}</figcaption></figure>'
                    for fid, cap, svg in figures(a))
+    if doc.get("ledger"):
+        figs += ('<figure id="fig-ledger">' + ledger_svg(doc) + "<figcaption>Each drafter payload's hop as its parts "
+                 "(p50s of the timed cycles, ms), end to end; the black line is the hop. The echo is the same payload's "
+                 "hop to the plain server path in the same session; the parts after it are the server's, from the "
+                 "request received to the reply sent; what is left is the hop minus them all (docs/DRAFTER.md).</figcaption>"
+                 "</figure>")
     tables = (_answer(doc) + _verdict_section(doc) + _fit_section(doc)).replace("<table>", '<div class="wide"><table>') \
         .replace("</table>", "</table></div>")
     data = json.dumps(doc, sort_keys=True).replace("</", "<\\/")
