@@ -19,7 +19,7 @@ each repeat a fresh random order of all cells. Writes DIR/raw/repN/ (hopbench re
 folders: report.json, samples.csv with per-cycle stages, summary.csv), DIR/summary.csv
 (per variant x payload: median of all timed cycles pooled over the repeats with its 95%
 order-statistic CI, the range of the repeats' own p50s, and the same per stage) and
-DIR/gpu-paths.{png,svg}. Stage times are synchronised host timers (hopbench.gpu).
+DIR/gpu-paths.{png,svg}. Stage times are synchronised host timers (hopbench.core.gpu).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A host-memory stand-in for the slice of CuPy that hopbench.gpu uses, so the GPU code
+"""A host-memory stand-in for the slice of CuPy that hopbench.core.gpu uses, so the GPU code
 paths (staging copies, stage timings, the server's stage array, direct hand-off) run in CI
 where no GPU exists. "Device" arrays are numpy arrays with CuPy's `.data.ptr`; copies
 are memmove; streams are no-ops. It proves the plumbing, not GPU behaviour: the `gpu`

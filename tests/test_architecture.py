@@ -483,3 +483,4 @@ def test_the_drafter_extra_agrees_with_the_ucx_extras_cuda_line():
         if ours[0].specifier.contains(probe):
             assert all(t.specifier.contains(probe) for t in theirs), (probe, theirs)
     assert not ours[0].specifier.contains("13.0.3")
+

@@ -171,7 +171,7 @@ class TransportBase:
 
     def check_device_path(self, settings: dict[str, Any]) -> None:
         if not self.device_memory:
-            raise ConfigError(f"--gpu-path direct needs a transport that moves GPU memory itself (ucx), not "
+            raise ConfigError(f"--gpu-path direct needs a transport that moves GPU memory itself (ucx, nixl), not "
                               f"{self.name!r}; use --gpu-path staged")
 
     def check_here(self, settings: dict[str, Any]) -> None:

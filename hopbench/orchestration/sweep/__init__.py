@@ -2,8 +2,8 @@
 times in an interleaved random order (recorded seed), so machine drift shows up as
 spread across repeats, not as bias between cells.
 
-Per rung: an emulated link (hopbench.netem) or loopback or a real peer; one long-lived
-`hopbench serve` in the server namespace and one agent (hopbench.agent) in the client
+Per rung: an emulated link (hopbench.orchestration.netem) or loopback or a real peer; one long-lived
+`hopbench serve` in the server namespace and one agent (hopbench.orchestration.agent) in the client
 namespace. Each cell is one session and one result folder under cells/; a cell whose
 report says "complete" is never measured again, so re-running resumes.
 """

@@ -111,7 +111,7 @@ def _checked(cfg: SweepConfig, shape: Shape, rungs: list[Rung], forward_ms: floa
 
 
 def _preflight(rungs: list[Rung], strict: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    """Cheap pre-flight checks (hopbench.doctor): this host, and for real rungs the route to
+    """Cheap pre-flight checks (hopbench.orchestration.doctor): this host, and for real rungs the route to
     the peer against the interface and rate the rung config names, and its server's answer."""
     from hopbench.orchestration import doctor
 

@@ -66,7 +66,7 @@ class RungRuntime:
     """Link + server + agent for one rung; stop() tears all of it down."""
 
     def __init__(self, rung: Rung, logs: Path, place=None):
-        self.place = place  # hopbench.placement.Placement or None
+        self.place = place  # hopbench.core.placement.Placement or None
         self.rung = rung
         self.logs = logs
         self.link: netem.Link | None = None
