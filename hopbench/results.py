@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from hopbench.errors import DiskFull, HopbenchError
+from hopbench.errors import ConfigError, DiskFull, HopbenchError
 from hopbench.files import atomic_write
 from hopbench.version import __version__
 
@@ -67,6 +67,17 @@ def safe_name(name: str) -> str:
     return cleaned or "run"
 
 
+def refuse_existing(path: Path | None, what: str = "result folder", option: str = "--out") -> None:
+    """The one guard before anything is measured: a path the run would write that exists is
+    refused (nothing is ever overwritten), naming the option that chooses another."""
+    if path is not None and Path(path).exists():
+        raise ConfigError(_exists(path, what, option))
+
+
+def _exists(path: Path, what: str, option: str) -> str:
+    return f"{what + ' ' if what else ''}{path} already exists; refusing to overwrite it (choose another {option})"
+
+
 def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
     """Create the result folder exclusively; an existing folder is never reused. A name makes
     one folder directly inside `root` (safe_name), never one outside it."""
@@ -75,7 +86,7 @@ def new_folder(root: Path, name: str, out: Path | None = None) -> Path:
     try:
         path.mkdir()
     except FileExistsError:
-        raise HopbenchError(f"result folder {path} already exists; refusing to overwrite it (choose another --out)") from None
+        raise ConfigError(_exists(path, "result folder", "--out")) from None
     return path
 
 

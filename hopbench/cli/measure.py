@@ -275,8 +275,7 @@ def _spec_targets(host: str | None, port: int | None, cfg: Any, targets: str, ou
 
     if host is None or port is None:
         raise ConfigError("--targets needs --peer (a hopbench serve --max-sessions M to be the drafter)")
-    if out is not None and out.exists():
-        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    R.refuse_existing(out)
     say = functools.partial(print, file=sys.stderr) if json_out else print
     made: list[Path] = []
 
@@ -322,8 +321,7 @@ def fanin(
     from hopbench.orchestration import runjob
     from hopbench.orchestration.runner import naming_what_was_kept
 
-    if out is not None and out.exists():
-        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    R.refuse_existing(out)
     say = functools.partial(print, file=sys.stderr) if json_out else print
 
     def plan(host: str, port: int) -> Any:

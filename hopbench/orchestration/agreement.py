@@ -219,8 +219,7 @@ def agreement_command(codec: str | None, json_out: bool, say: Callable[[str], No
                           "give --drafter CONFIG_OR_PRESET, or leave FILE out")
     if weights and not drafter:
         raise ConfigError("--drafter-weights needs --drafter (the config or preset the weights are of)")
-    if save is not None and save.exists():
-        raise ConfigError(f"{save} already exists; refusing to overwrite it (choose another --save)")
+    R.refuse_existing(save, "", "--save")
     t0 = time.perf_counter()
     note = say if not json_out else (lambda line: print(line, file=sys.stderr, flush=True))  # stdout: the JSON
     note(f"loading {'the drafter ' + drafter if drafter else 'the proxy (SmolLM2-135M)'} for the agreement of "

@@ -312,8 +312,7 @@ def _preflight(req: RunRequest, console: RunConsole) -> Any:
         console.warn(finding.message)
     if req.strict and pre.warnings:
         raise ConfigError(f"pre-flight checks warned ({len(pre.warnings)}); --strict refuses to measure")
-    if req.out is not None and req.out.exists():
-        raise ConfigError(f"result folder {req.out} already exists; refusing to overwrite it (choose another --out)")
+    R.refuse_existing(req.out)
     return pre
 
 

@@ -134,8 +134,7 @@ def run_spec_cli(host: str | None, port: int | None, cfg: SpecConfig, out: Path 
     cfg = cfg.check()
     if cfg.draft_remote_from:
         say(f"--draft-remote {cfg.draft_remote}: {cfg.draft_remote_from}")
-    if out is not None and out.exists():
-        raise ConfigError(f"result folder {out} already exists; refusing to overwrite it (choose another --out)")
+    R.refuse_existing(out)
     made: list[Path] = []
 
     def make_folder() -> Path:
