@@ -32,6 +32,7 @@ from typing import Any
 os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "false"  # the wheel's UCX, always
 import libucx  # noqa: E402
 
+from ._loaded import loaded_library  # noqa: E402
 from ._ucxlog import LOG_PATH as _LOG_PATH  # noqa: E402  (before libucs loads: UCX's log, see there)
 from ._ucxlog import LogTail  # noqa: E402
 
@@ -143,14 +144,7 @@ def _native_bind() -> str | None:
 
 
 def _loaded_libucp() -> str | None:
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                if "libucp.so" in line:
-                    return line.split()[-1]
-    except OSError:
-        pass
-    return None
+    return loaded_library("libucp.so")
 
 
 def _as_array(buf: Any) -> Array:

@@ -23,6 +23,7 @@ from hopbench.errors import (
 )
 
 from .._endwithout import end_without_library_destructors
+from .._loaded import loaded_library
 from .._ucxlog import LOG_PATH, LogTail  # before NIXL's UCX plugin loads libucs (at the first agent): UCX's log
 from .wire import _HEAD, _Inbox, _md_name
 
@@ -151,14 +152,7 @@ def _config() -> Any:
 
 
 def _loaded_libucp() -> str | None:
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                if "libucp" in line and "nixl" in line:
-                    return line.split()[-1]
-    except OSError:
-        pass
-    return None
+    return loaded_library("libucp", "nixl")
 
 
 class _Agent:
