@@ -15,7 +15,8 @@ SYS_NET = Path("/sys/class/net")
 PACKAGES = ("hopbench", "numpy", "typer")  # and every registered transport's libraries (transport.libraries)
 
 
-def _read(path: Path) -> str | None:
+def read_sys(path: Path) -> str | None:
+    """A /proc or /sys file's text, stripped (None where it cannot be read)."""
     try:
         return path.read_text().strip()
     except OSError:
@@ -44,33 +45,41 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def route_interface(peer_host: str) -> str | None:
-    """The interface the kernel's route to `peer_host` leaves by (`ip route get`)."""
+def route(peer_host: str) -> dict[str, Any]:
+    """The kernel's route to `peer_host` (`ip route get`): its address, the interface it
+    leaves by and the source address (None where unknown), and the raw line."""
     try:
         addr = socket.gethostbyname(peer_host)
         out = subprocess.run(["ip", "route", "get", addr], capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
-    words = out.split()
-    return words[words.index("dev") + 1] if "dev" in words else None
+        return {"peer": peer_host, "interface": None}
+    w = out.split()
+    return {"peer": peer_host, "address": addr, "interface": w[w.index("dev") + 1] if "dev" in w else None,
+            "source": w[w.index("src") + 1] if "src" in w else None, "raw": out.strip()}
+
+
+def route_interface(peer_host: str) -> str | None:
+    """The interface the kernel's route to `peer_host` leaves by."""
+    interface: str | None = route(peer_host)["interface"]
+    return interface
 
 
 def interface_info(name: str, sys_net: Path = SYS_NET) -> dict[str, Any]:
     base = sys_net / name
-    speed = _read(base / "speed")
+    speed = read_sys(base / "speed")
     driver = None
     try:
         driver = os.path.basename(os.readlink(base / "device" / "driver"))
     except OSError:
         pass
-    mtu = _read(base / "mtu")
+    mtu = read_sys(base / "mtu")
     return {
         "name": name,
         "mtu": int(mtu) if mtu and mtu.isdigit() else None,
         # speed reads -1 or fails on virtual links (veth, lo): None means "not reported"
         "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
         "driver": driver,
-        "operstate": _read(base / "operstate"),
+        "operstate": read_sys(base / "operstate"),
     }
 
 
@@ -86,10 +95,10 @@ def collect(peer_host: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "packages": package_versions(),
-        "tcp_slow_start_after_idle": _read(Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle")),
-        "tcp_congestion_control": _read(Path("/proc/sys/net/ipv4/tcp_congestion_control")),
+        "tcp_slow_start_after_idle": read_sys(Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle")),
+        "tcp_congestion_control": read_sys(Path("/proc/sys/net/ipv4/tcp_congestion_control")),
         "netns": _netns_name(),
-        "cpu_governor": _read(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
+        "cpu_governor": read_sys(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
     }
     if peer_host:
         dev = route_interface(peer_host)

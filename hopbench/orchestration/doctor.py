@@ -12,11 +12,11 @@ can hand it fake trees.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hopbench.core.env import read_sys, route
 
 IFF_UP = 0x1
 SLOWER_HOP_RATIO = 0.5  # goodput below half the negotiated speed: something slower sits in between
@@ -53,13 +53,6 @@ class Report:
         return asdict(self)
 
 
-def _read(p: Path) -> str | None:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return None
-
-
 def _int(v: str | None) -> int | None:
     try:
         return int(v) if v is not None else None
@@ -71,24 +64,24 @@ def interfaces(sys_root: Path = Path("/sys")) -> list[dict]:
     out = []
     base = sys_root / "class" / "net"
     for dev in sorted(base.iterdir()) if base.exists() else []:
-        raw_flags = _read(dev / "flags")
+        raw_flags = read_sys(dev / "flags")
         flags = _int(str(int(raw_flags, 16)) if raw_flags else None)
         driver = None
         try:
             driver = os.path.basename(os.readlink(dev / "device" / "driver"))
         except OSError:
             pass
-        speed = _int(_read(dev / "speed"))
+        speed = _int(read_sys(dev / "speed"))
         out.append({
             "name": dev.name,
             "admin_up": bool(flags & IFF_UP) if flags is not None else None,
-            "operstate": _read(dev / "operstate"),
-            "carrier": _int(_read(dev / "carrier")),  # unreadable (None) while admin down
+            "operstate": read_sys(dev / "operstate"),
+            "carrier": _int(read_sys(dev / "carrier")),  # unreadable (None) while admin down
             "driver": driver,
             "physical": (dev / "device").exists(),
             "speed_mbps": speed if speed and speed > 0 else None,
-            "duplex": _read(dev / "duplex"),
-            "mtu": _int(_read(dev / "mtu")),
+            "duplex": read_sys(dev / "duplex"),
+            "mtu": _int(read_sys(dev / "mtu")),
         })
     return out
 
@@ -98,9 +91,9 @@ def pci_without_driver(sys_root: Path = Path("/sys")) -> list[dict]:
     out = []
     base = sys_root / "bus" / "pci" / "devices"
     for dev in sorted(base.iterdir()) if base.exists() else []:
-        cls = _read(dev / "class") or ""
+        cls = read_sys(dev / "class") or ""
         if cls.startswith("0x02") and not (dev / "driver").exists():
-            out.append({"slot": dev.name, "class": cls, "vendor": _read(dev / "vendor"), "device": _read(dev / "device")})
+            out.append({"slot": dev.name, "class": cls, "vendor": read_sys(dev / "vendor"), "device": read_sys(dev / "device")})
     return out
 
 
@@ -109,8 +102,8 @@ def rdma_devices(sys_root: Path = Path("/sys")) -> list[dict]:
     base = sys_root / "class" / "infiniband"
     for dev in sorted(base.iterdir()) if base.exists() else []:
         for port in sorted((dev / "ports").iterdir()) if (dev / "ports").exists() else []:
-            out.append({"device": dev.name, "port": port.name, "state": _read(port / "state"),
-                        "link_layer": _read(port / "link_layer"), "rate": _read(port / "rate")})
+            out.append({"device": dev.name, "port": port.name, "state": read_sys(port / "state"),
+                        "link_layer": read_sys(port / "link_layer"), "rate": read_sys(port / "rate")})
     return out
 
 
@@ -134,13 +127,13 @@ def _transports() -> list[dict]:
 def sysctls(proc_root: Path = Path("/proc")) -> dict[str, Any]:
     keys = ["net/ipv4/tcp_slow_start_after_idle", "net/core/rmem_max", "net/core/wmem_max", "net/ipv4/tcp_rmem",
             "net/ipv4/tcp_wmem", "net/ipv4/tcp_congestion_control"]
-    return {k.replace("/", "."): _read(proc_root / "sys" / k) for k in keys}
+    return {k.replace("/", "."): read_sys(proc_root / "sys" / k) for k in keys}
 
 
 def governors(sys_root: Path = Path("/sys")) -> dict[str, int]:
     counts: dict[str, int] = {}
     for p in sorted((sys_root / "devices" / "system" / "cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")):
-        g = _read(p) or "?"
+        g = read_sys(p) or "?"
         counts[g] = counts.get(g, 0) + 1
     return counts
 
@@ -175,17 +168,6 @@ def local_report(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
     if any(g in ("powersave", "schedutil", "ondemand") for g in r.cpu_governors):
         r.findings.append(Finding("info", "cpu-governor", f"CPU governors {r.cpu_governors}: frequency scaling adds jitter"))
     return r
-
-
-def route(peer_host: str) -> dict[str, Any]:
-    try:
-        addr = socket.gethostbyname(peer_host)
-        out = subprocess.run(["ip", "route", "get", addr], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {"peer": peer_host, "interface": None}
-    w = out.split()
-    return {"peer": peer_host, "address": addr, "interface": w[w.index("dev") + 1] if "dev" in w else None,
-            "source": w[w.index("src") + 1] if "src" in w else None, "raw": out.strip()}
 
 
 def check_route(r: Report, rt: dict, expected_interface: str | None, sys_root: Path = Path("/sys")) -> None:
