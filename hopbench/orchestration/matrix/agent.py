@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hopbench.errors import ConfigError, HopbenchError
+from hopbench.errors import ConfigError
 from hopbench.records import CONNECT_TIMEOUT_S, RunConfig
 
 
@@ -54,21 +54,19 @@ class _Agent:
     def run(self, host: str, port: int, job: dict) -> dict:
         import tempfile
 
+        from hopbench.orchestration.agent import answered
         from hopbench.orchestration.runner import RunIdentity, run_session
         from hopbench.records import Payload
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "cell"
             out.mkdir()
-            try:
+            def work() -> None:
                 loads = [Payload(**p) for p in job.get("payloads") or [job["payload"]]]  # several: the fan-in's
                 run_session(host, port, loads, RunConfig.from_dict(job["config"]), folder=out,
                             identity=RunIdentity(job.get("group"), job.get("target"), job.get("extra")))
-                answer: dict[str, Any] = {"ok": True}
-            except HopbenchError as exc:
-                answer = {"ok": False, "error": str(exc)}
-            except Exception as exc:  # a bug: report it, keep the matrix going
-                answer = {"ok": False, "error": f"internal error: {exc!r}"}
+
+            answer = answered(work)
             answer["files"] = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
         return answer
 
