@@ -224,7 +224,7 @@ def test_run_cli_codecs_side_by_side_and_analysis_series(server, tmp_path):
         r = runner.invoke(app, cmd)
         assert r.exit_code == 0, (cmd, r.output)
     page = (tmp_path / "r.html").read_text()
-    assert "codecs:" in page and "synthetic hidden states" in page
+    assert "<th class=t>codec</th>" in page and "synthetic hidden states" in page  # the Answer's codec column
     records = json.loads((tmp_path / "cs.json").read_text())["runs"]
     assert {r["transport"] for r in records} == {"tcp", "tcp+int8", "tcp+zstd:1"}
 

@@ -31,7 +31,7 @@ def _codec_cells(doc: dict) -> dict[str, str]:
         else:
             tone, call = ("even", "undecided") if c.get("undecided") else ("costs", "none pays")
         data = c.get("payload_source")
-        states = " (synthetic states)" if data == "synthetic" else f" (states: {_esc(data)})" if data else ""
+        states = " (synthetic hidden states)" if data == "synthetic" else f" (hidden states: {_esc(data)})" if data else ""
         cells[rung] = (f'<span class="call {tone}">{_esc(c["codec"])}: {_esc(call)}</span> {_esc(c["transport"])} '
                        f'{num(doc, f"{p}.hop_ms", 3)} ms, {num(doc, f"{p}.hop_ratio", 2)}x raw, '
                        f'{num(doc, f"{p}.gain", 1, 100, sign=True)}%{states}<br><span class="note">{_drafts(doc, p, c)}'
