@@ -161,8 +161,10 @@ def step_clients(port: int, clients: list[int], root: Path, doc: dict, shape_fil
         by_t: dict[str, list[float]] = {}
         for r in sm:
             by_t.setdefault(r.get("target") or "1", []).append(float(r["rtt_ns"]))
+        from hopbench.orchestration.stats import jain as jain_index
+
         each = np.array([len(v) / (sum(v) / 1e9) for v in by_t.values()])
-        jain = float(each.sum() ** 2 / (len(each) * (each ** 2).sum()))
+        jain = jain_index(each.tolist()) or 0.0
         p99 = {t: float(np.percentile(v, 99)) / 1e6 for t, v in by_t.items()}
         # what the batched forward allows: M targets a forward of M targets' rows (its measured p50), back to back
         allows = m / (float(np.median(draft)) / 1e9)
@@ -170,7 +172,8 @@ def step_clients(port: int, clients: list[int], root: Path, doc: dict, shape_fil
                   "queue_p50_ms": float(np.median(queue)) / 1e6, "hop_p50_ms": float(np.median(rtt)) / 1e6,
                   "cycles_per_s": cps, "forward_allows_cycles_per_s": allows, "jain": jain,
                   "per_target_cycles_per_s": each.tolist(), "hop_p99_ms_worst": max(p99.values())}
-        print(f"M = {m}: mean batch {batch.mean():.1f} rows, forward p50 {np.median(draft) / 1e6:.3f} ms, queue p50 "
+        print(f"M = {m} (n = {len(sm)} timed cycles, p50s; no interval: one run): "
+              f"mean batch {batch.mean():.1f} rows, forward p50 {np.median(draft) / 1e6:.3f} ms, queue p50 "
               f"{np.median(queue) / 1e6:.3f} ms, hop p50 {np.median(rtt) / 1e6:.3f} ms (worst target's p99 "
               f"{max(p99.values()):.3f}), aggregate {cps:.0f} cycles/s = {cps / allows:.2f} of the {allows:.0f} the "
               f"batched forward allows, Jain {jain:.3f}", flush=True)

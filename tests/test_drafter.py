@@ -234,7 +234,9 @@ def test_run_remote_drafter_end_to_end_and_the_verdict_uses_its_time(drafter_ser
                           text=True, timeout=120)  # the ledger as a stacked bar per drafter payload
     assert page.returncode == 0, page.stderr
     (led,) = json.loads(page.stdout)["ledger"]
-    parts = sum(led[k] for k in ("echo", "queue", "stage", "forward", "back", "rest", "left"))
+    from hopbench.analysis.drafter import LEDGER_PARTS
+
+    parts = sum(led[k] for k in LEDGER_PARTS)
     assert led["payload"] == "T3!draft" and parts == pytest.approx(led["hop"]) and led["forward"] > 0, led
     assert 'id="fig-ledger"' in (folder / "report.html").read_text()
     # a decode cycle slow enough that the tiny drafter's CPU forward is faster than t_draft on any

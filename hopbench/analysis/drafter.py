@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import DrafterInfo
@@ -82,9 +84,7 @@ def batch_model(folder: Path, rows: int) -> tuple[float, float, str]:
                           "(hopbench drafter --targets 1,2,4,8)")
     xs = [float(r.get("targets", 1)) for r in pts]
     ys = [r["p50_ns"] / 1e6 for r in pts]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
+    b, a = (float(v) for v in np.polyfit(xs, ys, 1))
     info = DrafterInfo.from_dict(doc["drafter"]) if doc.get("drafter") else None
     ctx = f", a {info.context:,}-token context" if info is not None and info.context else ""
     fit = ", ".join(f"{int(x)}: {y:.3f}" for x, y in zip(xs, ys))

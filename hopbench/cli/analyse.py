@@ -11,9 +11,14 @@ import typer
 from hopbench import results as R
 from hopbench.cli.app import app
 from hopbench.cli.options import (
+    CycleOpt,
+    DrafterTargetsOpt,
     JsonOpt,
     ResultsArg,
     ShapeOpt,
+    TDraftOpt,
+    TDraftRemoteOpt,
+    TokSOpt,
     _quiet,
     _shape,
     recorded_shape,
@@ -63,15 +68,15 @@ def remote_inputs(text: str | None, tokens: int, targets: int = 1) -> dict:
 @app.command()
 def verdict(
     results: Annotated[Optional[list[Path]], typer.Argument(help="Sweep or run folders, one table each (or give --hop-ms).")] = None,
-    t_draft: Annotated[Optional[str], typer.Option(help="ms the drafter costs per cycle = the break-even hop; '15.88+-0.4' gives a 95% half-width. Default: the study's, configs/shape.toml.")] = None,
-    cycle: Annotated[Optional[str], typer.Option(help="Decode cycle with the drafter co-located, ms (VALUE or VALUE+-HALF).")] = None,
-    tok_s: Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")] = None,
+    t_draft: TDraftOpt = None,
+    cycle: CycleOpt = None,
+    tok_s: TokSOpt = None,
     tokens: Annotated[Optional[int], typer.Option(help="Operating payload in accepted tokens.")] = None,
     hop_ms: Annotated[Optional[str], typer.Option(help="Hop costs given directly, NAME=MS,... (no result folder needed).")] = None,
     tolerance: Annotated[float, typer.Option(help="A hop within this fraction of break-even is a dead heat (the study's 1%).")] = 0.01,
-    t_draft_remote: Annotated[Optional[str], typer.Option(help="The remote drafter's own time per cycle: MS[+-HALF], or a folder that measured it (a `hopbench drafter` folder, or a run with --remote-drafter). Default: what the results folder measured with --remote-drafter, else 0 (the study's projection).")] = None,
+    t_draft_remote: TDraftRemoteOpt = None,
     min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (fraction; 0.05 = 5%); below it the call is 'not worth it'.")] = MIN_GAIN,
-    drafter_targets: Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")] = 1,
+    drafter_targets: DrafterTargetsOpt = 1,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -107,12 +112,12 @@ def report(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="The HTML file (default RESULTS/report.html, rewritten; another path must not exist).")] = None,
     min_gain: Annotated[float, typer.Option(help="The least projected gain worth a second box (0.05 = 5%).")] = MIN_GAIN,
     spec: Annotated[Optional[list[Path]], typer.Option(help="A hopbench spec result folder (repeatable): its rung's Answer uses the measured tok/s.")] = None,
-    t_draft: Annotated[Optional[str], typer.Option(help="As verdict's: ms the drafter costs per cycle (VALUE or VALUE+-HALF).")] = None,
-    cycle: Annotated[Optional[str], typer.Option(help="As verdict's: the co-located decode cycle, ms.")] = None,
-    tok_s: Annotated[Optional[str], typer.Option(help="As verdict's: the co-located tok/s.")] = None,
-    t_draft_remote: Annotated[Optional[str], typer.Option(help="As verdict's: the remote drafter's own time per cycle, MS[+-HALF] or a folder that measured it.")] = None,
+    t_draft: TDraftOpt = None,
+    cycle: CycleOpt = None,
+    tok_s: TokSOpt = None,
+    t_draft_remote: TDraftRemoteOpt = None,
     tokens: Annotated[Optional[int], typer.Option(help="As verdict's: the operating payload in accepted tokens (for --t-draft-remote FOLDER).")] = None,
-    drafter_targets: Annotated[int, typer.Option(help="As verdict's: with --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")] = 1,
+    drafter_targets: DrafterTargetsOpt = 1,
     shape: ShapeOpt = None,
     json_out: JsonOpt = False,
 ):

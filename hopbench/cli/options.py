@@ -111,3 +111,11 @@ ShapeOpt = Annotated[Optional[Path], typer.Option("--shape", help="Shape config 
 
 ResultsArg = Annotated[Path, typer.Argument(help="A sweep or run result folder.")]
 
+
+
+# the verdict's inputs, declared once: verdict and report take the same ones
+TDraftOpt = Annotated[Optional[str], typer.Option(help="ms the drafter costs per cycle = the break-even hop; '15.88+-0.4' gives a 95% half-width. Default: the study's, configs/shape.toml.")]
+CycleOpt = Annotated[Optional[str], typer.Option(help="Decode cycle with the drafter co-located, ms (VALUE or VALUE+-HALF).")]
+TokSOpt = Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")]
+TDraftRemoteOpt = Annotated[Optional[str], typer.Option(help="The remote drafter's own time per cycle: MS[+-HALF], or a folder that measured it (a `hopbench drafter` folder, or a run with --remote-drafter). Default: what the results folder measured with --remote-drafter, else 0 (the study's projection).")]
+DrafterTargetsOpt = Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")]

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
+from hopbench.analysis.drafter import LEDGER_PARTS
 from hopbench.analysis.report.answers import (
     _answer,
 )
@@ -193,11 +194,12 @@ def figures(a: Analysed) -> list[tuple[str, str, str]]:
     return [(fid, cap, make(fid)) for fid, cap, make in made]
 
 
-#: the ledger's parts as the bar shows them (analysis.drafter.LEDGER_PARTS), with their colours
-LEDGER_SHOWN = {"echo": ("the echo hop (wire + plain server path)", "#8c96a8"), "queue": ("queue", "#e0a030"),
+#: the ledger's parts (analysis.drafter.LEDGER_PARTS, in its order) as the bar shows them, with their colours
+LEDGER_LOOK = {"echo": ("the echo hop (wire + plain server path)", "#8c96a8"), "queue": ("queue", "#e0a030"),
                 "stage": ("staging (H2D)", "#d06a2a"), "forward": ("forward (GPU)", "#3a6ea5"),
                 "back": ("ids back (D2H)", "#6a9fd4"), "rest": ("the server's rest", "#b42318"),
                 "left": ("left (hop − all the parts)", "#555")}
+LEDGER_SHOWN = {k: LEDGER_LOOK[k] for k in LEDGER_PARTS}
 
 
 def ledger_svg(doc: dict) -> str:
