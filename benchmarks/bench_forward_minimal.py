@@ -12,7 +12,9 @@ with CUDA events around the replay, in ABBA blocks; the ratio per block is hopbe
 and the figure is the median block ratio with the distribution-free interval of the median.
 
 Also printed: the forward against the floor, (weights + context KV) / the best of the read
-bandwidths hopbench measures (copy, sum, gemv) and a plain torch copy measured here.
+bandwidths hopbench measures (copy, sum, gemv) and a plain torch copy measured here; and
+where hopbench's forward spends its GPU time (torch.profiler over graph replays: matmuls,
+attention, copies, the rest, and the heaviest kernels), beside a published round's.
 
 Usage (on the GPU host):
   python benchmarks/bench_forward_minimal.py --shape dspark-glm5 --k 7 --context 4096,0 --targets 1,8
@@ -108,6 +110,50 @@ def timed(torch: Any, g: Any, n: int) -> float:
     return ms[n // 2]
 
 
+KINDS = (("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
+         ("matmul", ("gemm", "gemv", "cutlass", "sm90", "nvjet", "splitk", "matmul")),
+         ("copy", ("copy", "memcpy", "cat", "index", "scatter")))
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, words in KINDS if any(w in low for w in words)), "other")
+
+
+def profile(torch: Any, g: Any, n: int, weight_bytes: int, top: int = 8) -> dict:
+    """Where one graphed forward's GPU time goes: n replays under torch.profiler, its kernels
+    summed by kind (matmul, attention, copy, other) and the heaviest by name, per forward;
+    the matmuls' weight bytes over their time is the bandwidth the weight reads got."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            g.replay()
+        torch.cuda.synchronize()
+    by_name: dict[str, float] = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3 / n  # ms a forward
+    kinds: dict[str, float] = {}
+    for name, ms in by_name.items():
+        kinds[kind_of(name)] = kinds.get(kind_of(name), 0.0) + ms
+    heaviest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    mm = kinds.get("matmul", 0.0)
+    return {"kernels": len(by_name), "kinds_ms": kinds, "heaviest_ms": heaviest,
+            "matmul_weight_GBps": weight_bytes / (mm / 1e3) / 1e9 if mm else None}
+
+
+def show_profile(pr: dict) -> None:
+    total = sum(pr["kinds_ms"].values())
+    print(f"    profile ({pr['kernels']} kernel names), ms a forward: " + ", ".join(
+        f"{k} {v:.3f} ({v / total:.0%})" for k, v in sorted(pr["kinds_ms"].items(), key=lambda kv: -kv[1]))
+        + (f"; the weights read by the matmuls at {pr['matmul_weight_GBps']:,.0f} GB/s" if pr["matmul_weight_GBps"]
+           else ""), flush=True)
+    for name, ms in pr["heaviest_ms"]:
+        print(f"      {ms:7.3f}  {name[:110]}", flush=True)
+
+
 def case(torch: Any, shape: Any, k: int, context: int, targets: int, blocks: int, reps: int, model_cache: dict) -> dict:
     from hopbench.models.drafter import Model
 
@@ -140,10 +186,12 @@ def case(torch: Any, shape: Any, k: int, context: int, targets: int, blocks: int
 
     lo, hi, level = median_interval(ratios)
     floor_bytes = m.read_bytes(targets, rows)
+    weight_bytes = m.shape.weight_bytes(2)
+    profiles = {"hopbench": profile(torch, g_hb, 20, weight_bytes), "minimal": profile(torch, g_min, 20, weight_bytes)}
     return {"context": context, "targets": targets, "k": k, "rows": rows, "hopbench_ms": float(np.median(hb_ms)),
             "minimal_ms": float(np.median(min_ms)), "ratio": float(np.median(ratios)), "ratio_lo": lo, "ratio_hi": hi,
             "level": level, "blocks": blocks,
-            "replays_per_block": reps, "same_ids": same, "read_bytes": floor_bytes}
+            "replays_per_block": reps, "same_ids": same, "read_bytes": floor_bytes, "profiles": profiles}
 
 
 def main() -> None:
@@ -195,6 +243,7 @@ def main() -> None:
             print(f"{context:8d} {targets:7d} {r['hopbench_ms']:11.3f} {r['minimal_ms']:10.3f} "
                   f"{r['ratio']:8.3f} [{r['ratio_lo']:.3f}-{r['ratio_hi']:.3f}, {r['level']:.1%}] {r['floor_ms']:8.3f} "
                   f"{r['hopbench_ms'] / r['floor_ms']:8.2f}  {r['same_ids']}", flush=True)
+            show_profile(r["profiles"]["hopbench"])
     worst = max(out["cases"], key=lambda c: c["ratio_hi"])
     print(f"CHECK hopbench's graphed forward <= 1.05x the minimal one: worst upper bound {worst['ratio_hi']:.3f} "
           f"(context {worst['context']}, {worst['targets']} targets) -> "

@@ -16,7 +16,7 @@ from hopbench.core.client_paths import ClientPath, DataPath, PlanRun
 from hopbench.core.inputs import HiddenSource, Schedule
 from hopbench.core.kinds import client_path
 from hopbench.core.timing import Progress
-from hopbench.core.transport import Channel, Transport, TransportOptions, get_transport
+from hopbench.core.transport import Channel, Transport, TransportOptions, get_transport, plan_poll
 from hopbench.errors import (
     ConfigError,
     HopbenchError,
@@ -267,7 +267,8 @@ class Session:
         if transport.reuses_control:
             return DataPath(transport, self.control, accept["transport_info"])
         opts = TransportOptions(timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s,
-                                poll=self.poll, settings=self.transport_settings.get(plan.transport, {}),
+                                poll=plan_poll(self.poll, plan.drafter is not None),
+                                settings=self.transport_settings.get(plan.transport, {}),
                                 share_cpu=self._share_cpu)
         data = transport.connect(self.host, int(accept["data_port"]), opts)
         try:
