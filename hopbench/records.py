@@ -122,6 +122,7 @@ class RunConfig:
     codecs: tuple[str, ...] = ("none",)
     payload_from: str | None = None
     hidden: int = HIDDEN_DEFAULT
+    taps: tuple[int, ...] = ()  # the aux layers a token's states come from (the shape's): their count is read here
     # a drafter shared by several targets (docs/RESULTS.md "Several targets"): the targets run
     # at once (one session each, their plans started together), and open-loop load: each target
     # sends `mps` cycles per second on a fixed or poisson schedule (None = closed loop)
@@ -213,7 +214,7 @@ class RunConfig:
         kw.setdefault("id_bytes", 4)
         kw.setdefault("cycles", 0)
         kw.setdefault("warmup", 0)
-        for key in ("tokens", "bytes"):
+        for key in ("tokens", "bytes", "taps"):
             kw[key] = tuple(kw.get(key) or ())
         kw["codecs"] = tuple(kw.get("codecs") or ("none",))
         if isinstance(kw.get("stream"), dict):

@@ -77,7 +77,7 @@ def test_a_config_json_gives_the_shape_and_its_faults_are_one_line(tmp_path):
 
 
 def test_a_shape_too_big_for_the_host_is_refused_in_one_line():
-    huge = DM.Shape("huge", 16384, 200, 65536, 128, 128, 128, 1_000_000, 5 * 16384)
+    huge = DM.DrafterShape("huge", 16384, 200, 65536, 128, 128, 128, 1_000_000, 5 * 16384)
     with pytest.raises(ConfigError, match="do not fit this host's available memory"):
         DM.Model(huge, device="cpu")
 
@@ -162,7 +162,7 @@ def test_bad_drafter_plans_are_refused_in_one_line_and_the_next_is_served(drafte
 
 
 def test_early_all_is_refused_for_a_drafter_that_needs_the_accept_count(drafter_server):
-    eagle_like = DM.Shape("tok", 64, 1, 96, 4, 2, 16, 256, 5 * 64, needs_tokens=True)
+    eagle_like = DM.DrafterShape("tok", 64, 1, 96, 4, 2, 16, 256, 5 * 64, needs_tokens=True)
     st = ServerThread(drafter=Batcher(DM.Model(eagle_like, device="cpu")))
     try:
         for server, why in ((st, "conditioned on the bonus token"), (drafter_server, "drafts a block over every")):

@@ -207,3 +207,20 @@ def test_hopbench_load_reads_a_spec_folder(server, tmp_path):
     assert set(f.cells["mode"]) == {"local", "sync", "overlap"} and (f.cells["repeats"] == 2).all()
     assert {"mode", "repeat"} <= set(f.cycles.columns) and len(f.cycles) > 0 and f.fits.empty
     assert f.top["schema"] == "hopbench.spec"
+
+
+@pytest.mark.parametrize("flag", ["--verify-work", "--verify"])
+def test_spec_verify_work_is_one_word_and_the_old_spelling_still_runs_with_a_note(server, tmp_path, flag):
+    """spec's target work is --verify-work (run's --verify is a CRC of the bytes); the old
+    spelling still runs this release, with a one-line note."""
+    from typer.testing import CliRunner
+
+    from hopbench.cli import app
+
+    res = CliRunner().invoke(app, ["spec", "--peer", f"{server.host}:{server.port}", "--modes", "sync", flag, "sleep:7",
+                                   "--cycles", "4", "--warmup", "1", "--repeats", "1", "--time-scale", "0.05",
+                                   "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "s" / "report.json").read_text())["config"]["verify"] == "sleep:7"
+    noted = "spec --verify is now --verify-work" in res.output
+    assert noted == (flag == "--verify"), res.output

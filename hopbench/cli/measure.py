@@ -145,7 +145,7 @@ def run(
     cycles: Annotated[Optional[int], typer.Option(help="Timed cycles per payload (default 1000; 100 with --stream, whose cycles follow a real-time forward).", rich_help_panel="Timing")] = None,
     time_s: Annotated[Optional[float], typer.Option("--time", "-t", min=0.01, help="Measure about this many seconds per payload instead of --cycles (iperf3's -t; a 20-cycle probe per payload sets the count).", rich_help_panel="Timing")] = None,
     warmup: Annotated[Optional[int], typer.Option(help="Warm-up cycles per payload (run, recorded, excluded; default 100, 10 with --stream).", rich_help_panel="Timing")] = None,
-    verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body (the bytes; spec's --verify is the target's forward).", rich_help_panel="Payload")] = False,
+    verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body (the bytes; spec's --verify-work is the target's forward).", rich_help_panel="Payload")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).", rich_help_panel="Timing")] = 0.0,
     poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).", rich_help_panel="Connection")] = Poll.auto,
     timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.", rich_help_panel="Connection")] = TIMEOUT_S,
@@ -203,7 +203,8 @@ def spec(
     transport: Annotated[str, typer.Option(help=TRANSPORT_HELP)] = "tcp",
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
-    verify: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward; run's --verify is a CRC of the request).")] = "sleep:73.46",
+    verify_work: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward).")] = "sleep:73.46",
+    verify: Annotated[Optional[str], typer.Option(hidden=True, help="The old spelling of --verify-work (one release more).")] = None,
     draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
     draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft: a work model (sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B; batch:FOLDER fits A + B to a hopbench drafter folder's forwards of 1..M targets), or model: the server's drafter model (serve --drafter), used unasked where the server runs one.")] = "sleep:15.88",
     fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
@@ -237,13 +238,17 @@ def spec(
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
     sh = _shape(shape).shape
+    if verify is not None:  # the old spelling: kept a release, with a note (run's --verify is a CRC)
+        print("note: spec --verify is now --verify-work (run's --verify checks the request's bytes); the old "
+              "spelling goes in the next release", file=sys.stderr)
+        verify_work = verify
     if stream not in ("off", "layers"):
         raise ConfigError(f"--stream {stream}: off or layers")
     chosen = tuple(m for m in modes.split(",") if m)
     cfg = SpecConfig(bytes_per_token=sh.bytes_per_token, id_bytes=sh.id_bytes,
                      modes=chosen + (("stream",) if stream == "layers" and "stream" not in chosen else ()),
                      taps=tuple(sh.aux_layers), layers=layers, stream_cost_ms=stream_cost_ms, transport=transport, k=k, accept=accept,
-                     verify=verify, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
+                     verify=verify_work, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
                      transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
                      payload_from=payload_from, hidden=sh.hidden, batch_window_ms=batch_window_ms, max_batch=max_batch)

@@ -33,7 +33,7 @@ from hopbench.models.shapes import (
     EAGLE3_LLAMA70B,
     PRESETS,
     TINY,
-    Shape,
+    DrafterShape,
     parse_shape,
     shape_from_config,
     weight_shapes,
@@ -73,7 +73,7 @@ class Model(DraftForward):
     """The drafter's weights on its device and its forward. `device`: "cuda" where torch
     sees a GPU, else "cpu" (`device="cpu"` forces it)."""
 
-    def __init__(self, shape: Shape, *, weights: Path | None = None, device: str | None = None, seed: int = 0,
+    def __init__(self, shape: DrafterShape, *, weights: Path | None = None, device: str | None = None, seed: int = 0,
                  graphs: bool = True, context: int = 0, sessions: int = 1) -> None:
         torch = self.torch = load_torch()
         self.shape = shape
@@ -348,7 +348,7 @@ def random_weights(m: Model, seed: int) -> dict[str, Any]:
     return out
 
 
-def pack(w: dict[str, Any], s: Shape) -> dict[str, Any]:
+def pack(w: dict[str, Any], s: DrafterShape) -> dict[str, Any]:
     """Each layer's q/k/v projections as one matrix (`qkv_proj`) and gate/up as one
     (`gate_up_proj`), as serving engines pack them (vLLM's QKVParallelLinear and
     MergedColumnParallelLinear): one matrix product each, the same bytes read. The parts are
@@ -444,5 +444,5 @@ def sweep_rows(model: Model, rows: list[int], k: int, repeats: int, graphs: bool
     return out
 
 
-__all__ = ["BF16_BYTES", "DSPARK_GLM5", "DrafterUnavailable", "EAGLE3_LLAMA70B", "Model", "PRESETS", "Shape", "TINY",
+__all__ = ["BF16_BYTES", "DSPARK_GLM5", "DrafterUnavailable", "EAGLE3_LLAMA70B", "Model", "PRESETS", "DrafterShape", "TINY",
            "parse_shape", "read_bandwidth", "shape_from_config", "sweep_rows", "weight_shapes"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from hopbench.errors import ConfigError
-from hopbench.models.shapes import Shape
+from hopbench.models.shapes import DrafterShape
 
 #: the rows a forward may add after the context (a cycle's K + 1, a block's, `hopbench drafter --rows`)
 NEW_ROWS = 256
@@ -21,7 +21,7 @@ class DraftForward:
     """The forward's math; the attributes are the model's (hopbench.models.drafter.Model)."""
 
     torch: Any
-    shape: Shape
+    shape: DrafterShape
     w: dict[str, Any]
     kv: list[tuple[Any, ...]]  # per layer the context's K and V (empty without a context)
     context: int

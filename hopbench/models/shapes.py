@@ -15,7 +15,7 @@ BF16_BYTES = 2
 
 
 @dataclass(frozen=True)
-class Shape:
+class DrafterShape:
     """A drafter's dimensions (the Hugging Face config.json keys, docs/DRAFTER.md)."""
 
     name: str
@@ -68,22 +68,22 @@ class Shape:
 #: hidden 6144, 5 decoder layers, 64 heads x 64 (MHA), FFN 12,288, fc [6144, 30720], a Markov
 #: head 2 x [154880, 256], lm_head [154880, 6144]: GLM-5.2's DSpark speculator as issue 50
 #: reports it from the study (docs/STUDY.md; 5.71 GB of BF16 read per step).
-DSPARK_GLM5 = Shape("dspark-glm5", 6144, 5, 12288, 64, 64, 64, 154880, 5 * 6144, markov_rank=256, block_size=8,
+DSPARK_GLM5 = DrafterShape("dspark-glm5", 6144, 5, 12288, 64, 64, 64, 154880, 5 * 6144, markov_rank=256, block_size=8,
                     source="the remote-drafter study's DSpark speculator for GLM-5.2 (issue 50, docs/STUDY.md; "
                            "block_size 8 as RedHatAI/GLM-5.2-speculator.dspark, pegainfer PR 553)")
 #: EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json): hidden 8192,
 #: one decoder layer over [embedding; hidden], 64 heads / 8 KV x 128, FFN 28,672, fc 3 x 8192,
 #: its reduced draft vocabulary of 32,000 (draft_vocab_size)
-EAGLE3_LLAMA70B = Shape("eagle3-llama70b", 8192, 1, 28672, 64, 8, 128, 32000, 3 * 8192, needs_tokens=True,
+EAGLE3_LLAMA70B = DrafterShape("eagle3-llama70b", 8192, 1, 28672, 64, 8, 128, 32000, 3 * 8192, needs_tokens=True,
                         source="EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json)")
 #: a tiny drafter for tests and CPU-only hosts (5 taps x 64)
-TINY = Shape("tiny", 64, 2, 128, 4, 2, 16, 512, 5 * 64, markov_rank=8, block_size=8, source="hopbench's test shape")
+TINY = DrafterShape("tiny", 64, 2, 128, 4, 2, 16, 512, 5 * 64, markov_rank=8, block_size=8, source="hopbench's test shape")
 PRESETS = {s.name: s for s in (DSPARK_GLM5, EAGLE3_LLAMA70B, TINY)}
 
 REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
 
 
-def shape_from_config(path: Path) -> Shape:
+def shape_from_config(path: Path) -> DrafterShape:
     """A drafter's shape from its Hugging Face config.json: the keys of REQUIRED_KEYS, and
     num_key_value_heads (default: the heads), head_dim (hidden / heads), draft_vocab_size
     (EAGLE-3's reduced vocabulary, over vocab_size), the fc input width (fc_in_features, or
@@ -111,7 +111,7 @@ def shape_from_config(path: Path) -> Shape:
     needs = cfg.get("needs_tokens", "eagle" in str(cfg.get("architectures", "")).lower())
     if not isinstance(needs, bool):
         raise ConfigError(f"{path}: 'needs_tokens' must be true or false, not {needs!r}")
-    shape = Shape(path.parent.name or path.stem, h, num("num_hidden_layers", 0), num("intermediate_size", 0), heads,
+    shape = DrafterShape(path.parent.name or path.stem, h, num("num_hidden_layers", 0), num("intermediate_size", 0), heads,
                   num("num_key_value_heads", heads), num("head_dim", h // heads),
                   num("draft_vocab_size", num("vocab_size", 0)), num("fc_in_features", taps * h),
                   markov_rank=num("markov_rank", 0), needs_tokens=needs, source=str(path),
@@ -124,7 +124,7 @@ def shape_from_config(path: Path) -> Shape:
     return shape
 
 
-def parse_shape(spec: str) -> Shape:
+def parse_shape(spec: str) -> DrafterShape:
     """A preset's name, or the path of a config.json (or of the folder holding one)."""
     if spec in PRESETS:
         return PRESETS[spec]
@@ -136,7 +136,7 @@ def parse_shape(spec: str) -> Shape:
     raise ConfigError(f"unknown drafter shape {spec!r}: a preset ({', '.join(PRESETS)}) or a config.json")
 
 
-def weight_shapes(s: Shape) -> dict[str, tuple[int, ...]]:
+def weight_shapes(s: DrafterShape) -> dict[str, tuple[int, ...]]:
     """Every tensor the forward reads, by its name in a .safetensors file (docs/DRAFTER.md)."""
     h, q, kv = s.hidden_size, s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
     attn_in = 2 * h if s.needs_tokens else h

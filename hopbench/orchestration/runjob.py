@@ -156,7 +156,8 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
                     server_memory=req.memory[1], gpu_path=req.gpu_path, transport_settings=settings,
                     rate_mbit=req.rate, rung=req.rung, bytes_per_token=per_token, tokens=() if stream else tuple(tokens),
                     bytes=tuple(sizes), reply_bytes=req.reply_bytes, cpu=req.cpu, shape_file=scfg.path,
-                    codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, clients=req.clients,
+                    codecs=tuple(codecs), payload_from=req.payload_from, hidden=sh.hidden, taps=tuple(sh.aux_layers),
+                    clients=req.clients,
                     mps=req.mps, arrivals=req.arrivals, stream=stream, design=req.design,
                     drafter=req.remote_drafter, early=req.early)
     return _with_drafter(loads, req), cfg
@@ -334,7 +335,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     if any(p.codec != "none" for p in loads):  # the hidden states, read and checked before connecting
         from hopbench.workload.hidden import source_for
 
-        source = source_for(req.payload_from, (cfg.bytes_per_token or 0) // (2 * cfg.hidden), cfg.hidden)
+        source = source_for(req.payload_from, len(cfg.taps), cfg.hidden)
     pre = _preflight(req, console)
     made: list[Path] = []
 

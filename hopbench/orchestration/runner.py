@@ -330,7 +330,7 @@ def run_session(
     if source is None and any(p.codec != "none" for p in payloads):  # read and checked before connecting
         from hopbench.workload.hidden import source_for
 
-        source = source_for(cfg.payload_from, (cfg.bytes_per_token or 2 * cfg.hidden) // (2 * cfg.hidden), cfg.hidden)
+        source = source_for(cfg.payload_from, len(cfg.taps), cfg.hidden)
     client_env = envmod.collect(peer_host=host)
     with Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
                  transport_settings=cfg.transport_settings, client_env=client_env, secret=secret,

@@ -236,7 +236,7 @@ def _models(cfg: SpecConfig) -> tuple[Any, Any, Any, Any]:
     if cfg.codec != "none":
         from hopbench.workload.hidden import source_for
 
-        source = source_for(cfg.payload_from, cfg.bytes_per_token // (2 * cfg.hidden), cfg.hidden)
+        source = source_for(cfg.payload_from, len(cfg.taps), cfg.hidden)
     return acceptance, verify, local_draft, source
 
 

@@ -194,4 +194,8 @@ def from_file(spec: str, layers: int, width: int) -> Source:
 
 
 def source_for(payload_from: str | None, layers: int, width: int) -> Source:
+    """The hidden states a codec encodes: `layers` (the shape's aux layers, as the run's
+    config records them: RunConfig.taps) x `width` values a token."""
+    if layers < 1:
+        raise ConfigError("a codec's hidden states need the shape's aux layers (the config records none)")
     return from_file(payload_from, layers, width) if payload_from else synthetic(layers, width)

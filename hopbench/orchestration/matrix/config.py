@@ -7,7 +7,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hopbench import results as R
 from hopbench.errors import ConfigError, HopbenchError
@@ -60,12 +60,14 @@ class MatrixConfig:
     transport_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     codecs: tuple[str, ...] = ("none",)  # payload codecs (docs/CODECS.md): each payload also under each
     hidden: int = HIDDEN_DEFAULT  # values per scale of a lossy codec (configs/shape.toml)
+    taps: tuple[int, ...] = ()  # the shape's aux layers
 
 
-def shape_fields(shape: ShapeConfig) -> dict[str, int]:
+def shape_fields(shape: ShapeConfig) -> dict[str, Any]:
     """MatrixConfig's shape fields from a loaded shape config."""
     return {"k": shape.shape.k, "id_bytes": shape.shape.id_bytes, "bytes_per_token": shape.shape.bytes_per_token,
-            "operating_tokens": shape.operating_tokens, "hidden": shape.shape.hidden}
+            "operating_tokens": shape.operating_tokens, "hidden": shape.shape.hidden,
+            "taps": tuple(shape.shape.aux_layers)}
 
 
 def checked(cfg: MatrixConfig) -> MatrixConfig:

@@ -70,7 +70,7 @@ def _job(cell: Cell, cfg: MatrixConfig) -> dict:
     run_cfg = RunConfig(transport=cell.series.transport, k=cfg.k, id_bytes=cfg.id_bytes, cycles=cfg.cycles,
                         warmup=cfg.warmup, poll=cfg.poll, transport_settings=cfg.transport_settings,
                         rung=cell.rung, bytes_per_token=cfg.bytes_per_token, codecs=(cell.series.codec,),
-                        hidden=cfg.hidden)
+                        hidden=cfg.hidden, taps=cfg.taps)
     return {"config": run_cfg.to_dict(),
             "payload": {"label": cell.payload, "tokens": cell.tokens, "request_bytes": cell.request_bytes,
                         "reply_bytes": cell.reply_bytes, "codec": cell.series.codec},

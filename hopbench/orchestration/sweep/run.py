@@ -89,7 +89,7 @@ def _checked(cfg: SweepConfig, shape: Shape, rungs: list[Rung], forward_ms: floa
 
         cfg = replace(cfg, codecs=tuple(check_codecs(",".join(cfg.codecs), shape.hidden)))
         if cfg.payload_from:
-            source_for(cfg.payload_from, shape.bytes_per_token // (2 * shape.hidden), shape.hidden)
+            source_for(cfg.payload_from, len(shape.aux_layers), shape.hidden)
     stream = None
     if "layers" in cfg.stream:  # the streamed cells' schedule, checked before anything is made
         from hopbench.shape import DTYPE_BYTES
@@ -229,6 +229,7 @@ def _cell_job(cell: Any, rung: Rung, rt: RungRuntime, cfg: SweepConfig, shape: S
                         transport_settings=rung.settings(), rate_mbit=rung.rate_mbit, rung=cell.label,
                         bytes_per_token=shape.bytes_per_token, cpu=place.client_cpu if place else None,
                         codecs=(cell.series.codec,), payload_from=cfg.payload_from, hidden=shape.hidden,
+                        taps=tuple(shape.aux_layers),
                         clients=cell.series.clients, stream=stream if cell.series.streamed else None,
                         design=cell.series.design)
     job = {"folder": str(cell_dir), "config": run_cfg.to_dict(),
