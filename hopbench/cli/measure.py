@@ -28,6 +28,7 @@ from hopbench.cli.options import (
     _address,
     _pin,
     _shape,
+    old_spelling,
 )
 from hopbench.config import DEFAULT_PORT, parse_int_list
 from hopbench.core.transport import split_options
@@ -238,10 +239,8 @@ def spec(
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
     sh = _shape(shape).shape
-    if verify is not None:  # the old spelling: kept a release, with a note (run's --verify is a CRC)
-        print("note: spec --verify is now --verify-work (run's --verify checks the request's bytes); the old "
-              "spelling goes in the next release", file=sys.stderr)
-        verify_work = verify
+    verify_work = old_spelling(verify, verify_work, "spec --verify is now --verify-work (run's --verify checks the "
+                               "request's bytes)")
     if stream not in ("off", "layers"):
         raise ConfigError(f"--stream {stream}: off or layers")
     chosen = tuple(m for m in modes.split(",") if m)

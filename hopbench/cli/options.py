@@ -3,14 +3,17 @@ CPU-pinning helpers, the sweep's progress bar and the analysis commands' shape."
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
 from hopbench.config import DEFAULT_PORT, parse_hostport
 from hopbench.core.transport import options_help, transport_help
+
+T = TypeVar("T")
 
 # the registry describes the transports (entry points: no transport library is imported)
 TRANSPORT_HELP = transport_help() + "."
@@ -119,3 +122,12 @@ CycleOpt = Annotated[Optional[str], typer.Option(help="Decode cycle with the dra
 TokSOpt = Annotated[Optional[str], typer.Option(help="Co-located throughput, tok/s (VALUE or VALUE+-HALF).")]
 TDraftRemoteOpt = Annotated[Optional[str], typer.Option(help="The remote drafter's own time per cycle: MS[+-HALF], or a folder that measured it (a `hopbench drafter` folder, or a run with --remote-drafter). Default: what the results folder measured with --remote-drafter, else 0 (the study's projection).")]
 DrafterTargetsOpt = Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")]
+
+
+def old_spelling(old: T | None, new: T, note: str) -> T:
+    """An option's old spelling, kept one release: its value when given, with a one-line note
+    on stderr (no user's script breaks, and each learns the new word); else the new one's."""
+    if old is None:
+        return new
+    print(f"note: {note}; the old spelling goes in the next release", file=sys.stderr)
+    return old
