@@ -42,7 +42,14 @@ import numpy as np  # noqa: E402
 import ucxx._lib.libucxx as ucx_api  # noqa: E402
 from ucxx._lib.arr import Array  # noqa: E402
 
-from hopbench.core.transport import NativeEndpoint, Spinner, TransportBase, TransportOptions, most_specific  # noqa: E402
+from hopbench.core.transport import (  # noqa: E402
+    NativeEndpoint,
+    Spinner,
+    TransportBase,
+    TransportOptions,
+    most_specific,
+    native_error,
+)
 from hopbench.errors import (  # noqa: E402
     ConfigError,
     ConnectFailed,
@@ -319,15 +326,9 @@ class UcxChannel:
         return ep is not None and bool(ep.alive)
 
     def _native_error(self, failure: str, detail: int, what: str, nbytes: int) -> BaseException:
-        if failure == "closed":
-            return PeerClosed(f"UCX peer closed or unreachable during {what} (endpoint closed)")
-        if failure == "timeout":
-            return Timeout(f"UCX {what} timed out after {self._p.timeout_s} s")
-        if failure == "length":
-            return ProtocolError(f"UCX message of {detail} B where {nbytes} B were expected during {what}")
-        if failure == "library":
-            return _error(_STATUS_MAP.get(detail, TransportError), what, _native.status_string(detail))
-        return TransportError(f"UCX {what} failed ({failure} {detail})")
+        return native_error("UCX", failure, detail, what, nbytes, self._p.timeout_s,
+                            lambda st: _error(_STATUS_MAP.get(st, TransportError), what, _native.status_string(st)),
+                            closed="peer closed or unreachable (endpoint closed)")
 
     def _array(self, buf: Any) -> Array:
         hit = self._arrays.get(id(buf))

@@ -14,6 +14,7 @@ import numpy as np
 
 from hopbench.core import protocol as P
 from hopbench.core.codecs import FRAME, FRAME_BYTES, Codec, steady_heap
+from hopbench.core.transport import WrappedChannel
 from hopbench.errors import ProtocolError
 
 
@@ -81,7 +82,7 @@ class FrameReceiver:
         return seq, crc, self.clock() - t0
 
 
-class CodecClientChannel:
+class CodecClientChannel(WrappedChannel):
     """The client's side of an echo plan: send() encodes this cycle's body (seq i takes body
     i mod n, so the cycles go through the source's tokens), timed with the client's clock,
     then sends the frame; recv_into() is the transport's."""
@@ -101,14 +102,8 @@ class CodecClientChannel:
         self.stages.encode_ns[seq] = ns
         self.stages.wire_bytes[seq] = nbytes
 
-    def alloc(self, nbytes: int) -> Any:
-        return self.inner.alloc(nbytes)
 
-    def close(self) -> None:
-        self.inner.close()
-
-
-class CodecServerChannel:
+class CodecServerChannel(WrappedChannel):
     """The server's side of an echo plan: recv_into(request) receives a frame and decodes it
     into the request body (decode_ns[i]), writes the seq; with --verify a decoded body
     failing the frame's CRC calls on_bad_crc(seq) (the echo loop's corrupted reply)."""
@@ -136,12 +131,6 @@ class CodecServerChannel:
                 self.device_body.get(out=body)
             if zlib.crc32(body.data) != crc:
                 self.on_bad_crc(seq)
-
-    def alloc(self, nbytes: int) -> Any:
-        return self.inner.alloc(nbytes)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def expected_crcs(codec: Codec, bodies: list[np.ndarray]) -> list[int]:

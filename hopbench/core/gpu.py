@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from hopbench.core.transport import WrappedChannel
 from hopbench.errors import ConfigError, TransportUnavailable
 from hopbench.records import MEMORIES
 
@@ -132,7 +133,7 @@ CLIENT_STAGES = ("d2h_ns", "transfer_ns", "h2d_ns")
 SEQ_BYTES = 8  # hopbench framing, never copied off the GPU (docs/PROTOCOL.md)
 
 
-class StagedClientChannel:
+class StagedClientChannel(WrappedChannel):
     """The client's staged path as a channel around the transport: send() copies the
     request payload device->host (the seq is framing, already in the pinned buffer) and
     sends the pinned buffer; recv_into() receives into the pinned reply and copies it
@@ -164,14 +165,8 @@ class StagedClientChannel:
         self.stages[self._i, 2] = t3 - t2
         self._i += 1
 
-    def alloc(self, nbytes: int) -> Any:
-        return self.inner.alloc(nbytes)
 
-    def close(self) -> None:
-        self.inner.close()
-
-
-class StagedServerChannel:
+class StagedServerChannel(WrappedChannel):
     """The server's staged path as a channel: recv_into() receives the pinned request (the
     echo loop checks its seq and CRC there); send() copies the request host->device and
     the reply device->host, timed with the server's clock into timings[i] = (h2d, d2h),
@@ -197,12 +192,6 @@ class StagedServerChannel:
         self.timings[self._i, 0] = t1 - t0
         self.timings[self._i, 1] = t2 - t1
         self._i += 1
-
-    def alloc(self, nbytes: int) -> Any:
-        return self.inner.alloc(nbytes)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class ChunkStaging:

@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from hopbench.errors import ConfigError, TransportUnavailable
+from hopbench.errors import ConfigError, PeerClosed, ProtocolError, Timeout, TransportError, TransportUnavailable
 from hopbench.records import CONNECT_TIMEOUT_S, TIMEOUT_S
 
 
@@ -194,6 +194,37 @@ def most_specific(table: dict[type, Any], exc: BaseException, default: Any) -> A
         if cls in table:
             return table[cls]
     return default
+
+
+def native_error(who: str, failure: str, detail: int, what: str, nbytes: int, timeout_s: float,
+                 library: Callable[[int], BaseException] | None = None,
+                 closed: str = "peer closed the channel") -> BaseException:
+    """A compiled loop's failure (NativeEndpoint's error callback: "timeout", "closed",
+    "length", "library" with the library's status in `detail`) as the exception the
+    transport's Python path raises for the same failure, `who` naming the transport;
+    `library` maps a library status the transport knows to its own exception."""
+    if failure == "timeout":
+        return Timeout(f"{who} {what} timed out after {timeout_s} s")
+    if failure == "closed":
+        return PeerClosed(f"{who} {closed} during {what}")
+    if failure == "length":
+        return ProtocolError(f"{who} message of {detail} B where {nbytes} B were expected during {what}")
+    if failure == "library" and library is not None:
+        return library(detail)
+    return TransportError(f"{who} {what} failed ({failure}, status {detail})")
+
+
+class WrappedChannel:
+    """A channel around another (a codec's frames, a GPU's staging): its buffers and its end
+    are the inner channel's; a subclass says how its send and recv_into differ."""
+
+    inner: Any
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.inner.alloc(nbytes)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class Spinner:

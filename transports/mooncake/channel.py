@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from hopbench.core.transport import Spinner, TransportOptions
-from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
+from hopbench.errors import PeerClosed, ProtocolError, TransportError
 
-from .._setup import peer_gone
+from .._onesided import Liveness
 from .engine import Engine, Settings, version
 
 CHECK_S = 0.001  # busy-poll: the deadline and the liveness connection at most this often
@@ -43,7 +43,7 @@ class MooncakeChannel:
         self._peer = peer
         self._sock = sock
         self._box = engine.inboxes[me]
-        self._timeout = options.timeout_s
+        self._live = Liveness("Mooncake", sock, self._box, options.timeout_s)
         self._busy = options.poll == "busy"
         self._delay = settings.delay_s
         self._spin = Spinner(options.share_cpu, check_every=64, yield_every=8)
@@ -129,7 +129,7 @@ class MooncakeChannel:
         except Exception as exc:
             raise TransportError(f"Mooncake {what} failed: {exc}") from None
         if rc != 0:
-            self._check(time.monotonic() + 1.0, what)  # PeerClosed when the peer is gone
+            self._live.check(time.monotonic() + 1.0, what)  # PeerClosed when the peer is gone
             raise TransportError(f"Mooncake {what}: the engine's WRITE of {n} B to {p.segment} failed (status {rc})")
 
     def recv_into(self, buf: Any) -> None:
@@ -159,31 +159,21 @@ class MooncakeChannel:
     def _wait(self, ready: Any, what: str) -> None:
         """Poll the engine until ready(): busy (the Spinner) or sleeping between checks in
         select() on the liveness connection (block); Timeout, or PeerClosed when the peer is gone."""
-        poll = self._e.poll
-        deadline = time.monotonic() + self._timeout
+        poll, live = self._e.poll, self._live
+        deadline = live.deadline()
         next_check = 0.0
         while True:
             poll()
             if ready():
                 return
-            if self._box.goodbye:
-                raise PeerClosed(f"Mooncake peer closed the channel during {what}")
+            live.closed(what)
             if not self._busy:
-                self._check(deadline, what, self._delay)
+                live.check(deadline, what, self._delay)
             elif self._spin.spun():
                 now = time.monotonic()
                 if now > next_check:
-                    self._check(deadline, what)
+                    live.check(deadline, what)
                     next_check = now + CHECK_S
-
-    def _check(self, deadline: float, what: str, sleep_s: float = 0.0) -> None:
-        """The timeout, and the liveness connection: its end is the peer's."""
-        if time.monotonic() > deadline:
-            raise Timeout(f"Mooncake {what} timed out after {self._timeout} s")
-        if peer_gone(self._sock, sleep_s):
-            self._box.goodbye = True
-        if self._box.goodbye:
-            raise PeerClosed(f"Mooncake peer closed the channel during {what}")
 
     def close(self) -> None:
         if self._closed:

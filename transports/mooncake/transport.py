@@ -15,7 +15,7 @@ import numpy as np
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConfigError, ConnectFailed, PeerClosed, ProtocolError, Timeout
 
-from .._setup import recv_exact
+from .._onesided import SetupListener, recv_exact
 from .channel import MooncakeChannel, Peer
 from .engine import PROTOCOLS, RDMA_DEVICES, Engine, Inbox, parse, rdma_devices, version
 
@@ -84,28 +84,13 @@ def _handshake(sock: socket.socket, options: TransportOptions, chan: int | None)
     return MooncakeChannel(engine, me, ring, peer, sock, options, settings)
 
 
-class MooncakeListener:
-    """The plan's data port: a TCP listener (transports/tcp.py's) whose connections carry
-    the setup and then stand as the liveness signal."""
+class MooncakeListener(SetupListener):
+    """The plan's data port (transports/_onesided.py): the setup names each end's segment,
+    channel and ring."""
 
     def __init__(self, host: str, port: int, options: TransportOptions) -> None:
-        from ..tcp import TcpListener
-
-        self._options = options
-        self._tcp = TcpListener(host, port, options)
-        self.address = self._tcp.address
-        self.info = {"transport": "mooncake", "endpoint": "%s:%d" % self.address, "mooncake": version()}
-
-    def accept(self, timeout: float | None) -> MooncakeChannel:
-        conn = self._tcp.accept_socket(timeout)
-        try:
-            return _handshake(conn, self._options, None)
-        except BaseException:
-            conn.close()
-            raise
-
-    def close(self) -> None:
-        self._tcp.close()
+        super().__init__(host, port, options, "Mooncake", {"transport": "mooncake", "mooncake": version()},
+                         lambda conn: _handshake(conn, options, None))
 
 
 class MooncakeTransport(TransportBase):

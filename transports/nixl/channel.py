@@ -14,7 +14,7 @@ from hopbench.core.transport import NativeEndpoint, Spinner, TransportOptions
 from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
 from hopbench.lanes import bypass, bypass_note
 
-from .._setup import peer_gone
+from .._onesided import Liveness
 from . import native
 from .agent import _BUSY_VALUE, _DONE_VALUE, BACKEND, _Agent, _loaded_libucp, _status_error, _translate, _version
 from .memory import Memory, _copy
@@ -35,14 +35,13 @@ class Waits:
         self._a = agent
         self._raw = agent.raw
         self._box = box
-        self._sock = sock
-        self._timeout = options.timeout_s
+        self.live = Liveness("NIXL", sock, box, options.timeout_s)
         # after each SPIN_CHECK + 1 polls: a yield when the peer may run on our CPU
         self._spin = Spinner(options.share_cpu, check_every=1, yield_every=1)
 
     def complete(self, handle: Any) -> Any:
         status_of = self._raw.getXferStatus
-        deadline = time.monotonic() + self._timeout
+        deadline = self.live.deadline()
         next_check = 0.0
         while True:
             for _ in _SPINS:
@@ -58,7 +57,7 @@ class Waits:
         Returns (now, the next check's time)."""
         now = time.monotonic()
         if now > next_check:
-            self._check(deadline, what)
+            self.live.check(deadline, what)
             next_check = now + CHECK_S
         self._spin.spun()
         return now, next_check
@@ -68,8 +67,8 @@ class Waits:
         checks (block). False when `until` (monotonic) passed first; Timeout after the
         channel's timeout, PeerClosed when the peer is gone."""
         agent = self._a
-        box = self._box
-        deadline = time.monotonic() + self._timeout
+        live = self.live
+        deadline = live.deadline()
         if agent.busy:  # the hot loop: each pass costs the round trip once per protocol step
             get, route = agent.raw.getNotifs, agent.route
             next_check = 0.0
@@ -80,31 +79,20 @@ class Waits:
                         route(got)
                         if k in entries:
                             return True
-                if box.goodbye:
-                    raise PeerClosed(f"NIXL peer closed the channel during {what}")
+                live.closed(what)
                 now, next_check = self._between_spins(deadline, what, next_check)
                 if until is not None and now > until:
                     return False
             return True
         while k not in entries:
-            if box.goodbye:
-                raise PeerClosed(f"NIXL peer closed the channel during {what}")
+            live.closed(what)
             agent.poll()
             if k in entries:
                 break
-            self._check(deadline, what, agent.delay_s)
+            live.check(deadline, what, agent.delay_s)
             if until is not None and time.monotonic() > until:
                 return False
         return True
-
-    def _check(self, deadline: float, what: str, sleep_s: float = 0.0) -> None:
-        """The timeout, and the liveness connection: its end is the peer's."""
-        if time.monotonic() > deadline:
-            raise Timeout(f"NIXL {what} timed out after {self._timeout} s")
-        if peer_gone(self._sock, sleep_s):
-            self._box.goodbye = True
-        if self._box.goodbye:
-            raise PeerClosed(f"NIXL peer closed the channel during {what}")
 
 
 class NixlChannel:
@@ -165,11 +153,7 @@ class NixlChannel:
         WRITEs and notifications run there, the rest through this channel's own calls."""
         if self.native_unavailable() is not None:
             return None
-        return native.endpoint(self, self._waits._timeout, self._alive)
-
-    def _alive(self) -> bool:
-        """False once the liveness connection says the peer is gone."""
-        return not peer_gone(self._sock)
+        return native.endpoint(self, self._waits.live.timeout_s, self._waits.live.alive)
 
     # -- the two calls ---------------------------------------------------------------------
     def send(self, buf: Any) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from hopbench.core.transport import NativeEndpoint
-from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
+from hopbench.core.transport import NativeEndpoint, native_error
+from hopbench.errors import PeerClosed, ProtocolError, TransportError
 
 from .memory import _copy
 
@@ -187,14 +187,11 @@ def endpoint(channel: Any, timeout_s: float, alive: Any) -> NativeEndpoint:
 
 def error(failure: str, detail: int, what: str, nbytes: int, timeout_s: float) -> BaseException:
     """A C endpoint's status as the exception the Python channel raises for the same failure."""
-    if failure == "timeout":
-        return Timeout(f"NIXL {what} timed out after {timeout_s} s")
-    if failure == "closed":
-        return PeerClosed(f"NIXL peer closed the channel during {what}")
-    if failure == "length":
-        return ProtocolError(f"NIXL message of {detail} B where {nbytes} B were expected")
-    if failure == "library" and detail == CAPI_BACKEND:
-        return PeerClosed(f"NIXL transfer failed during {what} (NIXL_ERR_BACKEND): the peer is gone or unreachable")
-    if failure == "library" and detail == INBOX_FULL:
-        return ProtocolError(f"NIXL peer sent more notifications than the protocol allows during {what}")
-    return TransportError(f"NIXL {what} failed ({failure}, C API status {detail})")
+    def library(status: int) -> BaseException:
+        if status == CAPI_BACKEND:
+            return PeerClosed(f"NIXL transfer failed during {what} (NIXL_ERR_BACKEND): the peer is gone or unreachable")
+        if status == INBOX_FULL:
+            return ProtocolError(f"NIXL peer sent more notifications than the protocol allows during {what}")
+        return TransportError(f"NIXL {what} failed (C API status {status})")
+
+    return native_error("NIXL", failure, detail, what, nbytes, timeout_s, library)

@@ -12,6 +12,7 @@ from typing import Any
 from hopbench.core.transport import TransportBase, TransportOptions
 from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
 
+from .._onesided import SetupListener
 from . import native
 from .agent import BACKEND, _Agent, _plugins, _split, _version
 from .channel import NixlChannel
@@ -44,34 +45,18 @@ def _handshake(sock: socket.socket, agent: _Agent, chan_id: int | None, timeout_
     return agent.add_peer(got[len(HELLO) + 4:]), chan_id
 
 
-class NixlListener:
-    """The plan's data port: a TCP listener (transports/tcp.py's) whose connections carry
-    the setup and then stand as the liveness signal."""
+class NixlListener(SetupListener):
+    """The plan's data port (transports/_onesided.py): the setup names each end's agent and
+    channel id."""
 
     def __init__(self, host: str, port: int, options: TransportOptions) -> None:
-        from ..tcp import TcpListener
+        agent = _Agent.get(options)
 
-        self._options = options
-        self._agent = _Agent.get(options)
-        self._tcp = TcpListener(host, port, options)
-        self.address = self._tcp.address
-        self.info = {"transport": "nixl", "endpoint": "%s:%d" % self.address, "nixl": _version()}
+        def handshake(conn: socket.socket) -> NixlChannel:
+            name, chan_id = _handshake(conn, agent, None, options.connect_timeout_s)
+            return NixlChannel(agent, name, chan_id | 1, conn, options, self.info["endpoint"])
 
-    def accept(self, timeout: float | None) -> NixlChannel:
-        conn = self._tcp.accept_socket(timeout)
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            name, chan_id = _handshake(conn, self._agent, None, self._options.connect_timeout_s)
-        except OSError as exc:
-            conn.close()
-            raise PeerClosed(f"nixl peer went away during setup ({exc})") from None
-        except BaseException:
-            conn.close()
-            raise
-        return NixlChannel(self._agent, name, chan_id | 1, conn, self._options, self.info["endpoint"])
-
-    def close(self) -> None:
-        self._tcp.close()
+        super().__init__(host, port, options, "nixl", {"transport": "nixl", "nixl": _version()}, handshake)
 
 
 class NixlTransport(TransportBase):

@@ -11,7 +11,7 @@ from typing import Any
 
 from hopbench.errors import ProtocolError
 
-from .._setup import recv_exact
+from .._onesided import recv_exact
 
 HELLO = b"HOPBNIX1"
 MAX_METADATA = 1 << 20  # a peer's agent metadata: 0.5 KiB measured; more is refused
