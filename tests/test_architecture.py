@@ -1,5 +1,5 @@
-"""The structural rules that a linter does not express, checked over the source: issue 29's,
-REVIEW4 §5's done-whens (issue 39) and REVIEW5's (issue 49)."""
+"""The structural rules that a linter does not express, checked over the source: each test
+states the rule it keeps (docs/ARCHITECTURE.md gives the reasons)."""
 
 import ast
 import collections
@@ -25,7 +25,7 @@ def test_the_result_folder_layout_is_spelled_only_in_the_results_module():
     its layout, the cells glob or the set-aside rule."""
     owner = ROOT / "hopbench" / "results.py"
     assert LAYOUT.search(owner.read_text())  # the pattern still finds the owner's own spelling
-    assert LAYOUT.search('glob("*/sweep.json")')  # and a glob that spells it (calibrate.py did, REVIEW4 §4)
+    assert LAYOUT.search('glob("*/sweep.json")')  # and a glob that spells it (calibrate.py once did)
     found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in _sources() if p != owner
              for i, line in enumerate(p.read_text().splitlines(), 1) if LAYOUT.search(line)]
     assert not found, "\n".join(found)
@@ -94,7 +94,7 @@ def _core_imports() -> dict[str, set[str]]:
 
 
 def test_every_core_module_is_the_sessions():
-    """REVIEW6 F1: the core is "protocol, session, kinds, loops": every module of it is reached
+    """The core is "protocol, session, kinds, loops": every module of it is reached
     from the client's or the server's session; the models and the workload, which the core
     takes as core.inputs' Protocols, live in rooms of their own."""
     deps = _core_imports()
@@ -142,7 +142,7 @@ def _transport_imports(source: str) -> list[str]:
 
 
 def test_the_core_imports_no_transport_module():
-    """REVIEW4 §2.10: the tree's transports/ is installed as hopbench.transports, a name
+    """The tree's transports/ is installed as hopbench.transports, a name
     import-linter's graph of the tree does not have, so an import of hopbench.transports.tcp
     in the core passed both the contract and the name check. This closes the hole: no module
     of the core, orchestration or analysis imports a transport by either name (they reach
@@ -232,7 +232,7 @@ def test_result_headers_are_typed_records():
 
 
 def test_the_client_side_of_a_plan_is_as_clean_as_the_servers():
-    """REVIEW4 §5.1, as checks (issue 39): one client path per plan kind over a transport
+    """The client side is as clean as the server's: one client path per plan kind over a transport
     resolved once per plan, partial results in a typed carrier (timing.Progress,
     Session.measured) instead of attributes patched onto exceptions, short functions in the
     client, every orchestration session a context manager, a codec parsed once per path."""
@@ -269,7 +269,7 @@ def _grep(pattern: str, *paths: str, exclude: tuple[str, ...] = ()) -> list[str]
 
 
 def test_plan_kinds_are_declared_with_typed_sub_records():
-    """REVIEW5 F1's checks (issue 49): no stream dict read by key, no dict-typed
+    """A plan kind is declared with typed sub-records: no stream dict read by key, no dict-typed
     stream/spec/group field in the records and the plan, the guide to adding a kind."""
     import ast
 
@@ -286,7 +286,7 @@ def test_plan_kinds_are_declared_with_typed_sub_records():
 
 
 def test_the_loops_are_in_one_room_and_their_choice_is_a_value():
-    """REVIEW5 F3's checks (issue 49): one wait_until, no timed loop in the paths, the loop
+    """The timed loops live in one room: one wait_until, no timed loop in the paths, the loop
     that ran read as a LoopChoice rather than split from its prose."""
     assert len(_grep(r"def _?wait_until", "hopbench")) == 1
     assert not _grep(r"samples\[i\]\s*=", "hopbench/core/client_paths.py", "hopbench/core/serving.py")
@@ -294,7 +294,7 @@ def test_the_loops_are_in_one_room_and_their_choice_is_a_value():
 
 
 def test_no_function_outside_the_cli_takes_more_than_ten_parameters():
-    """REVIEW5 F4 (issue 49): hooks, pacing, identities and options are objects, so no
+    """Hooks, pacing, identities and options are objects, so no
     signature outside the typer CLI grows past ten parameters."""
     import ast
 
@@ -312,19 +312,49 @@ def test_no_function_outside_the_cli_takes_more_than_ten_parameters():
     assert not over, over
 
 
-def test_transports_describe_themselves():
-    """REVIEW5 F5's checks (issue 49): no hand-written list of the transports or their
-    packages outside the registry, the settings test's keys from it, one transport_or_skip."""
-    assert not _grep(r"tcp, zmq, ucx or nixl", "hopbench")
-    assert not _grep(r'"(pyzmq|ucxx-cu12|libucx-cu12|nixl-cu12)"', "hopbench/core/env.py")
-    assert not _grep(r'\{"UCX_": ', "tests/test_conformance.py")
+def test_the_core_knows_the_transports_only_from_the_registry():
+    """The registry is the one list of transports: no module of the package writes three or
+    more registered names as a list in prose ("tcp, zmq or ucx": a sentence that goes stale
+    when a transport is added), env.py names no transport's distribution (it reports what the
+    registry says each one uses), and one transport_or_skip serves every test."""
+    from hopbench.core.transport import registry
+
+    names = sorted(n for n in registry() if not n.startswith("fake"))
+    name = "(?:" + "|".join(map(re.escape, names)) + ")"
+    assert not _grep(rf"\b{name}, {name},? (?:or|and) {name}\b", "hopbench")
+    libraries = {d for r in registry().values() for d in (r.library, *r.libraries) if d}
+    assert libraries and not _grep("|".join(f'"{re.escape(d)}"' for d in sorted(libraries)), "hopbench/core/env.py")
     from hopbench.testing import transport_or_skip
 
     assert len(_grep(rf"^\s*def {transport_or_skip.__name__}\b", "tests", "hopbench")) == 1
 
 
+def test_every_client_and_serving_path_is_reached_from_a_kind():
+    """A plan's kind (KINDS) is the one way to a path: every ClientPath and ServingPath the
+    core defines is what some kind builds (for some placement of the bytes) or a base of one,
+    so no path lives on that no plan can reach."""
+    from types import SimpleNamespace
+
+    from hopbench.core import client_paths as CP
+    from hopbench.core import kinds
+    from hopbench.core import serving as SV
+
+    built = set()
+    for kind in kinds.KINDS.values():
+        for client_memory in ("host", "cuda"):
+            for server_memory in ("host", "cuda"):
+                plan = SimpleNamespace(client_memory=client_memory, server_memory=server_memory)
+                built |= {type(kind.client(plan, None)), type(kind.serving(plan))}
+
+    def below(cls: type) -> set[type]:
+        return {d for c in cls.__subclasses__() for d in {c} | below(c)}
+
+    reached = {b for c in built for b in c.__mro__}
+    assert not {c.__qualname__ for c in below(CP.ClientPath) | below(SV.ServingPath)} - {c.__qualname__ for c in reached}
+
+
 def test_identity_is_typed_to_the_end():
-    """REVIEW5 F2's checks (issue 49): the readers go through the typed reading (read_top is
+    """Identity is typed to the end: the readers go through the typed reading (read_top is
     results.py's own), fits join on their Place and Series (no label rebuilt as a key), the
     verdict's decision is an enum, the presenters never parse the call back, and the summary
     has tidy series columns."""
@@ -343,7 +373,7 @@ def test_identity_is_typed_to_the_end():
 
 
 def test_documents_and_folder_names_have_one_owner():
-    """REVIEW5 F6's checks (issue 49): every JSON document's schema and version come from
+    """Every JSON document's schema and version come from
     results.DOCUMENTS (emitted through results.document), the run schema is spelled once, and
     no module but results.py globs a folder's names."""
     from hopbench import results as R
@@ -359,7 +389,7 @@ def test_documents_and_folder_names_have_one_owner():
 
 
 def test_one_concept_has_one_name():
-    """REVIEW5 F8's checks (issue 49): the reply's ids are `ids` (not a codec), the payload
+    """One name each: the reply's ids are `ids` (not a codec), the payload
     design is `design` in the run's config (read back from `payload` in older records), the
     design names are records' constants, and the dead names are gone."""
     import dataclasses
@@ -375,14 +405,14 @@ def test_one_concept_has_one_name():
 
 
 def test_the_small_stuff_of_review5_stays_done():
-    """REVIEW5 F11's checks (issue 49): auth and serving import hmac, hashlib and numpy at the
+    """Imports at the top, hooks passed in: auth and serving import hmac, hashlib and numpy at the
     top, and no module sets a spec Work's hooks from outside (the server passes them in)."""
     assert not _grep(r"^\s+import (hmac|hashlib|numpy)", "hopbench/core/auth.py", "hopbench/core/serving.py")
     assert not _grep(r"\._batcher = |\._model = ", "hopbench")
 
 
 def test_one_room_per_file_and_no_class_or_function_over_its_size():
-    """REVIEW4 §5.2 (issue 39): no source file over 600 lines, no class of 250 or more, no
+    """Rooms of a readable size: no source file over 600 lines, no class of 250 or more, no
     function over 60; ray imported in one module; the reproduce line's round trip tested."""
     big = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > 600}
     assert not big, big
@@ -404,7 +434,7 @@ def test_one_room_per_file_and_no_class_or_function_over_its_size():
 
 
 def test_the_transport_contract_is_explicit():
-    """REVIEW4 §5.3: the contract's parts are named types, one spin policy, specific exception maps."""
+    """The transport contract's parts are named types, one spin policy, specific exception maps."""
     from hopbench.core import transport
     from hopbench.testing import conformance
 
@@ -421,7 +451,7 @@ def test_the_transport_contract_is_explicit():
 
 
 def test_analysis_never_parses_a_label_back():
-    """REVIEW4 §5.4: labels are spelled from typed identity and never split again; report.json
+    """Labels are spelled from typed identity and never split again; report.json
     and sweep.json are read through results.py; a sweep cell and a Group share one CellKey."""
     label_parsing = r'split\("@"\)|partition\("@"\)|partition\("\+"\)|split\(" \+"\)|"@" in |"\+" in |removesuffix\(f"@'
     assert not _grep(label_parsing, "hopbench/analysis", "hopbench/orchestration")
@@ -438,7 +468,7 @@ def test_analysis_never_parses_a_label_back():
 
 
 def test_each_short_alias_names_one_module_and_old_names_stay_gone():
-    """REVIEW4 §5.5: docs without the old counts, no stale API names, one module per short alias."""
+    """Docs without the old counts, no stale API names, one module per short alias."""
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     assert not re.search(r"own three|tcp, zmq, ucx:", doc)
     assert not _grep(r"REGISTRY\)|from_shape|hopbench\.transport\.Channel|_expect\(state", "hopbench")
@@ -453,7 +483,7 @@ def test_each_short_alias_names_one_module_and_old_names_stay_gone():
 
 
 def test_tests_are_named_for_the_behaviour_they_check():
-    """REVIEW5 F10: no test file is named after the review or the issue that asked for it
+    """No test file is named after the review or the issue that asked for it
     (each test lives with the behaviour it checks), and every conformance check states, in
     one line, the Channel or Transport clause it enforces."""
     stray = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if re.match(r"test_(review|first_hour)", p.name))

@@ -1,4 +1,4 @@
-"""docs/ARCHITECTURE.md kept true by test (issue 39, REVIEW4 §5.5): every source file of the
+"""docs/ARCHITECTURE.md kept true by test: every source file of the
 measuring core and of the transports is named in its room list, the count of hopbench's own
 transports is the registry's, every serving path and client path class is named."""
 
@@ -42,7 +42,7 @@ def test_every_serving_and_client_path_is_named():
 
 
 def test_the_testing_packages_example_runs():
-    """REVIEW4 §2.7: its example raised AttributeError for someone adding a transport."""
+    """hopbench.testing's example (how to test a new transport) runs as written."""
     import hopbench.testing as T
     from hopbench.testing import conformance
 
@@ -59,7 +59,7 @@ def test_the_testing_packages_example_runs():
 
 
 def test_module_docstrings_name_every_public_class_they_hold():
-    """REVIEW5 F7: a module docstring that describes its classes names each public one (a class
+    """A module docstring that describes its classes names each public one (a class
     added without its line in the docstring fails here)."""
     import ast
 
@@ -82,7 +82,7 @@ def test_the_transports_import_claim_is_the_allow_list():
 
 
 def test_no_default_of_the_records_is_restated():
-    """REVIEW5 F7: a timeout, a hidden width or a frame size that records.py defines is not
+    """A timeout, a hidden width or a frame size that records.py defines is not
     restated as a literal default elsewhere (a parameter or a field of that name uses the
     records' constant)."""
     import ast
@@ -143,8 +143,7 @@ def _resolves(name: str) -> bool:
 
 
 def test_every_dotted_name_in_the_code_and_docs_is_a_real_module_or_attribute():
-    """REVIEW6 F8: eight docstrings named modules that had moved (hopbench.netem, hopbench.gpu,
-    ...). Every `hopbench.x[.y]` written in hopbench/, docs/ and benchmarks/ imports, but the
+    """Every `hopbench.x[.y]` written in hopbench/, docs/ and benchmarks/ imports, but the
     record schemas' names (results.DOCUMENTS) and file names."""
     from hopbench import results as R
 
