@@ -148,7 +148,7 @@ def run(
     warmup: Annotated[Optional[int], typer.Option(help="Warm-up cycles per payload (run, recorded, excluded; default 100, 10 with --stream).", rich_help_panel="Timing")] = None,
     verify: Annotated[bool, typer.Option(help="Server checks a CRC-32 of every request body (the bytes; spec's --verify-work is the target's forward).", rich_help_panel="Payload")] = False,
     gap_ms: Annotated[float, typer.Option(help="Think time between cycles in ms (a decode cycle leaves ~75-90 ms).", rich_help_panel="Timing")] = 0.0,
-    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block).", rich_help_panel="Connection")] = Poll.auto,
+    poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto (ucx busy-polls, tcp/zmq block; a --remote-drafter payload busy-polls on a client of 4+ CPUs).", rich_help_panel="Connection")] = Poll.auto,
     timeout: Annotated[float, typer.Option(help="Seconds any blocking call may wait.", rich_help_panel="Connection")] = TIMEOUT_S,
     out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).", rich_help_panel="Output")] = None,
     name: Annotated[str, typer.Option(help="Suffix of the result folder name.", rich_help_panel="Output")] = "run",

@@ -260,9 +260,10 @@ BUSY_DRAFTER_CPUS = 4
 def plan_poll(poll: str, drafter: bool) -> str:
     """The poll mode a client's data channel takes for a plan. `auto` busy-polls where a
     reply comes a drafter's forward later (milliseconds) and the client has BUSY_DRAFTER_CPUS
-    CPUs of its own: a receiver that blocks sleeps through the forward and wakes late, 0.08-0.11
-    ms of a 2.4 ms hop on an H200 against 0.02-0.03 ms busy-polling (docs/DRAFTER.md "The
-    ledger"); elsewhere the transport's own default (`auto`)."""
+    CPUs of its own: a receiver that blocks sleeps through the forward and wakes late. With
+    both ends busy-polling (`serve --poll busy` too) what the ledger leaves unexplained fell to
+    1.0-1.5% of a 2.9 ms hop on an H100, against 2.5-3.4% with either end blocking
+    (docs/DRAFTER.md "The leader hands on"); elsewhere the transport's own default (`auto`)."""
     if poll != "auto" or not drafter or len(os.sched_getaffinity(0)) < BUSY_DRAFTER_CPUS:
         return poll
     return "busy"
