@@ -49,10 +49,11 @@ class Server:
     """`hopbench serve --drafter` in a child process; ready once it has printed its listening
     and drafter lines (read line by line from its output, a blocking read)."""
 
-    def __init__(self, port: int, shape: str, window_us: float, max_batch: int, context: int | None = None) -> None:
+    def __init__(self, port: int, shape: str, window_us: float, max_batch: int, context: int | None = None,
+                 poll: str = "auto") -> None:
         ctx = ["--context", str(context)] if context is not None else []
         self.p = subprocess.Popen(hb("serve", "--bind", f"127.0.0.1:{port}", "--drafter", shape, "--max-sessions", "16",
-                                     "--batch-window-us", str(window_us), "--max-batch", str(max_batch), *ctx),
+                                     "--batch-window-us", str(window_us), "--max-batch", str(max_batch), "--poll", poll, *ctx),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen = []
         assert self.p.stdout is not None
@@ -238,6 +239,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--poll", default="auto", help="the hop step's client --poll, a list (e.g. auto,block): one run "
                     "each, on the same server (auto busy-polls a drafter plan where the client has 4 CPUs)")
+    ap.add_argument("--server-poll", default="auto", help="the served drafter's --poll (busy: its receive spins too)")
     ap.add_argument("--context", default=None, help="the served drafter's --context, a list (e.g. 4096,0): the hop "
                     "and clients steps run once per value")
     a = ap.parse_args()
@@ -251,7 +253,7 @@ def main() -> None:
             if context is not None:
                 print(f"== the served drafter with --context {context}", flush=True)
             here = doc if context is None else doc.setdefault("context", {}).setdefault(str(context), {})
-            server = Server(a.port, a.shape, a.window_us, 16, context)
+            server = Server(a.port, a.shape, a.window_us, 16, context, a.server_poll)
             try:
                 for poll in a.poll.split(",") if "hop" in steps else ():
                     step_hop(a.port, "1,3", root / f"c{context}", here, a.shape_file, poll)

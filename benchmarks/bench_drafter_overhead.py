@@ -50,7 +50,7 @@ def main() -> None:
 def steps(m: D.Model, body: bytearray, rows: int, k: int, repeats: int) -> None:
     """The staged call's steps apart, p50 us each."""
     torch = m.torch
-    g, inp, out, stage, back = m._graph((1, rows, m.shape.fc_in_features), k, staged=True)
+    g, inp, out, stage, back, *_ = m._graph((1, rows, m.shape.fc_in_features), k, staged=True)
     host, n = stage.numpy(), rows * m.shape.row_bytes
     start, end = m._events()
     t: dict[str, list[float]] = {x: [] for x in ("into pinned", "copy enqueue", "replay enqueue", "wait after", "outside")}

@@ -81,7 +81,7 @@ class SetupListener:
                  handshake: Callable[[socket.socket], Any]) -> None:
         from .tcp import TcpListener
 
-        self._options, self._who, self._handshake = options, who, handshake
+        self._who, self._handshake = who, handshake
         self._tcp = TcpListener(host, port, options)
         self.address = self._tcp.address
         self.info = {**info, "endpoint": "%s:%d" % self.address}

@@ -96,8 +96,8 @@ class Model(DraftForward):
                               "smaller shape, --context or --max-sessions, or run it on the drafter's GPU")
         self.graphs = graphs and self.device == "cuda"
         self._graphs: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
-        self._stages: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # run_bodies' pinned buffers
-        self._views: dict[int, tuple[Any, Any, Any]] = {}  # a stage's host view, its BF16 view, the ids'
+        #: run_bodies' pinned buffers (stage, ids back) and their views (host bytes, BF16 input, ids)
+        self._stages: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._ev: tuple[Any, ...] | None = None  # the timing events, made once (run_bodies)
         self._info: dict[str, Any] | None = None
         try:
@@ -187,8 +187,8 @@ class Model(DraftForward):
             staged = time.perf_counter_ns() - t0
             ids, ns = self.run(x, k)
             return ids, ns, staged, 0
-        g, inp, out, stage, back = self._graph((len(bodies), rows, self.shape.fc_in_features), k, staged=True)
-        host, src, ids = self._views[id(stage)]
+        g, inp, out, stage, back, host, src, ids = self._graph((len(bodies), rows, self.shape.fc_in_features), k,
+                                                               staged=True)
         n = rows * self.shape.row_bytes
         for j, b in enumerate(bodies):
             host[j * n:(j + 1) * n] = np.frombuffer(b, dtype=np.uint8)
@@ -222,7 +222,8 @@ class Model(DraftForward):
 
     def _graph(self, xs: tuple[int, ...], k: int, staged: bool = False) -> tuple[Any, ...]:
         """A captured forward per (batch, rows, K): (graph, static input, output), and with
-        `staged` its input cleaned inside the graph and its pinned host buffers (stage, ids)."""
+        `staged` its input cleaned inside the graph, its pinned host buffers (stage, ids) and
+        their views, made once (the stage's bytes, the stage as the input's BF16, the ids)."""
         torch, key = self.torch, (*xs, k, staged)
         found = self._capture(key, xs, torch.bfloat16 if staged else self.dtype,
                               lambda inp: self.forward(self._clean(inp) if staged else inp, k))
@@ -231,8 +232,8 @@ class Model(DraftForward):
         if key not in self._stages:  # made once, with the views run_bodies reads each cycle
             stage = torch.empty(found[1].numel() * 2, dtype=torch.uint8, pin_memory=True)
             back = torch.empty(found[2].shape, dtype=found[2].dtype, pin_memory=True)
-            self._stages[key] = (stage, back)
-            self._views[id(stage)] = (stage.numpy(), stage.view(torch.bfloat16).view(found[1].shape), back.numpy())
+            self._stages[key] = (stage, back, stage.numpy(), stage.view(torch.bfloat16).view(found[1].shape),
+                                 back.numpy())
         return (*found, *self._stages[key])
 
     def _tail(self, h: Any, k: int, every: bool) -> Any:
@@ -444,5 +445,5 @@ def sweep_rows(model: Model, rows: list[int], k: int, repeats: int, graphs: bool
     return out
 
 
-__all__ = ["BF16_BYTES", "DSPARK_GLM5", "DrafterUnavailable", "EAGLE3_LLAMA70B", "Model", "PRESETS", "DrafterShape", "TINY",
-           "parse_shape", "read_bandwidth", "shape_from_config", "sweep_rows", "weight_shapes"]
+__all__ = ["BF16_BYTES", "DSPARK_GLM5", "DrafterShape", "DrafterUnavailable", "EAGLE3_LLAMA70B", "Model", "PRESETS",
+           "TINY", "parse_shape", "read_bandwidth", "shape_from_config", "sweep_rows", "weight_shapes"]

@@ -68,16 +68,18 @@ class DrafterShape:
 #: hidden 6144, 5 decoder layers, 64 heads x 64 (MHA), FFN 12,288, fc [6144, 30720], a Markov
 #: head 2 x [154880, 256], lm_head [154880, 6144]: GLM-5.2's DSpark speculator as issue 50
 #: reports it from the study (docs/STUDY.md; 5.71 GB of BF16 read per step).
-DSPARK_GLM5 = DrafterShape("dspark-glm5", 6144, 5, 12288, 64, 64, 64, 154880, 5 * 6144, markov_rank=256, block_size=8,
-                    source="the remote-drafter study's DSpark speculator for GLM-5.2 (issue 50, docs/STUDY.md; "
-                           "block_size 8 as RedHatAI/GLM-5.2-speculator.dspark, pegainfer PR 553)")
+DSPARK_GLM5 = DrafterShape("dspark-glm5", 6144, 5, 12288, 64, 64, 64, 154880, 5 * 6144, markov_rank=256,
+                           block_size=8,
+                           source="the remote-drafter study's DSpark speculator for GLM-5.2 (issue 50, docs/STUDY.md; "
+                                  "block_size 8 as RedHatAI/GLM-5.2-speculator.dspark, pegainfer PR 553)")
 #: EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json): hidden 8192,
 #: one decoder layer over [embedding; hidden], 64 heads / 8 KV x 128, FFN 28,672, fc 3 x 8192,
 #: its reduced draft vocabulary of 32,000 (draft_vocab_size)
 EAGLE3_LLAMA70B = DrafterShape("eagle3-llama70b", 8192, 1, 28672, 64, 8, 128, 32000, 3 * 8192, needs_tokens=True,
-                        source="EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json)")
+                               source="EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json)")
 #: a tiny drafter for tests and CPU-only hosts (5 taps x 64)
-TINY = DrafterShape("tiny", 64, 2, 128, 4, 2, 16, 512, 5 * 64, markov_rank=8, block_size=8, source="hopbench's test shape")
+TINY = DrafterShape("tiny", 64, 2, 128, 4, 2, 16, 512, 5 * 64, markov_rank=8, block_size=8,
+                    source="hopbench's test shape")
 PRESETS = {s.name: s for s in (DSPARK_GLM5, EAGLE3_LLAMA70B, TINY)}
 
 REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -111,11 +113,11 @@ def shape_from_config(path: Path) -> DrafterShape:
     needs = cfg.get("needs_tokens", "eagle" in str(cfg.get("architectures", "")).lower())
     if not isinstance(needs, bool):
         raise ConfigError(f"{path}: 'needs_tokens' must be true or false, not {needs!r}")
-    shape = DrafterShape(path.parent.name or path.stem, h, num("num_hidden_layers", 0), num("intermediate_size", 0), heads,
-                  num("num_key_value_heads", heads), num("head_dim", h // heads),
-                  num("draft_vocab_size", num("vocab_size", 0)), num("fc_in_features", taps * h),
-                  markov_rank=num("markov_rank", 0), needs_tokens=needs, source=str(path),
-                  block_size=num("block_size", 0))
+    shape = DrafterShape(path.parent.name or path.stem, h, num("num_hidden_layers", 0), num("intermediate_size", 0),
+                         heads, num("num_key_value_heads", heads), num("head_dim", h // heads),
+                         num("draft_vocab_size", num("vocab_size", 0)), num("fc_in_features", taps * h),
+                         markov_rank=num("markov_rank", 0), needs_tokens=needs, source=str(path),
+                         block_size=num("block_size", 0))
     if shape.vocab_size < 1 or shape.num_key_value_heads < 1 or shape.head_dim < 1:
         raise ConfigError(f"{path}: vocab_size, num_key_value_heads and head_dim must be at least 1")
     if shape.num_attention_heads % shape.num_key_value_heads:

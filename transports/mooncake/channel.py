@@ -159,14 +159,15 @@ class MooncakeChannel:
     def _wait(self, ready: Any, what: str) -> None:
         """Poll the engine until ready(): busy (the Spinner) or sleeping between checks in
         select() on the liveness connection (block); Timeout, or PeerClosed when the peer is gone."""
-        poll, live = self._e.poll, self._live
+        poll, live, box = self._e.poll, self._live, self._box
         deadline = live.deadline()
         next_check = 0.0
         while True:
             poll()
             if ready():
                 return
-            live.closed(what)
+            if box.goodbye:  # an attribute read a poll; the call only when it says so
+                live.closed(what)
             if not self._busy:
                 live.check(deadline, what, self._delay)
             elif self._spin.spun():
