@@ -8,8 +8,10 @@ import threading
 import numpy as np
 import pytest
 
+from hopbench.core import protocol as P
 from hopbench.core import transport
 from hopbench.core.batcher import Batcher
+from hopbench.core.session import data_poll
 
 
 class _Model:
@@ -70,3 +72,13 @@ def test_a_leader_hands_the_lead_on_once_its_own_ask_is_answered():
 def test_a_drafter_plan_busy_polls_by_default_where_the_client_has_cpus(monkeypatch, cpus, poll, drafter, want):
     monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     assert transport.plan_poll(poll, drafter) == want
+
+
+@pytest.mark.parametrize("group, want", [(None, "busy"), (P.GroupPlan("g1", 8), "auto")])
+def test_the_server_spins_for_a_lone_targets_drafter_plan_not_for_a_groups(monkeypatch, group, want):
+    """A lone target's session spins on its receive (the ledger's wake-up taken out); the
+    sessions of a start group block, or their spinners would share one interpreter's lock."""
+    monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: set(range(8)))
+    plan = P.Plan("tcp", 3 * 320, 8, 2, 4, 30, 3, drafter=P.DrafterPlan(), group=group)
+    assert data_poll("auto", plan) == want
+    assert data_poll("block", plan) == "block"

@@ -41,7 +41,11 @@ class Batcher:
 
     def __init__(self, model: DraftModel, window_s: float = 0.0, max_batch: int = 8) -> None:
         self.model, self.window_s, self.max_batch = model, window_s, max(1, max_batch)
-        self.cv = threading.Condition()
+        lock = threading.Lock()
+        #: the leader waits on `arrived` (an ask queued), the others on `cv` (a batch answered,
+        #: the lead taken or free): an arrival wakes the leader alone, not every waiter (at M = 8
+        #: a batch's arrivals made 7 x 8 wake-ups, each a turn at the interpreter's lock)
+        self.cv, self.arrived = threading.Condition(lock), threading.Condition(lock)
         self.queue: list[Ask] = []
         self.running = False
         self.gpu = threading.Lock()  # one forward at a time on the device
@@ -54,16 +58,17 @@ class Batcher:
     def leave(self) -> None:
         with self.cv:
             self.active -= 1
-            self.cv.notify_all()
+            self.arrived.notify_all()  # a leader waiting for this session's rows waits no more
 
     def submit(self, body: Any, rows: int, k: int) -> Ask:
         ask = Ask(body, rows, k, time.perf_counter_ns())
         with self.cv:
             self.queue.append(ask)
-            self.cv.notify_all()
+            self.arrived.notify()
             while not ask.done:
                 if not self.running:
                     self.running = True
+                    self.cv.notify_all()  # the lead taken (a test waits for it)
                     break
                 self.cv.wait()
             if ask.done:
@@ -88,7 +93,7 @@ class Batcher:
                     deadline = time.monotonic() + self.window_s
                     want = max(1, min(self.max_batch, self.active))  # nobody else to wait for: no wait
                     while len(self.queue) < want and (left := deadline - time.monotonic()) > 0:
-                        self.cv.wait(left)
+                        self.arrived.wait(left)
                     first = self.queue[0]
                     batch = [a for a in self.queue if (a.rows, a.k) == (first.rows, first.k)][:self.max_batch]
                     self.queue = [a for a in self.queue if a not in batch]

@@ -27,10 +27,16 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core.kinds import serving_path
 from hopbench.core.serving import Ended, PlanContext, ServerConfig, ServingPath
-from hopbench.core.transport import Channel, TransportOptions, get_transport
+from hopbench.core.transport import Channel, TransportOptions, get_transport, plan_poll
 from hopbench.errors import ConfigError, HopbenchError, PeerError, ProtocolError
 from hopbench.version import __version__
 
+
+def data_poll(poll: str, plan: P.Plan) -> str:
+    """The poll mode of the server's data channel for a plan: a lone target's drafter plan
+    busy-polls where the host has the CPUs (core.transport.plan_poll); a start group's do not
+    (their sessions' spinners would take turns at one interpreter's lock)."""
+    return plan_poll(poll, plan.drafter is not None and plan.group is None)
 
 class State(enum.Enum):
     AWAIT_HELLO = "AWAIT_HELLO"
@@ -256,7 +262,8 @@ class ServerSession:
                                                                                    **(where or {})}}, self.bind)
             self._serve(path, self.chan, plan, ctx)
             return None
-        options = TransportOptions(timeout_s=self.config.idle_timeout_s, poll=self.config.poll,
+        options = TransportOptions(timeout_s=self.config.idle_timeout_s,
+                                   poll=data_poll(self.config.poll, plan),
                                    settings=ctx.settings(plan), share_cpu=ctx.share_cpu)
         try:
             listener = transport.listen(self.config.host, 0, options)

@@ -252,18 +252,20 @@ class Spinner:
         return s & self._check == 0
 
 
-#: the CPUs a client needs before `auto` busy-polls a drafter plan's replies (itself, the
+#: the CPUs a host needs before `auto` busy-polls a drafter plan's messages (the client, the
 #: server's session thread and its forward's launcher, on one host)
 BUSY_DRAFTER_CPUS = 4
 
 
 def plan_poll(poll: str, drafter: bool) -> str:
-    """The poll mode a client's data channel takes for a plan. `auto` busy-polls where a
-    reply comes a drafter's forward later (milliseconds) and the client has BUSY_DRAFTER_CPUS
-    CPUs of its own: a receiver that blocks sleeps through the forward and wakes late. With
-    both ends busy-polling (`serve --poll busy` too) what the ledger leaves unexplained fell to
-    1.0-1.5% of a 2.9 ms hop on an H100, against 2.5-3.4% with either end blocking
-    (docs/DRAFTER.md "The leader hands on"); elsewhere the transport's own default (`auto`)."""
+    """The poll mode a data channel takes for a plan, at either end. `auto` busy-polls where
+    the other end's message comes a drafter's forward away (milliseconds) and this host has
+    BUSY_DRAFTER_CPUS CPUs: a receiver that blocks sleeps through the forward and wakes late.
+    With both ends busy-polling what the ledger leaves unexplained fell to 1.0-1.5% of a
+    2.9 ms hop on an H100, against 2.5-3.4% with either end blocking (docs/DRAFTER.md "The
+    leader hands on"). The server passes `drafter` only for a lone target's plan (no start
+    group): a group's sessions share one interpreter, and their spinners would take turns at
+    its lock. Elsewhere the transport's own default (`auto`)."""
     if poll != "auto" or not drafter or len(os.sched_getaffinity(0)) < BUSY_DRAFTER_CPUS:
         return poll
     return "busy"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,8 @@ class Model(DraftForward):
         #: run_bodies' pinned buffers (stage, ids back) and their views (host bytes, BF16 input, ids)
         self._stages: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._ev: tuple[Any, ...] | None = None  # the timing events, made once (run_bodies)
+        #: the SDPA backend each captured graph runs (the fastest measured: fastest_attention)
+        self.attention: dict[tuple[Any, ...], str] = {}
         self._info: dict[str, Any] | None = None
         try:
             self.w = pack(load_weights(self, weights) if weights is not None else random_weights(self, seed),
@@ -267,9 +270,11 @@ class Model(DraftForward):
                     for _ in range(2):  # warm-up before capture, as torch's graph docs ask
                         fn(inp)
                 torch.cuda.current_stream().wait_stream(side)
+                backend = fastest_attention(torch, fn, inp)
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
+                with torch.nn.attention.sdpa_kernel([backend]), torch.cuda.graph(g):
                     out = fn(inp)
+                self.attention[key] = backend.name
             except RuntimeError as exc:
                 raise ConfigError(f"the {self.shape.name} drafter cannot run a batch of {xs[0]} x {xs[1]} rows on "
                                   f"this GPU: {str(exc).splitlines()[0][:200]}") from None
@@ -425,6 +430,34 @@ def _best_s(torch: Any, device: str, fn: Any, repeats: int) -> float:
     return best
 
 
+def fastest_attention(torch: Any, fn: Any, inp: Any, runs: int = 3) -> Any:
+    """The SDPA backend to capture fn under: the fastest of cuDNN's, FlashAttention's and
+    the memory-efficient one that run it (each timed over `runs` eager runs after a warm-up,
+    CUDA events), as an engine autotunes its attention kernel. cuDNN's, torch's first
+    choice on an H100, keeps a batch-1 decode's few query rows on few SMs (0.223 ms for 335
+    MB of context KV, 1.5 TB/s: docs/DRAFTER.md "Calibrated")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    best: tuple[float, Any] | None = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        try:
+            with sdpa_kernel([backend]), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a backend's "not used because ..." lines
+                fn(inp)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(runs):
+                    fn(inp)
+                end.record()
+                end.synchronize()
+        except RuntimeError:  # this backend cannot run these shapes (a mask, a head size)
+            continue
+        ms = start.elapsed_time(end)
+        if best is None or ms < best[0]:
+            best = (ms, backend)
+    return best[1] if best is not None else SDPBackend.MATH
+
+
 def sweep_rows(model: Model, rows: list[int], k: int, repeats: int, graphs: bool, targets: int = 1) -> list[dict[str, Any]]:
     """`hopbench drafter`: the forward's time at each row count (a batch of `targets`, each
     with its rows and context), `repeats` timed forwards after warm-up, with or without CUDA
@@ -439,7 +472,8 @@ def sweep_rows(model: Model, rows: list[int], k: int, repeats: int, graphs: bool
             for _ in range(3):
                 model.run(x, k)
             ns = np.array([model.run(x, k)[1] for _ in range(repeats)], dtype=np.int64)
-            out.append({"rows": n, "graphs": model.graphs, "forward_ns": ns})
+            out.append({"rows": n, "graphs": model.graphs, "forward_ns": ns,
+                        "attention": model.attention.get((targets, n, model.shape.fc_in_features, k, False), "")})
     finally:
         model.graphs = was
     return out

@@ -96,14 +96,16 @@ class DraftForward:
         b, t, hsz = hc.shape
         nh, nkv, hd = s.num_attention_heads, s.num_key_value_heads, s.head_dim
         h = w["mask_embedding"].expand(b, k + 1, hsz)
+        n = t + k + 1
         for i in range(s.num_hidden_layers):
             p = f"layers.{i}."
-            ln, qkv = w[p + "input_layernorm.weight"], w[p + "qkv_proj"]
-            kv_c = (self._norm(hc, ln) @ qkv[nh * hd:].T).view(b, t, 2 * nkv, hd).transpose(1, 2)
-            q, kb, vb = (self._norm(h, ln) @ qkv.T).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-            keys = torch.cat([kv_c[:, :nkv], kb.view(b, k + 1, nkv, hd).transpose(1, 2)], dim=2)
-            values = torch.cat([kv_c[:, nkv:], vb.view(b, k + 1, nkv, hd).transpose(1, 2)], dim=2)
-            a = self._attend(i, q.view(b, k + 1, nh, hd).transpose(1, 2), keys, values, causal=False)
+            # one QKV product over the rows and the block, so each layer's QKV weights are read
+            # once (the rows' queries are not wanted; at a few rows their compute is free)
+            x = self._norm(torch.cat([hc, h], dim=1), w[p + "input_layernorm.weight"]) @ w[p + "qkv_proj"].T
+            q = x[:, t:, :nh * hd].view(b, k + 1, nh, hd).transpose(1, 2)
+            keys = x[:, :, nh * hd:(nh + nkv) * hd].view(b, n, nkv, hd).transpose(1, 2)
+            values = x[:, :, (nh + nkv) * hd:].view(b, n, nkv, hd).transpose(1, 2)
+            a = self._attend(i, q, keys, values, causal=False)
             h = self._layer_rest(p, h, a.transpose(1, 2).reshape(b, k + 1, nh * hd))
         return self._norm(h[:, 1:], w["norm.weight"])
 

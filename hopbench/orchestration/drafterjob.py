@@ -81,7 +81,8 @@ def measure(job: DrafterJob, say: Callable[[str], None]) -> dict[str, Any]:
                     "ci_hi_ns": hi, "ci_level": level, "min_ns": int(ns.min()), "floor_ns": floor,
                     "floor_ratio": p50 / floor, "implied_gb_per_s": model.read_bytes(m, n) / p50})
         say(f"  [{i + 1}/{len(cells)}] {m} target{'s' if m > 1 else ''} x {n} rows{', graphed' if graphs else ''}: "
-            f"p50 {p50 / 1e6:.3f} ms ({p50 / floor:.2f} x floor)")
+            f"p50 {p50 / 1e6:.3f} ms ({p50 / floor:.2f} x floor)"
+            + (f", attention {r['attention'].lower()} (the fastest measured)" if r["attention"] else ""))
     return R.document("drafter", {"created_utc": R.utc_iso(), "drafter": info, "k": k, "rows": out})
 
 
