@@ -34,7 +34,12 @@ LOAD_SUMMARY = ["target", "clients", "offered_per_s", "cycles_per_s", "goodput_m
 
 #: streamed plans (docs/STREAM.md): per cycle the worst chunk's send lag, the accept count's,
 #: and the drafter's hold (its clock: the last chunk's arrival to the accept count's)
-STREAM_STAGE_COLUMNS = ["send_lag_ns", "end_lag_ns", "server_hold_ns"]
+#: a streamed payload from a real producer (`--target`, docs/STREAM.md "A real producer"): per
+#: cycle the last tap's ready time and its copy's landing on the device (ns from the forward's
+#: start; 0 where a full graph hides them), the last chunk's send done and the forward's end
+#: as the host saw them (ns from the cycle's start), and the forward's end on the device
+PRODUCER_STAGE_COLUMNS = ["tap_ready_ns", "tap_copied_ns", "taps_sent_ns", "forward_end_ns", "forward_seen_ns"]
+STREAM_STAGE_COLUMNS = ["send_lag_ns", "end_lag_ns", "server_hold_ns", *PRODUCER_STAGE_COLUMNS]
 
 
 #: plans served by the server's drafter model (docs/DRAFTER.md): per cycle its forward's own

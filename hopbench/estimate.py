@@ -121,6 +121,12 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def shifted(self, delta: float) -> "Estimate":
+        """The same estimate with a known constant added (a measured extraction cost)."""
+        return Estimate(self.value + delta, None if self.lo is None else self.lo + delta,
+                        None if self.hi is None else self.hi + delta, self.level, self.scope, self.method,
+                        self.n_repeats, self.n_samples)
+
     def scaled(self, factor: float) -> "Estimate":
         return Estimate(self.value * factor, None if self.lo is None else self.lo * factor,
                         None if self.hi is None else self.hi * factor, self.level, self.scope, self.method,

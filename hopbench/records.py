@@ -49,6 +49,9 @@ class Payload:
     #: target: one hidden-wide row per position)
     design: str = "taps"
     drafter: bool = False  # the rows run the server's drafter model (docs/DRAFTER.md)
+    #: streamed from a real producer (`--target gpu`: the target's forward on the client's
+    #: device, docs/STREAM.md "A real producer"), not from the forward's clock
+    produced: bool = False
 
 
 def codec_label(name: str, codec: str) -> str:
@@ -239,6 +242,11 @@ class StreamSpec:
     mode: str = "layers"
     #: what streaming costs in bytes (accepted_per_cycle, accepted_only, streamed)
     bytes_per_accepted_token: dict[str, float] | None = None
+    #: who produces the chunks: "clock" (the schedule above), or a real producer, "gpu" (or
+    #: "gpu:full", "gpu:eager"; "cpu": its stand-in), whose measured forward, taps and
+    #: extraction cost then set forward_ms, ready_ms and cost_ms (`producer`: what it measured)
+    target: str = "clock"
+    producer: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -250,7 +258,7 @@ class StreamSpec:
         return cls(int(d["chunks"]), int(d["chunk_bytes"]), tuple(d.get("taps") or ()), int(d.get("layers") or 0),
                    float(d["forward_ms"]), float(d.get("cost_ms") or 0.0), d.get("layer_times"),
                    tuple(float(r) for r in d.get("ready_ms") or ()), str(d.get("mode") or "layers"),
-                   d.get("bytes_per_accepted_token"))
+                   d.get("bytes_per_accepted_token"), str(d.get("target") or "clock"), d.get("producer"))
 
 
 @dataclass(frozen=True, order=True)

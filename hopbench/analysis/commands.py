@@ -11,7 +11,14 @@ from hopbench.analysis import compare as CMP
 from hopbench.analysis import fit as F
 from hopbench.analysis import verdict as V
 from hopbench.analysis.data import Reading, load_groups, recorded_shape
-from hopbench.analysis.hops import instrument_floors, placement_note, trend_warning, verdicts, verdicts_with_drafter
+from hopbench.analysis.hops import (
+    instrument_floors,
+    placement_note,
+    stream_cost,
+    trend_warning,
+    verdicts,
+    verdicts_with_drafter,
+)
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.estimate import pct
 from hopbench.records import MIN_GAIN, StreamSpec
@@ -133,6 +140,8 @@ def run_verdict(folder: Path | Reading | None, inputs: V.Inputs, operating_token
             show(f"note: this result is {top['status']}: the calls below come from what was measured so far (at most "
                  f"{n} repeat(s) per cell: the n column), not from the whole "
                  f"{'sweep' if top.get('kind') == 'sweep' or 'rungs' in top else 'run'}")
+    if folder is not None and (cost := stream_cost(folder)) is not None:
+        show(f"the streamed series' hop includes an extraction cost of {cost[0]:.3f} ms a forward, {cost[1]}")
     if folder is not None and (note := forward_note(load_groups(folder)[1], inputs)) is not None:
         show(note)
     show(V.format_table(vs, inputs, floors))

@@ -317,17 +317,19 @@ def _read_folder(folder: Path) -> Folder:
     return Folder(folder, kind, top, cells, left_out)
 
 
-def series_of(plan: dict[str, Any], design: Any = None) -> Series:
+def series_of(plan: dict[str, Any], design: Any = None, stream_from: Any = None) -> Series:
     """A plan's series, from the plan's own fields: its transport and codec, the payload
-    design (`design`: the payload entry's), streamed when the plan carries a stream, and the
-    size of its group of targets."""
+    design (`design`: the payload entry's), streamed when the plan carries a stream (from the
+    forward's clock, "layers", or from a real producer, "target": the entry's `stream_from`),
+    and the size of its group of targets."""
     group = plan.get("group")
     size = group.get("size") if isinstance(group, dict) else None
     drafter = plan.get("drafter")
     early = drafter.get("early", "off") if isinstance(drafter, dict) else None
     return Series(str(plan["transport"]), str(plan.get("codec") or "none"),
                   design if isinstance(design, str) and design else "taps",
-                  "layers" if isinstance(plan.get("stream"), dict) else "off", size if isinstance(size, int) else 1,
+                  ("target" if stream_from == "target" else "layers") if isinstance(plan.get("stream"), dict) else "off",
+                  size if isinstance(size, int) else 1,
                   "off" if early is None else ("model" if early == "off" else early))
 
 
@@ -346,7 +348,8 @@ def place_of(run: dict[str, Any], plan: dict[str, Any]) -> Place:
 def cell_of(run: dict[str, Any], p: dict[str, Any]) -> CellKey:
     """A recorded payload's identity, built once from its typed fields (never from a label)."""
     plan = p["plan"]
-    return CellKey(place_of(run, plan), series_of(plan, p.get("design")), str(p["payload"]), p.get("tokens"),
+    return CellKey(place_of(run, plan), series_of(plan, p.get("design"), p.get("stream_from")), str(p["payload"]),
+                   p.get("tokens"),
                    int(plan["request_bytes"]), int(plan["reply_bytes"]))
 
 

@@ -58,9 +58,35 @@ def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None)
         if g.tokens == operating_tokens and g.bypass:
             found.setdefault(g.cell, set()).update(g.bypass)
     record = agreement_record(folder)
-    return [V.with_agreement(V.not_network(V.verdict(cell.place, cell.series, est, inputs), found.get(cell, set())),
-                             record)
+    cost = stream_cost(folder)
+    extra = cost[0] if cost else 0.0  # a streamed series' forward is that much longer: its hop pays it
+    return [V.with_agreement(V.not_network(V.verdict(cell.place, cell.series,
+                                                     est.shifted(extra) if cell.series.streamed else est, inputs),
+                                           found.get(cell, set())), record)
             for cell, est in hop_rows(folder, operating_tokens, groups)]
+
+
+def stream_cost(folder: Path | Reading) -> tuple[float, str] | None:
+    """A streamed run's extraction cost (ms a forward, added to its streamed series' exposed
+    hop in the verdict) and where it came from: measured by the run's real producer (`run
+    --target`, with its interval) or given (`--stream-cost-ms`); None without a stream."""
+    from hopbench.errors import HopbenchError
+    from hopbench.records import StreamSpec
+    from hopbench.results import ResultFolder
+
+    try:
+        config = getattr(ResultFolder(Path(folder)).read_header(), "config", None) or {}
+    except (OSError, ValueError, HopbenchError):
+        return None
+    if not isinstance(config.get("stream"), dict):
+        return None
+    st = StreamSpec.from_dict(config["stream"])
+    x = (st.producer or {}).get("extraction")
+    if isinstance(x, dict):
+        return st.cost_ms, (f"measured by the run's {st.target} producer on {(st.producer or {}).get('device')} "
+                            f"({x['graphs']} graphs): {x['cost_ms']:+.3f} ms [{x['cost_lo_ms']:+.3f}, "
+                            f"{x['cost_hi_ms']:+.3f}], forward with taps - without")
+    return st.cost_ms, "given (--stream-cost-ms)" if st.cost_ms else "none given (0; `run --target gpu` measures it)"
 
 
 def agreement_record(folder: Path | Reading) -> dict[str, Any] | None:

@@ -129,7 +129,7 @@ def run_request(p: dict[str, Any]) -> Any:
         floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
         loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
         arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
-        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], design=p["payload"],
+        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], target=p["target"], design=p["payload"],
         remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
         agreement_from=p["agreement_from"])
 
@@ -180,6 +180,7 @@ def run(
     forward_ms: Annotated[Optional[float], typer.Option(help="The verify forward's length in ms (default the shape's cycle - t_draft: 73.46).", rich_help_panel="Stream")] = None,
     layer_times: Annotated[Optional[Path], typer.Option(help="A per-layer profile: each layer's end time in ms within the forward, one per line (CSV first column).", rich_help_panel="Stream")] = None,
     stream_cost_ms: Annotated[float, typer.Option(help="The extraction cost per streamed forward in ms (per-layer hooks, piecewise CUDA graphs: 0.5-1.6 ms measured, docs/STREAM.md); the accept count goes that much later.", rich_help_panel="Stream")] = 0.0,
+    target: Annotated[str, typer.Option(help="Who produces the streamed chunks: clock (the forward's schedule), or gpu[:piecewise|full|eager]: a target-shaped layer stack on this host's GPU runs each verify forward, sized to --forward-ms, and each tap's rows are sent as they land; its extraction cost is measured, not given (docs/STREAM.md \"A real producer\"). cpu: the same stack on the CPU (its stand-in).", rich_help_panel="Stream")] = "clock",
     remote_drafter: Annotated[bool, typer.Option(help="Each token payload also runs the server's drafter model (`serve --drafter SHAPE`): the hop with its forward in it, its draft_ns per cycle, beside the hop without it (docs/DRAFTER.md).", rich_help_panel="Drafter")] = False,
     early: Annotated[str, typer.Option(help="Streamed to the drafter: what of its forward starts on the taps that have landed: off, fc (each tap's slice of fc as it lands), all (the whole forward for every candidate row once the last tap is in; drafters conditioned on the states alone).", rich_help_panel="Drafter")] = "off",
 ):

@@ -27,9 +27,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hopbench.columns import PRODUCER_STAGE_COLUMNS
 from hopbench.core import protocol as P
-from hopbench.core.inputs import HiddenSource, Schedule
-from hopbench.core.timing import LoopHooks, LoopPolicy, Pacing, Progress, StreamHooks, run_cycles, streamed_cycles
+from hopbench.core.inputs import HiddenSource, Producer, Schedule
+from hopbench.core.timing import (
+    LoopHooks,
+    LoopPolicy,
+    Pacing,
+    Progress,
+    StreamHooks,
+    produced_cycles,
+    run_cycles,
+    streamed_cycles,
+)
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import ConfigError, ProtocolError
 
@@ -480,7 +490,7 @@ class StreamedRoundTrip(ClientPath):
     name = "streamed round trip"
 
     def __init__(self, sched: Schedule) -> None:
-        self.sched = sched  # hopbench.workload.stream.Schedule
+        self.sched = sched  # hopbench.workload.stream.Schedule, or a Producer (--target gpu)
         self.pending = 0  # the size of the next message the server expects (an abort is cut to it)
         self.body: _RawBody  # how the chunks and the reply live (prepare chooses it)
 
@@ -501,8 +511,11 @@ class StreamedRoundTrip(ClientPath):
         plan, chan, m = run.plan, data.channel, run.m
         assert plan.stream is not None
         chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
-        if len(self.sched.ready_ns) != chunks:
-            raise ConfigError(f"the schedule has {len(self.sched.ready_ns)} chunks, the plan {chunks}")
+        if isinstance(self.sched, Producer):  # a real producer (--target gpu): its taps, not a clock
+            return self._produced(data, run, self.sched)
+        sched = self.sched
+        if len(sched.ready_ns) != chunks:
+            raise ConfigError(f"the schedule has {len(sched.ready_ns)} chunks, the plan {chunks}")
         end = chan.alloc(P.STREAM_END_BYTES)
         out = self.body.chunks(chan, run, size)
         receive, settle = self.body.reply(chan, run)
@@ -522,8 +535,46 @@ class StreamedRoundTrip(ClientPath):
 
         hooks = StreamHooks(out.ready, out.go, send_end, receive, settle, self.ids(run).checker(self.reply_host),
                             pending)
-        return streamed_cycles(hooks, self.sched.ready_ns, self.sched.end_ns, size, samples, (lag, end_lag),
+        return streamed_cycles(hooks, sched.ready_ns, sched.end_ns, size, samples, (lag, end_lag),
                                run.clock, run.progress, run.gap_s)
+
+    def _produced(self, data: DataPath, run: PlanRun, producer: Producer) -> int:
+        """The streamed cycles with a real producer: each chunk is its tap's rows as they
+        landed in host memory (the running counter stamped over the first 8 bytes), sent at
+        once; the end message when the host sees the forward end."""
+        plan, chan, m = run.plan, data.channel, run.m
+        assert plan.stream is not None
+        chunks, size = plan.stream.chunks, plan.stream.chunk_bytes
+        if type(self.body) is not _RawBody:
+            raise ConfigError("--target gpu streams the producer's rows from host memory, raw: not with --codec or "
+                              "--memory cuda")
+        end = chan.alloc(P.STREAM_END_BYTES)
+        receive, settle = self.body.reply(chan, run)
+        self.reply_host = self.body.reply_host
+        stages = {name: np.zeros(plan.total, dtype=np.int64) for name in PRODUCER_STAGE_COLUMNS}
+        m.stages.update(stages)
+        run.loop_info["loop"] = "python (a streamed plan: its sends follow the target's forward on the device)"
+        got: list[Any] = [None]
+
+        def ready(i: int, j: int, counter: int) -> None:
+            buf = got[0] = producer.tap(j)
+            if len(buf) != size:
+                raise ConfigError(f"the producer's tap is {len(buf):,} B, the plan's chunks {size:,} B")
+            P.SEQ.pack_into(buf, 0, counter)
+
+        def send_end(i: int) -> None:
+            P.STREAM_END.pack_into(end, 0, i, 0, 0)
+            self.pending = P.STREAM_END_BYTES
+            chan.send(end)
+
+        def pending(n: int) -> None:
+            self.pending = n
+
+        hooks = StreamHooks(ready, lambda i, j: chan.send(got[0]), send_end, receive, settle,
+                            self.ids(run).checker(self.reply_host), pending)
+        return produced_cycles(hooks, producer, chunks, size, m.samples_ns[:plan.total], stages, run.clock,
+                               run.progress, run.gap_s)
+
 
 __all__ = ["ClientPath", "CodecRoundTrip", "DataPath", "GpuDirect", "GpuStaged", "HostRoundTrip", "PlanRun",
            "StreamedRoundTrip",

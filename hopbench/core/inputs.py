@@ -5,7 +5,8 @@ these signatures (vLLM's proposer takes typed, shaped tensors the same way; SGLa
 BaseSpecWorker declares its draft worker's methods).
 
 - a streamed plan's **Schedule**: each aux tap's ready time and the forward's end, ns from
-  the forward's start (hopbench.workload.stream.Schedule);
+  the forward's start (hopbench.workload.stream.Schedule), or its **Producer**: a real
+  forward whose taps land as they are computed (hopbench.models.target.TargetForward);
 - a codec plan's **HiddenSource**: the hidden states its request bodies are windows of
   (hopbench.workload.hidden.Source);
 - the server's **DraftModel**: run the waiting sessions' rows as one forward and give the
@@ -14,7 +15,7 @@ BaseSpecWorker declares its draft worker's methods).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +28,24 @@ class Schedule(Protocol):
 
     @property
     def end_ns(self) -> int: ...  # when the accept count goes: the forward's end (plus any extraction cost)
+
+
+@runtime_checkable
+class Producer(Protocol):
+    """A streamed cycle's real producer (hopbench.models.target.TargetForward): the verify
+    forward runs on the client's device and each aux tap's rows land in host memory as they
+    are computed. `start` begins a cycle's forward; `tap(j)` waits until tap j's rows have
+    landed and returns them (writable bytes, the chunk); `end` waits for the forward's end;
+    `times` gives the last cycle's device times, ns from the forward's start: each tap ready,
+    each copy landed (empty where a graph hides them), the forward's end."""
+
+    def start(self) -> None: ...
+
+    def tap(self, j: int) -> Any: ...
+
+    def end(self) -> None: ...
+
+    def times(self) -> tuple[list[int], list[int], int]: ...
 
 
 class HiddenSource(Protocol):

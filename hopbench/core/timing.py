@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hopbench.core import native
+from hopbench.core.inputs import Producer
 from hopbench.core.protocol import SEQ, ReplyIds
 from hopbench.core.transport import Channel
 
@@ -240,6 +241,46 @@ def streamed_cycles(hooks: StreamHooks, ready_ns: Any, end_ns: int, chunk_bytes:
             hooks.pending(0)
             hooks.receive(i)
             samples[i] = clock() - t0 - end_ns
+            hooks.settle()
+            hooks.check(i)
+            i += 1
+            if gap_s:
+                time.sleep(gap_s)  # think time between cycles (--gap-ms), not synchronisation
+    finally:
+        progress.done = i
+    return i
+
+
+def produced_cycles(hooks: StreamHooks, producer: Producer, chunks: int, chunk_bytes: int, samples: np.ndarray,
+                    stages: dict[str, np.ndarray], clock: Callable[[], int], progress: Progress,
+                    gap_s: float = 0.0) -> int:
+    """The streamed client loop with a real producer (`--target gpu`): per cycle t0, the
+    forward started, each tap's chunk sent as soon as its rows have landed (`hooks.ready`
+    waits for them), the end message as soon as the host sees the forward end, the reply;
+    the sample is the exposed hop, reply time - that end. Per cycle in `stages` (ns): the
+    last chunk's send done and the forward's end as the host saw them (from t0), and the
+    device's own: the last tap ready, its copy landed, the forward's end (from its start)."""
+    sent, seen = stages["taps_sent_ns"], stages["forward_seen_ns"]
+    ready, copied, ended = stages["tap_ready_ns"], stages["tap_copied_ns"], stages["forward_end_ns"]
+    i = 0
+    try:
+        while i < len(samples):
+            t0 = clock()
+            producer.start()
+            for j in range(chunks):
+                hooks.pending(chunk_bytes)
+                hooks.ready(i, j, i * chunks + j)
+                hooks.go(i, j)
+            sent[i] = clock() - t0
+            producer.end()
+            t_end = clock()
+            seen[i] = t_end - t0
+            hooks.end(i)
+            hooks.pending(0)
+            hooks.receive(i)
+            samples[i] = clock() - t_end
+            r, c, ended[i] = producer.times()
+            ready[i], copied[i] = (r[-1] if r else 0), (c[-1] if c else 0)
             hooks.settle()
             hooks.check(i)
             i += 1

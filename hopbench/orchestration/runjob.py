@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from hopbench import results as R
 from hopbench.config import parse_int_list
-from hopbench.core import protocol as P
 from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import DRIFT_MIN_REL, DRIFT_P, pct
@@ -29,7 +28,6 @@ from hopbench.records import (
     codec_label,
     design_label,
     draft_label,
-    stream_label,
 )
 from hopbench.shape import DTYPE_BYTES, ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
 
@@ -77,6 +75,7 @@ class RunRequest:
     forward_ms: float | None = None  # the verify forward's length (default the shape's cycle - t_draft)
     layer_times: Path | None = None  # a per-layer profile: each layer's end (ms) within the forward
     stream_cost_ms: float = 0.0  # the extraction cost per streamed forward
+    target: str = "clock"  # the chunks' producer: the clock, or a forward on this host's GPU (gpu[:GRAPHS]; cpu)
     design: str = "taps"  # the payload design (--payload): taps (5 aux layers per position) or projected (one row)
     remote_drafter: bool = False  # each token payload also runs the server's drafter model (docs/DRAFTER.md)
     early: str = "off"  # streamed to the drafter: what of its forward starts on the landed taps
@@ -137,19 +136,9 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     cycles = req.cycles if req.cycles is not None else (100 if stream else 1000)
     warmup = req.warmup if req.warmup is not None else (10 if stream else 100)
     if stream is not None:
-        sent = stream.chunks * stream.chunk_bytes  # the bytes of T = K + 1, sent after the forward or during it
-        loads = [Payload("B64", None, 64, k * sh.id_bytes),  # the link's small round trip, for the model
-                 Payload(f"T{k + 1}", k + 1, sent, k * sh.id_bytes),  # the synchronous hop, the same session
-                 Payload(design_label(f"T{k + 1}", PROJECTED), k + 1, (k + 1) * row, k * sh.id_bytes,
-                         design=PROJECTED),  # the other lever: fc on the target, one row per position
-                 Payload(stream_label(f"T{k + 1}", "layers"), k + 1, sent, k * sh.id_bytes, stream=True),
-                 # the same schedule with chunks that carry nothing: the model's fixed part (docs/STREAM.md)
-                 Payload(stream_label(f"B{stream.chunks * EMPTY_CHUNK}", "layers"), None,
-                         stream.chunks * EMPTY_CHUNK, k * sh.id_bytes, stream=True)]
-        for c in [c for c in codecs if c != "none"]:  # under a codec: both hops, each chunk encoded on its own
-            loads += [Payload(codec_label(f"T{k + 1}", c), k + 1, sent, k * sh.id_bytes, codec=c),
-                      Payload(stream_label(codec_label(f"T{k + 1}", c), "layers"), k + 1, sent, k * sh.id_bytes,
-                              codec=c, stream=True)]
+        from hopbench.orchestration.streamed import stream_payloads
+
+        loads = stream_payloads(stream, k, row, sh.id_bytes, codecs)
     cfg = RunConfig(transport=req.transport, k=k, id_bytes=sh.id_bytes, cycles=cycles, warmup=warmup,
                     verify=req.verify, gap_ms=req.gap_ms, duration_s=req.time_s, poll=req.poll,
                     timeout_s=req.timeout_s, loop=req.loop, client_memory=req.memory[0],
@@ -192,14 +181,12 @@ def _with_drafter(loads: list[Payload], req: RunRequest) -> list[Payload]:
     return out
 
 
-#: the empty-chunk hop's chunk: the least a streamed plan's chunk may be (the end message's size)
-EMPTY_CHUNK = P.STREAM_END_BYTES
-
-
 def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     """--stream layers: each aux layer's K + 1 rows as a chunk, sent when its layer ends within
     the verify forward (hopbench.workload.stream), checked before connecting; None without it."""
     if req.stream == "off":
+        if req.target != "clock":
+            raise ConfigError(f"--target {req.target} produces the streamed chunks: it needs --stream layers")
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
@@ -217,6 +204,10 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     forward = req.forward_ms if req.forward_ms is not None else scfg.cycle_ms - scfg.t_draft_ms
     rec = ST.record(sh.aux_layers, sh.hidden * DTYPE_BYTES[sh.dtype], k, forward, req.layers, req.layer_times,
                     req.stream_cost_ms)
+    if req.target != "clock":
+        from hopbench.orchestration.streamed import check_target
+
+        rec = dataclasses.replace(rec, target=check_target(req, sh.dtype))
     # what streaming costs in bytes: K + 1 rows of every aux layer each cycle, where the hop after
     # the forward sends only the accepted tokens' (T-bar a cycle: the shape's tok/s x cycle)
     accepted = scfg.tok_s * scfg.cycle_ms / 1000.0
@@ -355,6 +346,8 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     if req.clients > 1:
         return _run_clients(req, console, loads, cfg, make_folder, made, progress is not None, carried)
     extra: dict[str, Any] = {"doctor": pre.to_dict(), **carried}
+    from hopbench.orchestration.streamed import stream_model
+
     model = stream_model(cfg, console) if cfg.stream else None
     if model is not None:
         extra["stream_model"] = model.to_dict()
@@ -367,15 +360,27 @@ def run(req: RunRequest, console: RunConsole) -> Path:
     with naming_what_was_kept(made):
         w = run_session(req.host, req.port, loads, cfg, folder=make_folder, secret=req.secret,
                         identity=RunIdentity(extra=extra), floor=req.floor, source=source,
-                        hooks=SessionHooks(on_payload, console.warn, progress))
+                        hooks=SessionHooks(on_payload, console.warn, progress, console.say))
+    _after(cfg, w.header, model, rows, loads, console)
+    console.end(made[0], req.transport, w.header.get("floor"))
+    return made[0]
+
+
+def _after(cfg: RunConfig, header: dict[str, Any], model: Any, rows: list[dict[str, Any]], loads: list[Payload],
+           console: RunConsole) -> None:
+    """What a run says after its table: the streamed hop against its model (and its real
+    producer's against the clock's), the wire's share, the drafter's ledger."""
+    from hopbench.orchestration.streamed import producer_lines, stream_lines
+
     if cfg.stream:
+        if cfg.stream.target != "clock":  # the stream record as the producer measured it
+            cfg = RunConfig.from_dict(header["config"])
+            producer_lines(cfg, rows, loads, console.say)
         stream_lines(cfg, model, rows, loads, console)
     elif cfg.rate_mbit:
         wire_lines(cfg.rate_mbit, rows, console)
     if cfg.drafter:
-        drafter_lines(DrafterInfo.from_env(w.header.get("server_env")), rows, console)
-    console.end(made[0], req.transport, w.header.get("floor"))
-    return made[0]
+        drafter_lines(DrafterInfo.from_env(header.get("server_env")), rows, console)
 
 
 def _agreement(req: RunRequest, loads: list[Payload], console: RunConsole) -> dict[str, Any]:
@@ -476,87 +481,6 @@ def scheduled_s(loads: list[Payload], cfg: RunConfig) -> float:
             cycle_s = max(cycle_s, 1.0 / cfg.mps)
         total += per * cycle_s
     return total
-
-
-def stream_model(cfg: RunConfig, console: RunConsole) -> Any:
-    """The streamed hop's model on the link's nominal rate (--rate), before measuring: its
-    tail, the link's idle share of the forward, the least rate that hides every chunk; a
-    warning when the chunks cannot all cross before the accept count. None without --rate."""
-    from hopbench.workload import stream as ST
-
-    assert cfg.stream is not None
-    if not cfg.rate_mbit:
-        console.say("note: give the link's rate (--rate MBIT) to check the streamed hop against its model")
-        return None
-    m = ST.model(ST.from_record(cfg.stream), cfg.stream.chunk_bytes, cfg.rate_mbit)
-    if m.tail_ms > 0:
-        console.warn(f"at {cfg.rate_mbit:g} Mbit/s the chunks cannot all cross before the accept count: the model "
-                     f"exposes a tail of {m.tail_ms:.2f} ms (the least rate that hides them: {m.hiding_rate_mbit:.1f} "
-                     "Mbit/s)")
-    return m
-
-
-def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: list[Payload],
-                 console: RunConsole) -> None:
-    """After a streamed run: the exposed hop beside the model's (a warning when they disagree by
-    more than 5% and 0.2 ms), the bytes it costs per cycle, and what the schedule assumed."""
-    from hopbench.workload import stream as ST
-
-    assert cfg.stream is not None
-    by = {r["payload"]: r for r in rows if r.get("n")}
-
-    def row(kind: Callable[[Payload], bool]) -> dict[str, Any] | None:
-        return next((by[p.label] for p in loads if kind(p) and p.label in by), None)
-
-    small = row(lambda p: p.tokens is None and not p.stream)
-    empty = row(lambda p: p.tokens is None and p.stream)
-    sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps" and p.codec == "none")
-    streamed = row(lambda p: p.tokens is not None and p.stream and p.codec == "none")
-    st = cfg.stream
-    cost = f", extraction cost {st.cost_ms:g} ms" if st.cost_ms else ""
-    console.say(f"streamed: {st.chunks} chunks of {st.chunk_bytes:,} B (K + 1 = {cfg.k + 1} rows of each aux "
-                f"layer {list(st.taps)}) at {', '.join(f'{r:.2f}' for r in st.ready_ms)} ms of a {st.forward_ms:g} ms "
-                f"forward ({st.layers} layers{', profile ' + str(st.layer_times) if st.layer_times else ''}"
-                f"{cost}); "
-                f"the accept count at its end")
-    per = st.bytes_per_accepted_token
-    if per:
-        console.say(f"bytes per accepted token: streamed {per['streamed']:,.0f} B (K + 1 rows of every aux layer a "
-                    f"cycle, {per['accepted_per_cycle']:.2f} tokens accepted a cycle), against "
-                    f"{per['accepted_only']:,} B when only the accepted tokens cross after the forward "
-                    f"({per['streamed'] / per['accepted_only']:.2f}x)")
-    if streamed is None:
-        return
-    late = max((r.get("end_lag_p50_ns") or 0) for r in rows if r.get("end_lag_p50_ns") is not None) \
-        if any(r.get("end_lag_p50_ns") is not None for r in rows) else 0
-    if late > max(0.1 * st.forward_ms * 1e6, 20_000):  # the schedule was not kept (measured, not guessed)
-        console.warn(f"the schedule could not be kept: the accept count went a median {late / 1e6:.3f} ms late on a "
-                     f"{st.forward_ms:g} ms forward (its chunks could not all be sent in time on this host), so the "
-                     "exposed hop is not what a real forward of that length would expose")
-    exposed = streamed["p50_ns"] / 1e6
-    versus = (f" against the synchronous hop of the same bytes after the forward, {_p50_ms(sync)} "
-              f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
-    console.say(f"exposed hop (ids back - the forward's end): p50 {_p50_ms(streamed)}{versus}")
-    base = empty or small
-    if model is None or base is None:
-        return
-    want = model.expected_exposed_ms(base["p50_ns"] / 1e6)
-    what = ("the empty-chunk hop (16-byte chunks on the same schedule)" if empty is not None
-            else "one small round trip")
-    console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + {what} {_p50_ms(base)} "
-                f"= {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the forward; the least rate that "
-                f"hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")
-    if ST.disagrees(exposed, want):
-        console.warn(f"the exposed hop {exposed:.3f} ms and the model's {want:.3f} ms disagree by more than 5% and "
-                     "0.2 ms: the link is not the rate given, or the sends ran late (send_lag_ns in samples.csv)")
-
-
-def _p50_ms(row: dict[str, Any]) -> str:
-    """A payload's p50 in ms as printed: its within-run interval with the level it achieves,
-    and its n."""
-    ci = (f" [{row['p50_ci_lo_ns'] / 1e6:.3f}-{row['p50_ci_hi_ns'] / 1e6:.3f}, within-run "
-          f"{pct(row['p50_ci_level'])}]") if row.get("p50_ci_level") else ""
-    return f"{row['p50_ns'] / 1e6:.3f} ms{ci} over {row['n']} cycles"
 
 
 def _run_clients(req: RunRequest, console: RunConsole, loads: list[Payload], cfg: RunConfig,

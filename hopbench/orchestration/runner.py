@@ -200,6 +200,7 @@ class RunWriter:
                               **({"gpu": m.gpu_info} if m.gpu_info else {}),
                               **({"codec": m.codec_info} if m.codec_info else {}),
                               **({"design": payload.design} if payload.design != "taps" else {}),
+                              **({"stream_from": "target"} if payload.produced else {}),
                               **({"drafter": drafter.to_dict()} if drafter and "draft_ns" in m.stages else {}),
                               **({"hdr": hdr} if hdr else {}),
                               **({"duration_probe": probe} if probe else {})})
@@ -310,6 +311,16 @@ class SessionHooks:
     on_payload: Callable[[dict], None] | None = None
     on_warning: Callable[[str], None] | None = None
     on_progress: ProgressReport | None = None
+    on_note: Callable[[str], None] | None = None  # what the run does before it measures (--target's build)
+
+
+@dataclass
+class RunInputs:
+    """What a session's payloads are made from, besides their plans: a codec's hidden states
+    (hopbench.workload.hidden.Source) and a real producer of the streamed chunks (--target)."""
+
+    source: Any = None
+    producer: Any = None
 
 
 def run_session(
@@ -331,12 +342,17 @@ def run_session(
         from hopbench.workload.hidden import source_for
 
         source = source_for(cfg.payload_from, len(cfg.taps), cfg.hidden)
+    producer = None
+    if cfg.stream is not None and cfg.stream.target != "clock":  # built and measured before connecting
+        from hopbench.orchestration.streamed import build
+
+        producer, cfg = build(cfg, hooks.on_note or (lambda line: None))
     client_env = envmod.collect(peer_host=host)
     with Session(host, port, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s, poll=cfg.poll,
                  transport_settings=cfg.transport_settings, client_env=client_env, secret=secret,
                  loop=cfg.loop) as session:
-        return _measure_payloads(session, f"{host}:{port}", payloads, cfg, folder, client_env, source, identity,
-                                 hooks, floor)
+        return _measure_payloads(session, f"{host}:{port}", payloads, cfg, folder, client_env,
+                                 RunInputs(source, producer), identity, hooks, floor)
 
 
 def check_drafter(info: DrafterInfo | None, cfg: RunConfig) -> None:
@@ -372,11 +388,27 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
                   drafter=P.DrafterPlan(cfg.early) if cfg.drafter and p.drafter else None)
 
 
+def _stream_schedule(cfg: RunConfig, folder: Path) -> Any:
+    """The forward's timeline every clock-driven streamed cycle follows (hopbench.workload.stream),
+    None without a stream; a real producer's profile written beside the results, for
+    --layer-times on a host without its GPU."""
+    if cfg.stream is None:
+        return None
+    from hopbench.workload.stream import from_record
+
+    if cfg.stream.producer:
+        from hopbench.orchestration.streamed import write_layer_times
+
+        write_layer_times(folder, cfg.stream.producer)
+    return from_record(cfg.stream)
+
+
 def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg: RunConfig, folder: Any,
-                      client_env: dict[str, Any], source: Any, identity: RunIdentity, hooks: SessionHooks,
+                      client_env: dict[str, Any], inputs: RunInputs, identity: RunIdentity, hooks: SessionHooks,
                       floor: bool) -> "RunWriter":
     """run_session's measuring, over its open session: each payload's plan, written as it ends."""
     group, target = identity.group, identity.target
+    source = inputs.source
 
     def plan_for(p: Payload, cycles: int | None = None) -> P.Plan:
         return _plan_for(cfg, p, group, cycles)
@@ -384,12 +416,8 @@ def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg:
     check_caps(session.server_hello.get("caps"), [(p.label, plan_for(p)) for p in payloads])
     if cfg.drafter:
         check_drafter(session.drafter, cfg)
-    stream_schedule = None
-    if cfg.stream:  # the forward's timeline every streamed cycle follows (hopbench.workload.stream)
-        from hopbench.workload.stream import from_record
-
-        stream_schedule = from_record(cfg.stream)
     folder = folder() if callable(folder) else folder
+    stream_schedule = _stream_schedule(cfg, folder)
     header = R.RunReport(peer=peer, config=cfg.to_dict(), client_env=client_env,
                          server_env=session.server_env, server_software=session.server_hello.get("software"),
                          server_caps=session.server_hello.get("caps"), extra=identity.extra or {}).to_dict()
@@ -408,7 +436,8 @@ def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg:
             try:
                 with reporting_progress(session, p.label, plan.total, hooks.on_progress):
                     m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
-                                        stream=stream_schedule if p.stream else None)
+                                        stream=(inputs.producer if p.produced else stream_schedule)
+                                        if p.stream else None)
             except BaseException:
                 if session.measured is not None:  # what this plan measured before it stopped
                     writer.add(session.measured, p, probe)
