@@ -160,7 +160,7 @@ def _named(real: dict[str, Any], clock: dict[str, Any]) -> str:
     """What the real producer's exposed hop has that the clock's has not, from its stages."""
     seen = real.get("forward_seen_p50_ns")
     end = real.get("forward_end_p50_ns")
-    late = f"; the host saw the forward end {(seen - end) / 1e6:+.3f} ms after the device's clock had it" \
+    late = f"; the host saw the forward end {(seen - end) / 1e6:+.3f} ms after its length on the device (launch, wake-up)" \
         if seen and end else ""
     return f": more than 10% apart{late} (samples.csv: tap_ready_ns, tap_copied_ns, taps_sent_ns, forward_seen_ns)"
 
