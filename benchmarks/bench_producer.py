@@ -72,8 +72,8 @@ def hop(mode: str, forward_ms: float, cycles: int, root: Path) -> str:
 
         port = ready_port(srv)
         target = "gpu" if mode == "piecewise" else f"gpu:{mode}"
-        r = subprocess.run([*hb, "run", "--peer", f"127.0.0.1:{port}", "--stream", "layers", "--target", target,
-                            "--forward-ms", f"{forward_ms:g}", "--cycles", str(cycles), "--warmup", "5", "--no-floor",
+        r = subprocess.run([*hb, "run", "--peer", f"127.0.0.1:{port}", "--stream", f"layers,forward={forward_ms:g}",
+                            "--target", target, "--cycles", str(cycles), "--warmup", "5", "--no-floor",
                             "--out", str(root / mode)], capture_output=True, text=True, timeout=900)
     finally:
         srv.terminate()

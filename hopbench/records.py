@@ -194,11 +194,14 @@ class RunConfig:
         opt("--mps", self.mps)
         opt("--arrivals", self.arrivals if self.mps else None, "fixed")
         opt("--payload", self.design, TAPS)
-        if self.stream:
-            a.extend(["--stream", "layers", "--layers", str(self.stream.layers), "--forward-ms",
-                      spelled(float(self.stream.forward_ms))])
-            opt("--stream-cost-ms", float(self.stream.cost_ms), 0.0)
-            opt("--layer-times", self.stream.layer_times)
+        if self.stream:  # --stream's one spec (hopbench.workload.stream.parse_args reads it back)
+            st = self.stream
+            produced = st.target != "clock" and st.producer is not None  # its forward asked; cost and times measured
+            forward = float((st.producer or {}).get("forward_ms_asked", st.forward_ms)) if produced else st.forward_ms
+            a.extend(["--stream", f"layers:{st.layers},forward={spelled(forward)}"
+                      + (f",cost={spelled(float(st.cost_ms))}" if st.cost_ms and not produced else "")
+                      + (f",times={st.layer_times}" if st.layer_times else "")])
+            opt("--target", st.target, "clock")
         if self.drafter:
             a.append("--remote-drafter")
             opt("--early", self.early, "off")

@@ -162,7 +162,8 @@ def test_new_results_carry_their_id(tmp_path):
     ["--tokens", "3", "--clients", "4", "--mps", "500", "--arrivals", "poisson", "--cpu", "0-1"],
     ["--tokens", "3", "--time", "2.5", "--transport", "zmq", "--opt", "copy_threshold=65536"],
     ["--tokens", "1,3", "--payload", "projected"],
-    ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2", "--rate", "1000"],
+    ["--stream", "layers:80,forward=40,cost=1.2", "--rate", "1000"],
+    ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2"],  # the old spelling
     # every plan kind (issue 49): GPU staged and direct, codec, streamed under a codec, the drafter
     # kinds (the streamed one's forward the shape's default, a float that :g would round)
     ["--tokens", "3", "--memory", "cuda", "--server-memory", "host"],

@@ -137,7 +137,7 @@ def _hb(*args, timeout=240):
 
 def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
     out = tmp_path / "s"
-    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--cycles", "15",
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=6", "--cycles", "15",
             "--warmup", "2", "--no-floor", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "exposed hop (ids back - the forward's end)" in r.stdout and "give the link's rate" in r.stdout, r.stdout
@@ -174,8 +174,9 @@ def test_run_stream_layers_end_to_end_and_its_verdict(server, tmp_path):
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--tokens", "1"], "not with --tokens"), (["--layers", "40"], "below the deepest aux layer (70)"),
-    (["--stream", "bytes"], "--stream bytes: off or layers"), (["--forward-ms", "-3"], "positive"),
+    (["--tokens", "1"], "not with --tokens"), (["--stream", "layers:40"], "below the deepest aux layer (70)"),
+    (["--stream", "bytes"], "--stream bytes: off, or layers"), (["--stream", "layers,forward=-3"], "positive"),
+    (["--stream", "layers,speed=3"], "'speed=3' is not one of forward=MS"),
     (["--payload", "projected"], "not with --tokens"),
 ])
 def test_run_stream_refuses_what_cannot_be_in_one_line(server, tmp_path, args, says):
@@ -203,7 +204,7 @@ def test_a_projected_run_is_its_own_series(server, tmp_path):
 def test_a_layer_profile_that_is_not_monotone_is_refused(server, tmp_path):
     prof = tmp_path / "layers.csv"
     prof.write_text("end_ms\n" + "\n".join(str(v) for v in [1.0, 0.5] + [2.0] * 76) + "\n")
-    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--layer-times", str(prof),
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", f"layers,times={prof}",
             "--out", str(tmp_path / "x"))
     assert r.returncode != 0 and "monotone" in r.stderr and not (tmp_path / "x").exists(), r.stderr
 
@@ -399,7 +400,7 @@ def test_a_streamed_run_under_a_codec_encodes_each_chunk_on_its_own(server, tmp_
     import csv
 
     out = tmp_path / "s"
-    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--codec",
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=6", "--codec",
             "none,fp8", "--cycles", "8", "--warmup", "1", "--no-floor", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
@@ -436,7 +437,7 @@ def test_streamed_targets_at_once_count_their_cycles_by_the_forward(server_facto
     second; counted from the exposed hops alone (the samples) it read thousands per second."""
     server = server_factory(max_sessions=2)
     out = tmp_path / "m"
-    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--forward-ms", "6", "--clients", "2",
+    r = _hb("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=6", "--clients", "2",
             "--cycles", "20", "--warmup", "2", "--no-floor", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
@@ -479,7 +480,7 @@ def test_spec_targets_stream_into_one_drafter_each_paired_with_its_own_local(ser
 
 def test_a_streamed_run_says_how_long_and_when_its_schedule_was_not_kept(server, tmp_path):
     peer = f"{server.host}:{server.port}"
-    out = cli("run", "--peer", peer, "--stream", "layers", "--forward-ms", "0.001", "--cycles", "30", "--no-floor",
+    out = cli("run", "--peer", peer, "--stream", "layers,forward=0.001", "--cycles", "30", "--no-floor",
                "--results-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "the schedule could not be kept" in out.stderr, out.stdout + out.stderr

@@ -57,8 +57,8 @@ def test_a_bad_target_shape_is_one_line():
 
 def test_run_target_streams_the_forwards_taps_and_the_verdict_pays_its_measured_cost(server, tmp_path):
     out = tmp_path / "t"
-    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--target", "cpu", "--forward-ms",
-            "8", "--cycles", "12", "--warmup", "2", "--no-floor", "--out", out, timeout=300)
+    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=8", "--target", "cpu",
+            "--cycles", "12", "--warmup", "2", "--no-floor", "--out", out, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     st = rep["config"]["stream"]
@@ -90,7 +90,7 @@ def test_run_target_streams_the_forwards_taps_and_the_verdict_pays_its_measured_
     (["--target", "cpu"], "it needs --stream layers"),
     (["--stream", "layers", "--target", "tpu"], "--target tpu: clock, gpu"),
     (["--stream", "layers", "--target", "cpu", "--clients", "2"], "not with --clients"),
-    (["--stream", "layers", "--target", "cpu", "--stream-cost-ms", "1"], "measures the layer times and the extraction"),
+    (["--stream", "layers,cost=1", "--target", "cpu"], "measures the layer times and the extraction"),
 ])
 def test_bad_target_runs_are_one_line_before_anything_is_measured(server, tmp_path, args, says):
     r = cli("run", "--peer", f"{server.host}:{server.port}", *args, "--out", tmp_path / "x")

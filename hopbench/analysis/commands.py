@@ -101,7 +101,7 @@ FORWARD_TOLERANCE = 0.05
 
 
 def forward_note(top: dict, inputs: V.Inputs) -> str | None:
-    """A streamed run measured under a forward (its --forward-ms) other than the one the
+    """A streamed run measured under a forward (its --stream layers,forward=MS) other than the one the
     verdict's cycle implies (cycle - t_draft): one line naming both, since the exposed hop
     depends on the forward the chunks were sent within (issue 62 item 12)."""
     stream = (top.get("config") or {}).get("stream")
@@ -113,7 +113,7 @@ def forward_note(top: dict, inputs: V.Inputs) -> str | None:
     implied = inputs.cycle_ms - inputs.t_draft_ms
     if abs(measured / implied - 1) <= FORWARD_TOLERANCE:
         return f"the streamed series were measured under a {measured:g} ms forward, the projected cycle's"
-    return (f"warning: the streamed series were measured under a {measured:g} ms forward (--forward-ms), but the "
+    return (f"warning: the streamed series were measured under a {measured:g} ms forward (--stream layers,forward=MS), but the "
             f"cycle projected here implies {implied:g} ms (--cycle {inputs.cycle_ms:g} - --t-draft "
             f"{inputs.t_draft_ms:g}): their exposed hop is for the other forward; measure under this one, or give "
             "the cycle the run had")

@@ -69,7 +69,7 @@ def verdicts(folder: Path | Reading, operating_tokens: int, inputs, groups=None)
 def stream_cost(folder: Path | Reading) -> tuple[float, str] | None:
     """A streamed run's extraction cost (ms a forward, added to its streamed series' exposed
     hop in the verdict) and where it came from: measured by the run's real producer (`run
-    --target`, with its interval) or given (`--stream-cost-ms`); None without a stream."""
+    --target`, with its interval) or given (`--stream layers,cost=MS`); None without a stream."""
     from hopbench.errors import HopbenchError
     from hopbench.records import StreamSpec
     from hopbench.results import ResultFolder
@@ -86,7 +86,7 @@ def stream_cost(folder: Path | Reading) -> tuple[float, str] | None:
         return st.cost_ms, (f"measured by the run's {st.target} producer on {(st.producer or {}).get('device')} "
                             f"({x['graphs']} graphs): {x['cost_ms']:+.3f} ms [{x['cost_lo_ms']:+.3f}, "
                             f"{x['cost_hi_ms']:+.3f}], forward with taps - without")
-    return st.cost_ms, "given (--stream-cost-ms)" if st.cost_ms else "none given (0; `run --target gpu` measures it)"
+    return st.cost_ms, "given (--stream layers,cost=MS)" if st.cost_ms else "none given (0; `run --target gpu` measures it)"
 
 
 def agreement_record(folder: Path | Reading) -> dict[str, Any] | None:

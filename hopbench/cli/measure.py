@@ -128,10 +128,30 @@ def run_request(p: dict[str, Any]) -> Any:
         interface=p["interface"], rate=p["rate"], rung=p["rung_name"], strict=p["strict"], cpu=p["cpu"],
         floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
         loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
-        arrivals=p["arrivals"], stream=p["stream"], layers=p["layers"], forward_ms=p["forward_ms"],
-        layer_times=p["layer_times"], stream_cost_ms=p["stream_cost_ms"], target=p["target"], design=p["payload"],
+        arrivals=p["arrivals"], **_stream_fields(p), target=p["target"], design=p["payload"],
         remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
         agreement_from=p["agreement_from"])
+
+
+def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
+    """--stream's one spec as the request's fields; the four flags it replaced still read, each
+    with its one-line note (given both ways, a one-line error)."""
+    from hopbench.workload.stream import parse_args
+
+    st = parse_args(p["stream"])
+    out: dict[str, Any] = {"stream": st.mode}
+    for field, old, key, flag in (("layers", "layers", st.layers, "layers:N"),
+                                  ("forward_ms", "forward_ms", st.forward_ms, "layers,forward=MS"),
+                                  ("stream_cost_ms", "stream_cost_ms", st.cost_ms, "layers,cost=MS"),
+                                  ("layer_times", "layer_times", st.times, "layers,times=FILE")):
+        given = p[old]
+        if given is not None and key is not None:
+            raise ConfigError(f"--{old.replace('_', '-')} and --stream {p['stream']} both set it: give it once, in "
+                              "--stream")
+        out[field] = old_spelling(given, key, f"--{old.replace('_', '-')} is now --stream {flag}")
+    out["stream_cost_ms"] = out["stream_cost_ms"] or 0.0
+    out["layer_times"] = Path(out["layer_times"]) if out["layer_times"] is not None else None
+    return out
 
 
 @app.command()
@@ -175,12 +195,12 @@ def run(
     mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
     arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
     payload: Annotated[str, typer.Option("--payload", help="The payload design: taps (the aux layers' hidden states, 5 x hidden per position) or projected (the drafter's fc run on the target: one hidden-wide row, 12,288 B, per position; docs/STREAM.md).", rich_help_panel="Payload")] = "taps",
-    stream: Annotated[str, typer.Option(help="off, or layers: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md).", rich_help_panel="Stream")] = "off",
-    layers: Annotated[Optional[int], typer.Option(help="The target's layer count: tap k is ready after k of them (default 78, GLM-5.2's).", rich_help_panel="Stream")] = None,
-    forward_ms: Annotated[Optional[float], typer.Option(help="The verify forward's length in ms (default the shape's cycle - t_draft: 73.46).", rich_help_panel="Stream")] = None,
-    layer_times: Annotated[Optional[Path], typer.Option(help="A per-layer profile: each layer's end time in ms within the forward, one per line (CSV first column).", rich_help_panel="Stream")] = None,
-    stream_cost_ms: Annotated[float, typer.Option(help="The extraction cost per streamed forward in ms (per-layer hooks, piecewise CUDA graphs: 0.5-1.6 ms measured, docs/STREAM.md); the accept count goes that much later.", rich_help_panel="Stream")] = 0.0,
-    target: Annotated[str, typer.Option(help="Who produces the streamed chunks: clock (the forward's schedule), or gpu[:piecewise|full|eager]: a target-shaped layer stack on this host's GPU runs each verify forward, sized to --forward-ms, and each tap's rows are sent as they land; its extraction cost is measured, not given (docs/STREAM.md \"A real producer\"). cpu: the same stack on the CPU (its stand-in).", rich_help_panel="Stream")] = "clock",
+    stream: Annotated[str, typer.Option(help="off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); forward: the verify forward's length (the shape's cycle - t_draft, 73.46); cost: the extraction cost a forward; times: a per-layer profile (each layer's end in ms, one a line).", rich_help_panel="Stream")] = "off",
+    layers: Annotated[Optional[int], typer.Option(hidden=True)] = None,  # old spelling of --stream layers:N
+    forward_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,forward=MS
+    layer_times: Annotated[Optional[Path], typer.Option(hidden=True)] = None,  # ... of --stream layers,times=FILE
+    stream_cost_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,cost=MS
+    target: Annotated[str, typer.Option(help="Who produces the streamed chunks: clock (the forward's schedule), or gpu[:piecewise|full|eager]: a target-shaped layer stack on this host's GPU runs each verify forward, sized to the stream's forward, and each tap's rows are sent as they land; its extraction cost is measured, not given (docs/STREAM.md \"A real producer\"). cpu: the same stack on the CPU (its stand-in).", rich_help_panel="Stream")] = "clock",
     remote_drafter: Annotated[bool, typer.Option(help="Each token payload also runs the server's drafter model (`serve --drafter SHAPE`): the hop with its forward in it, its draft_ns per cycle, beside the hop without it (docs/DRAFTER.md).", rich_help_panel="Drafter")] = False,
     early: Annotated[str, typer.Option(help="Streamed to the drafter: what of its forward starts on the taps that have landed: off, fc (each tap's slice of fc as it lands), all (the whole forward for every candidate row once the last tap is in; drafters conditioned on the states alone).", rich_help_panel="Drafter")] = "off",
 ):

@@ -85,7 +85,7 @@ class TargetForward:
         torch = self.torch = load_torch()
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--target gpu: torch sees no GPU on this host (the target's forward runs on the "
-                              "client's GPU); without one, stream from the clock (--forward-ms, --layer-times)")
+                              "client's GPU); without one, stream from the clock (--stream layers,forward=MS,times=FILE)")
         self.shape, self.device, self.forward_ms = shape, device, forward_ms
         self.graphs = graphs if device == "cuda" else "off"
         self.cycles = 0
@@ -188,7 +188,7 @@ class TargetForward:
 
     def layer_times_ms(self, reps: int = 5) -> list[float]:
         """Each layer's end time within the forward (ms, medians of `reps` eager forwards timed
-        per layer): what `--layer-times` reads, for a host without this GPU."""
+        per layer): what `--stream layers,times=FILE` reads, for a host without this GPU."""
         return self._runner.layer_times(reps)
 
     @property

@@ -391,7 +391,7 @@ def _plan_for(cfg: RunConfig, p: Payload, group: str | None, cycles: int | None 
 def _stream_schedule(cfg: RunConfig, folder: Path) -> Any:
     """The forward's timeline every clock-driven streamed cycle follows (hopbench.workload.stream),
     None without a stream; a real producer's profile written beside the results, for
-    --layer-times on a host without its GPU."""
+    --stream layers,times=FILE on a host without its GPU."""
     if cfg.stream is None:
         return None
     from hopbench.workload.stream import from_record

@@ -1,7 +1,7 @@
 """A streamed run's own parts (docs/STREAM.md): the link's model said before measuring, the
 exposed hop said after, and the real producer of `run --stream layers --target gpu` (issue
 65, "A real producer"): the target's verify forward on this host's GPU produces the chunks. Before the session
-the producer is built (its layers sized to --forward-ms, its graphs captured), its extraction
+the producer is built (its layers sized to the stream's forward, its graphs captured), its extraction
 cost measured (the forward with taps against the same forward without, ABBA blocks), and its
 taps' times and per-layer profile taken; the run's stream record then carries what it
 measured, so the clock-driven streamed payload beside it follows the same layer times and
@@ -24,7 +24,7 @@ from hopbench.records import PROJECTED, Payload, RunConfig, StreamSpec, codec_la
 
 #: the targets --target takes (gpu's graph modes after a colon; eager: no graphs)
 TARGETS = {"gpu": "piecewise", "gpu:piecewise": "piecewise", "gpu:full": "full", "gpu:eager": "off", "cpu": "off"}
-#: the producer's profile file in a run's folder (what --layer-times reads)
+#: the producer's profile file in a run's folder (what --stream layers,times=FILE reads)
 LAYER_TIMES_FILE = "layer-times.csv"
 #: forwards timed for the taps' times (after the extraction cost's blocks)
 TAP_FORWARDS = 10
@@ -66,7 +66,7 @@ def check_target(req: Any, dtype: str) -> str:
                           "--clients, --codec, --memory cuda or --remote-drafter")
     if req.layer_times or req.stream_cost_ms:
         raise ConfigError(f"--target {req.target} measures the layer times and the extraction cost: not with "
-                          "--layer-times or --stream-cost-ms")
+                          "times= or cost= in --stream")
     if dtype != "bf16":
         raise ConfigError(f"--target {req.target}: the producer's rows are BF16, the shape's {dtype}")
     if req.target.startswith("gpu"):
@@ -74,7 +74,7 @@ def check_target(req: Any, dtype: str) -> str:
 
         if not load_torch().cuda.is_available():
             raise ConfigError(f"--target {req.target}: torch sees no GPU on this host (the target's forward runs on "
-                              "the client's GPU); stream from the clock instead (--forward-ms, --layer-times)")
+                              "the client's GPU); stream from the clock instead (--stream layers,forward=MS,times=FILE)")
     return str(req.target)
 
 
@@ -119,7 +119,7 @@ def build(cfg: RunConfig, say: Callable[[str], None]) -> tuple[Any, RunConfig]:
 
 
 def write_layer_times(folder: Path, producer: dict[str, Any]) -> None:
-    """The producer's per-layer profile in the run's folder, as --layer-times reads it: each
+    """The producer's per-layer profile in the run's folder, as --stream layers,times=FILE reads it: each
     layer's end (ms) within the forward, scaled from the profiled (eager, per-layer events)
     forward to the graphed forward's measured length."""
     times = producer.get("layer_times_ms") or []

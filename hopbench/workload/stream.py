@@ -51,6 +51,39 @@ class Schedule:
                 "cost_ms": self.cost_ns / 1e6}
 
 
+@dataclass(frozen=True)
+class StreamArgs:
+    """`--stream`'s one spec, as typed: off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]
+    (the target's layer count, the verify forward's length, the extraction cost, a per-layer
+    profile), one option where five were (REVIEW6 F3, as `--codec zstd:3` groups a codec's)."""
+
+    mode: str = "off"
+    layers: int | None = None
+    forward_ms: float | None = None
+    cost_ms: float | None = None
+    times: str | None = None
+
+
+def parse_args(text: str) -> StreamArgs:
+    """`--stream` as typed, or a one-line ConfigError naming what is wrong."""
+    head, *rest = [part.strip() for part in text.split(",")]
+    mode, _, layers = head.partition(":")
+    if mode not in ("off", "layers") or (mode == "off" and (layers or rest)):
+        raise ConfigError(f"--stream {text}: off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]")
+    kw: dict[str, str] = {}
+    for part in rest:
+        key, eq, value = part.partition("=")
+        if not eq or key not in ("forward", "cost", "times") or key in kw or not value:
+            raise ConfigError(f"--stream {text}: {part!r} is not one of forward=MS, cost=MS, times=FILE (each once)")
+        kw[key] = value
+    try:
+        return StreamArgs(mode, int(layers) if layers else None,
+                          float(kw["forward"]) if "forward" in kw else None,
+                          float(kw["cost"]) if "cost" in kw else None, kw.get("times"))
+    except ValueError:
+        raise ConfigError(f"--stream {text}: LAYERS is a whole number, forward= and cost= are ms") from None
+
+
 def record(taps: tuple[int, ...] | list[int], row_bytes: int, k: int, forward_ms: float, layers: int | None = None,
            layer_times: str | Path | None = None, cost_ms: float = 0.0) -> StreamSpec:
     """A streamed run's configuration as recorded (RunConfig.stream), its schedule checked:
@@ -75,7 +108,7 @@ def read_layer_times(path: str | Path) -> list[float]:
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--layer-times {path}: cannot be read ({exc})") from None
+        raise ConfigError(f"the layer profile {path} (--stream layers,times=FILE): cannot be read ({exc})") from None
     for n, line in enumerate(lines, 1):
         cell = line.split(",")[0].strip()
         if not cell or cell.startswith("#"):
@@ -85,7 +118,7 @@ def read_layer_times(path: str | Path) -> list[float]:
         except ValueError:
             if n == 1:  # a header
                 continue
-            raise ConfigError(f"--layer-times {path}: line {n} is not a time in ms ({cell[:40]!r})") from None
+            raise ConfigError(f"the layer profile {path}: line {n} is not a time in ms ({cell[:40]!r})") from None
     return out
 
 
@@ -96,22 +129,22 @@ def schedule(taps: tuple[int, ...] | list[int], forward_ms: float, layers: int =
     if not (math.isfinite(forward_ms) and forward_ms > 0):
         raise ConfigError(f"the verify forward of {forward_ms:g} ms: expected a positive length")
     if not (math.isfinite(cost_ms) and cost_ms >= 0):
-        raise ConfigError(f"--stream-cost-ms {cost_ms:g}: expected >= 0")
+        raise ConfigError(f"the extraction cost {cost_ms:g} ms: expected >= 0")
     if not taps or min(taps) < 1:
         raise ConfigError(f"aux layers {list(taps)}: expected layer numbers of 1 or more")
     if layer_times_ms is not None:
         ends = list(layer_times_ms)
         if len(ends) < max(taps):
-            raise ConfigError(f"--layer-times: {len(ends)} layers, but the deepest aux layer is {max(taps)}")
+            raise ConfigError(f"the layer profile: {len(ends)} layers, but the deepest aux layer is {max(taps)}")
         if any(b < a for a, b in zip(ends, ends[1:])) or ends[0] < 0:
-            raise ConfigError("--layer-times: each layer's end time must be >= 0 and >= the one before (monotone)")
+            raise ConfigError("the layer profile: each layer's end time must be >= 0 and >= the one before (monotone)")
         if ends[-1] > forward_ms:
-            raise ConfigError(f"--layer-times: the last layer ends at {ends[-1]:g} ms, after the forward "
+            raise ConfigError(f"the layer profile: the last layer ends at {ends[-1]:g} ms, after the forward "
                               f"({forward_ms:g} ms)")
         ready = [ends[t - 1] for t in taps]
     else:
         if layers < max(taps):
-            raise ConfigError(f"--layers {layers}: below the deepest aux layer ({max(taps)})")
+            raise ConfigError(f"the target's {layers} layers: below the deepest aux layer ({max(taps)})")
         ready = [t / layers * forward_ms for t in taps]
     return Schedule(tuple(int(round(r * 1e6)) for r in ready), int(round(forward_ms * 1e6)),
                     int(round(cost_ms * 1e6)))
