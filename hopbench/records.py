@@ -185,14 +185,13 @@ class RunConfig:
         for settings in self.transport_settings.values():
             for key, value in (settings or {}).items():
                 a.extend(["--opt", f"{key}={value}"])
-        opt("--memory", self.client_memory, "host")
-        opt("--server-memory", self.server_memory, self.client_memory)
-        opt("--gpu-path", self.gpu_path, "staged")
+        memory = self.client_memory + (f":{self.server_memory}" if self.server_memory != self.client_memory else "")
+        opt("--memory", memory + (f",{self.gpu_path}" if self.gpu_path != "staged" else ""), "host")
         opt("--codec", ",".join(self.codecs), "none")
         opt("--payload-from", self.payload_from)
         opt("--clients", self.clients, 1)
-        opt("--mps", self.mps)
-        opt("--arrivals", self.arrivals if self.mps else None, "fixed")
+        opt("--mps", None if self.mps is None else spelled(float(self.mps))
+            + (f":{self.arrivals}" if self.arrivals != "fixed" else ""))
         opt("--payload", self.design, TAPS)
         if self.stream:  # --stream's one spec (hopbench.workload.stream.parse_args reads it back)
             st = self.stream

@@ -220,7 +220,7 @@ def test_open_schedules():
 def test_bad_load_flags_are_one_line_each(server, tmp_path):
     for args, msg in ((["--clients", "0"], "--clients 0: give 1 to 1024"),
                       (["--mps", "0"], "--mps 0: give a rate above 0"),
-                      (["--mps", "100", "--arrivals", "bursty"], "--arrivals bursty: fixed or poisson"),
+                      (["--mps", "100:bursty"], "--mps RATE:bursty: arrivals are fixed or poisson"),
                       (["--mps", "100", "--codec", "fp8"], "not with --codec")):
         r = cli("run", "--peer", f"{server.host}:{server.port}", "--no-floor", "--out", str(tmp_path / "x"), *args)
         assert r.returncode != 0 and msg in r.stderr, r.stderr

@@ -155,7 +155,7 @@ def _loaded_libucp() -> str | None:
 
 
 def _as_array(buf: Any) -> Array:
-    if hasattr(buf, "__cuda_array_interface__"):  # GPU memory (--gpu-path direct): UCX moves it itself
+    if hasattr(buf, "__cuda_array_interface__"):  # GPU memory (--memory cuda,direct): UCX moves it itself
         return Array(buf)
     if not isinstance(buf, np.ndarray):
         buf = np.frombuffer(buf, dtype=np.uint8)
@@ -466,7 +466,7 @@ class UcxTransport(TransportBase):
     def check_device_path(self, settings: dict[str, Any]) -> None:
         tls = str(settings.get("UCX_TLS", ""))
         if tls and "cuda" not in tls and tls != "all":
-            raise ConfigError(f"--gpu-path direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
+            raise ConfigError(f"--memory cuda,direct moves GPU memory through UCX, but UCX_TLS={tls} has no "
                               "cuda transport (add cuda_copy, e.g. UCX_TLS=tcp,cuda_copy)")
 
     def native_note(self, poll: str) -> str | None:

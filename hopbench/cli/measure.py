@@ -119,18 +119,46 @@ def run_request(p: dict[str, Any]) -> Any:
     from hopbench.orchestration import runjob
 
     host, port = _address(p["peer"], p["port"])
-    memory, server_memory = p["memory"], p["server_memory"] or p["memory"]
+    memory, server_memory, gpu_path = _memory_fields(p)
+    mps, arrivals = _mps_fields(p)
     return runjob.RunRequest(
         host=host, port=port, transport=p["transport"], tokens=p["tokens"], bytes=p["bytes_"], k=p["k"],
         reply_bytes=p["reply_bytes"], cycles=p["cycles"], time_s=p["time_s"], warmup=p["warmup"], verify=p["verify"],
         gap_ms=p["gap_ms"], poll=p["poll"].value, timeout_s=p["timeout"], out=p["out"], name=p["name"],
         results_dir=p["results_dir"], shape=p["shape"], opt=tuple(p["opt"] or ()), secret=p["secret"] or None,
         interface=p["interface"], rate=p["rate"], rung=p["rung_name"], strict=p["strict"], cpu=p["cpu"],
-        floor=p["floor"], memory=(memory.value, server_memory.value), gpu_path=p["gpu_path"].value,
-        loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=p["mps"],
-        arrivals=p["arrivals"], **_stream_fields(p), target=p["target"], design=p["payload"],
+        floor=p["floor"], memory=(memory, server_memory), gpu_path=gpu_path,
+        loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=mps,
+        arrivals=arrivals, **_stream_fields(p), target=p["target"], design=p["payload"],
         remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
         agreement_from=p["agreement_from"])
+
+
+def _memory_fields(p: dict[str, Any]) -> tuple[str, str, str]:
+    """--memory's one spec, host | cuda | CLIENT:SERVER, with ,staged or ,direct: (client,
+    server, GPU path); --server-memory and --gpu-path, its old spellings, still read."""
+    spec, _, path = p["memory"].partition(",")
+    client, _, server = spec.partition(":")
+    if {client, server or client} - {"host", "cuda"} or path not in ("", "staged", "direct"):
+        raise ConfigError(f"--memory {p['memory']}: host or cuda, or CLIENT:SERVER (e.g. cuda:host), then "
+                          ",staged or ,direct")
+    server = old_spelling(p["server_memory"].value if p["server_memory"] else None, server or client,
+                          "--server-memory is now --memory CLIENT:SERVER")
+    path = old_spelling(p["gpu_path"].value if p["gpu_path"] else None, path or "staged",
+                        "--gpu-path is now --memory cuda,direct (or ,staged)")
+    return client, server, path
+
+
+def _mps_fields(p: dict[str, Any]) -> tuple[float | None, str]:
+    """--mps RATE[:poisson] as (rate, arrivals); --arrivals, its old spelling, still reads."""
+    if p["mps"] is None:
+        return None, old_spelling(p["arrivals"], "fixed", "--arrivals is now --mps RATE:poisson")
+    rate, _, arrivals = p["mps"].partition(":")
+    try:
+        value = float(rate)
+    except ValueError:
+        raise ConfigError(f"--mps {p['mps']}: RATE[:poisson], cycles per second per target") from None
+    return value, old_spelling(p["arrivals"], arrivals or "fixed", "--arrivals is now --mps RATE:poisson")
 
 
 def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
@@ -182,9 +210,9 @@ def run(
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.", rich_help_panel="Output")] = False,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.", rich_help_panel="Connection")] = None,
     floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.", rich_help_panel="Output")] = True,
-    memory: Annotated[Memory, typer.Option(help="Where the payload lives on both ends: host, or cuda (GPU; needs the gpu extra).", rich_help_panel="GPU")] = Memory.host,
-    server_memory: Annotated[Optional[Memory], typer.Option(help="The server's end only, when it differs from --memory.", rich_help_panel="GPU")] = None,
-    gpu_path: Annotated[GpuPath, typer.Option(help="CUDA memory: staged (pinned D2H/H2D copies, any transport) or direct (UCX moves GPU memory).", rich_help_panel="GPU")] = GpuPath.staged,
+    memory: Annotated[str, typer.Option(help="Where the payload lives: host, or cuda (GPU; needs the gpu extra), on both ends, or CLIENT:SERVER (cuda:host); with cuda, ,direct has UCX move GPU memory (default ,staged: pinned D2H/H2D copies, any transport).", rich_help_panel="GPU")] = "host",
+    server_memory: Annotated[Optional[Memory], typer.Option(hidden=True)] = None,  # old spelling of --memory C:S
+    gpu_path: Annotated[Optional[GpuPath], typer.Option(hidden=True)] = None,  # ... of --memory cuda,direct
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).", rich_help_panel="Output")] = False,
     loop: Annotated[Loop, typer.Option(help=LOOP_HELP, rich_help_panel="Connection")] = Loop.auto,
     codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).", rich_help_panel="Payload")] = "none",
@@ -192,8 +220,8 @@ def run(
     agreement: Annotated[bool, typer.Option(help="Before the run, measure each lossy codec's effect on a real network's predictions (the shipped proxy: hopbench codecs --agreement); report.json carries it, verdict and report put it beside each codec's call.", rich_help_panel="Payload")] = False,
     agreement_from: Annotated[Optional[Path], typer.Option(help="The same from a saved record (hopbench codecs --agreement --save FILE, e.g. on the user's drafter).", rich_help_panel="Payload")] = None,
     clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
-    mps: Annotated[Optional[float], typer.Option(help="Open loop: cycles per second per target (sockperf's --mps), latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
-    arrivals: Annotated[str, typer.Option(help="Open loop's schedule: fixed intervals, or poisson.", rich_help_panel="Load")] = "fixed",
+    mps: Annotated[Optional[str], typer.Option(help="Open loop: RATE[:poisson], cycles per second per target (sockperf's --mps) at fixed intervals or Poisson arrivals, latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
+    arrivals: Annotated[Optional[str], typer.Option(hidden=True)] = None,  # old spelling of --mps RATE:poisson
     payload: Annotated[str, typer.Option("--payload", help="The payload design: taps (the aux layers' hidden states, 5 x hidden per position) or projected (the drafter's fc run on the target: one hidden-wide row, 12,288 B, per position; docs/STREAM.md).", rich_help_panel="Payload")] = "taps",
     stream: Annotated[str, typer.Option(help="off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); forward: the verify forward's length (the shape's cycle - t_draft, 73.46); cost: the extraction cost a forward; times: a per-layer profile (each layer's end in ms, one a line).", rich_help_panel="Stream")] = "off",
     layers: Annotated[Optional[int], typer.Option(hidden=True)] = None,  # old spelling of --stream layers:N

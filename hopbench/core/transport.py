@@ -119,7 +119,7 @@ class Transport(Protocol):
     #: a plan's data channel is the control connection itself (tcp): no data listener,
     #: ACCEPT carries data_port null
     reuses_control: bool
-    #: the transport moves device (CUDA) memory itself: --gpu-path direct
+    #: the transport moves device (CUDA) memory itself: --memory cuda,direct
     device_memory: bool
     #: messages keep their length (zmq, ucx); False for a byte stream (tcp)
     message_framed: bool
@@ -171,8 +171,8 @@ class TransportBase:
 
     def check_device_path(self, settings: dict[str, Any]) -> None:
         if not self.device_memory:
-            raise ConfigError(f"--gpu-path direct needs a transport that moves GPU memory itself (ucx, nixl), not "
-                              f"{self.name!r}; use --gpu-path staged")
+            raise ConfigError(f"--memory cuda,direct needs a transport that moves GPU memory itself (ucx, nixl), not "
+                              f"{self.name!r}; use --memory cuda (staged)")
 
     def check_here(self, settings: dict[str, Any]) -> None:
         return None

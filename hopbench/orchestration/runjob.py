@@ -114,7 +114,7 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
     if req.mps is not None and not req.mps > 0:
         raise ConfigError(f"--mps {req.mps:g}: give a rate above 0 cycles per second")
     if req.arrivals not in ("fixed", "poisson"):
-        raise ConfigError(f"--arrivals {req.arrivals}: fixed or poisson")
+        raise ConfigError(f"--mps RATE:{req.arrivals}: arrivals are fixed or poisson")
     if req.mps and (req.codec.strip() not in ("", "none") or "cuda" in req.memory):
         raise ConfigError("--mps (open loop) measures raw payloads in host memory: not with --codec or --memory cuda")
     settings = split_options(list(req.opt))

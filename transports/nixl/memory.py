@@ -44,7 +44,7 @@ def _copy(dst: Any, src: Any) -> None:
 def _address(buf: Any) -> tuple[int, int, int, bool, Any]:
     """(address, bytes, device, VRAM?, the object that keeps the memory alive) of a buffer."""
     cai = getattr(buf, "__cuda_array_interface__", None)
-    if cai is not None:  # GPU memory (--gpu-path direct): registered as VRAM
+    if cai is not None:  # GPU memory (--memory cuda,direct): registered as VRAM
         import cupy
 
         arr = cupy.asarray(buf)

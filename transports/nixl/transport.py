@@ -61,7 +61,7 @@ class NixlListener(SetupListener):
 
 class NixlTransport(TransportBase):
     name = "nixl"
-    device_memory = True  # VRAM registered as such: --gpu-path direct
+    device_memory = True  # VRAM registered as such: --memory cuda,direct
 
     def check_settings(self, settings: dict[str, Any]) -> None:
         _split(settings)
