@@ -107,3 +107,11 @@ def test_target_gpu_without_a_gpu_is_refused_in_one_line(server, tmp_path):
             tmp_path / "x")
     assert r.returncode != 0 and "torch sees no GPU" in r.stderr and not (tmp_path / "x").exists(), r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+
+
+def test_the_sizing_moves_the_width_by_the_secant_where_the_time_is_not_linear():
+    from hopbench.models.target import _next_width
+
+    assert _next_width([(1000, 10.0)], 20.0) == 2000  # one point: proportional
+    # two points on t = 5 + w / 200: the secant lands on the width that gives 20 ms (3000)
+    assert _next_width([(1000, 10.0), (2000, 15.0)], 20.0) == 3000

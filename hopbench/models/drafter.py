@@ -473,7 +473,8 @@ def sweep_rows(model: Model, rows: list[int], k: int, repeats: int, graphs: bool
                 model.run(x, k)
             ns = np.array([model.run(x, k)[1] for _ in range(repeats)], dtype=np.int64)
             out.append({"rows": n, "graphs": model.graphs, "forward_ns": ns,
-                        "attention": model.attention.get((targets, n, model.shape.fc_in_features, k, False), "")})
+                        "attention": model.attention.get((targets, n, model.shape.fc_in_features, k, False), "")
+                        if model.graphs else ""})  # eager runs torch's default backend
     finally:
         model.graphs = was
     return out

@@ -40,7 +40,9 @@ GRAPHS = ("piecewise", "full", "off")
 #: the trial width a layer is timed at before it is sized (the weights' inner dimension)
 TRIAL_WIDTH = 4096
 #: the sizing's rounds (the forward timed, the width rescaled) and the error it stops within
-SIZING_ROUNDS, SIZING_TOLERANCE = 3, 0.05
+SIZING_ROUNDS, SIZING_TOLERANCE = 6, 0.03
+#: layers run before the sizing's first timing (a GPU idle before it runs at low clocks)
+WARM_LAYERS = 200
 #: the longest a producer waits for a tap or the forward's end before it gives up
 WAIT_S = 60.0
 
@@ -95,13 +97,15 @@ class TargetForward:
         self.views = [h.view(torch.uint8).numpy().reshape(-1) for h in self.host]
         self.width = width or self._sized()
         rounds = SIZING_ROUNDS if width is None else 1
-        for done in range(1, rounds + 1):  # the whole forward timed, the width rescaled
+        tried: list[tuple[int, float]] = []  # (width, the forward's ms): a layer's time is not linear in it
+        for done in range(1, rounds + 1):  # the whole forward timed, the width moved by the secant
             self._weights(self.width)
             self._runner: _GpuRun | _CpuRun = _GpuRun(self) if device == "cuda" else _CpuRun(self)
             self.measured_ms = self._forward_ms()
+            tried.append((self.width, self.measured_ms))
             if done == rounds or abs(self.measured_ms / forward_ms - 1) <= SIZING_TOLERANCE:
                 break
-            self.width = self._capped(int(self.width * forward_ms / self.measured_ms))
+            self.width = self._capped(_next_width(tried, forward_ms))
 
     # -- the forward ----------------------------------------------------------------------
     def _weights(self, width: int) -> None:
@@ -129,6 +133,8 @@ class TargetForward:
         """The width that makes the forward take forward_ms: one layer timed at TRIAL_WIDTH, the
         width scaled (a layer's time is linear in the bytes it reads), capped by memory."""
         self._weights(TRIAL_WIDTH)
+        for _ in range(WARM_LAYERS):  # the device's clocks up before anything is timed
+            self.layer()
         per_layer = _best_ms(self, lambda: self.layer(), 5)
         want = self.forward_ms / self.shape.layers
         return self._capped(int(TRIAL_WIDTH * want / per_layer))
@@ -211,6 +217,16 @@ class TargetForward:
 
     def _device_name(self) -> str:
         return str(self.torch.cuda.get_device_name()) if self.device == "cuda" else "cpu"
+
+
+def _next_width(tried: list[tuple[int, float]], want_ms: float) -> int:
+    """The next width to try: proportional from one point; from two, the secant through the
+    last two (a GEMV's bandwidth, and the GPU's clocks, change with the width and the load)."""
+    (w1, t1) = tried[-1]
+    if len(tried) < 2 or tried[-2][1] == t1 or tried[-2][0] == w1:
+        return int(w1 * want_ms / t1)
+    w0, t0 = tried[-2]
+    return int(w1 + (want_ms - t1) * (w1 - w0) / (t1 - t0))
 
 
 def _best_ms(t: TargetForward, fn: Any, reps: int, best: bool = True) -> float:
