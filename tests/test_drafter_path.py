@@ -82,36 +82,3 @@ def test_the_server_spins_for_a_lone_targets_drafter_plan_not_for_a_groups(monke
     plan = P.Plan("tcp", 3 * 320, 8, 2, 4, 30, 3, drafter=P.DrafterPlan(), group=group)
     assert data_poll("auto", plan) == want
     assert data_poll("block", plan) == "block"
-
-
-def test_the_batch_runner_sends_every_reply_and_a_failed_send_is_its_sessions_alone():
-    """At M = 8 each reply waited for its session's thread to wake (a turn at the interpreter
-    each); the thread that ran the batch now answers all of them, and a reply whose send fails
-    fails its own session only."""
-    model = _Model()
-    batcher = Batcher(model, window_s=30.0, max_batch=2)  # the batch waits for both
-    batcher.join(), batcher.join()
-    answered, got = {}, {}
-
-    def answer_ok(ask):
-        answered["ok"] = threading.current_thread().name
-
-    def answer_gone(ask):
-        answered["gone"] = threading.current_thread().name
-        raise ConnectionError("peer gone")
-
-    def session(name, answer):
-        try:
-            got[name] = batcher.submit(name.encode(), 3, 2, answer)
-        except ConnectionError as exc:
-            got[name] = exc
-
-    threads = [threading.Thread(target=session, args=(n, a), name=n) for n, a in (("ok", answer_ok),
-                                                                                  ("gone", answer_gone))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    leader = model.ran[0][0]
-    assert answered == {"ok": leader, "gone": leader}  # one thread answered both
-    assert isinstance(got["gone"], ConnectionError) and got["ok"].batch_rows == 6

@@ -392,7 +392,6 @@ class TcpTransport(TransportBase):
     name = "tcp"
     reuses_control = True  # a plan's cycles run on the control connection itself
     message_framed = False  # a byte stream
-    send_from_any_thread = True  # a socket's send: the batcher's leader may answer for a session
 
     def version(self) -> str:
         import platform

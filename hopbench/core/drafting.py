@@ -21,7 +21,7 @@ from hopbench.core import protocol as P
 from hopbench.core.client_paths import DataPath, HostRoundTrip, PlanRun, StreamedRoundTrip
 from hopbench.core.inputs import StreamedWork
 from hopbench.core.serving import PlanContext, ServingPath, StreamDrafter, abort, bad_request
-from hopbench.core.transport import Channel, Transport, get_transport
+from hopbench.core.transport import Channel, Transport
 from hopbench.errors import HopbenchError
 
 NO_DRAFTER = ("this server runs no drafter model: start it with `hopbench serve --drafter SHAPE` "
@@ -82,8 +82,6 @@ class DraftEcho(ServingPath):
             sent[0] = clock()  # the reply handed to the transport (after its send returns, it may be in)
             chan.send(reply)
 
-        # the batch's runner sends this reply where the channel allows it; else this thread, woken
-        by_leader = getattr(get_transport(plan.transport), "send_from_any_thread", False)
         batcher.join()
         try:
             for seq in range(plan.total):
@@ -93,13 +91,11 @@ class DraftEcho(ServingPath):
                     bad_request(ctx, chan, request, seq, plan)
                     return seq
                 try:
-                    ask = batcher.submit(request, rows, plan.k, answer if by_leader else None)
+                    ask = batcher.submit(request, rows, plan.k, answer)
                 except HopbenchError as exc:
                     if sent[0] < t_in:  # the forward failed: no reply went, the client is told why
                         abort(chan, str(exc), plan)
                     raise
-                if not by_leader:
-                    answer(ask)
                 times[seq] = (ask.draft_ns, ask.queue_ns, ask.batch_rows, 0, ask.stage_ns, ask.back_ns, sent[0] - t_in)
             seq = plan.total
         finally:

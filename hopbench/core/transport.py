@@ -161,9 +161,6 @@ class TransportBase:
     device_memory = False
     message_framed = True  # a receive of another length than the message is a ProtocolError
     bounded_send = True  # a send the peer does not drain times out
-    #: a channel may send from another thread than its own while its own waits (a socket's
-    #: send is one system call); False where a channel belongs to its thread (a UCX worker)
-    send_from_any_thread = False
     known_settings: frozenset[str] = frozenset()
 
     def check_settings(self, settings: dict[str, Any]) -> None:
