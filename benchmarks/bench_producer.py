@@ -54,6 +54,9 @@ def extraction(modes: list[str], forward_ms: float, hidden: int, rows: int, bloc
               f"{x['without_taps_ms']:.3f} ms without taps (asked {forward_ms:g}), {x['with_taps_ms']:.3f} with: "
               f"extraction cost {x['cost_ms'] * 1e3:+.1f} us [{x['cost_lo_ms'] * 1e3:+.1f}, {x['cost_hi_ms'] * 1e3:+.1f}]"
               f" ({x['level']:.0%}, {x['blocks']} ABBA blocks)", flush=True)
+        if rec.get("sizing"):
+            print("          sized in " + ", ".join(f"{r['width']:,} -> {r['forward_ms']:.2f} ms" for r in rec["sizing"]),
+                  flush=True)
         if rec["tap_copy_ms"]:
             print(f"          taps ready at {', '.join(f'{v:.2f}' for v in rec['tap_ready_ms'])} ms; each copy "
                   f"{', '.join(f'{v * 1e3:.1f}' for v in rec['tap_copy_ms'])} us after its tap", flush=True)

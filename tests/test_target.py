@@ -109,9 +109,10 @@ def test_target_gpu_without_a_gpu_is_refused_in_one_line(server, tmp_path):
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
 
 
-def test_the_sizing_moves_the_width_by_the_secant_where_the_time_is_not_linear():
-    from hopbench.models.target import _next_width
 
-    assert _next_width([(1000, 10.0)], 20.0) == 2000  # one point: proportional
-    # two points on t = 5 + w / 200: the secant lands on the width that gives 20 ms (3000)
-    assert _next_width([(1000, 10.0), (2000, 15.0)], 20.0) == 3000
+def test_the_sizing_scales_the_width_to_the_forward_asked_and_records_its_rounds():
+    t = TargetForward(TargetShape(12, TAPS, 64, 3), 8.0, "cpu")
+    rounds = t.record()["sizing"]
+    assert 1 <= len(rounds) <= 6 and rounds[-1] == {"width": t.width, "forward_ms": t.measured_ms}
+    for a, b in zip(rounds, rounds[1:]):  # each round scaled by what the one before missed
+        assert b["width"] == max(64, int(a["width"] * 8.0 / a["forward_ms"]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hopbench.core.inputs import DraftModel
 from hopbench.errors import ConfigError, HopbenchError
@@ -28,9 +28,6 @@ class Ask:
     back_ns: int = 0  # its ids back on the host (D2H)
     error: BaseException | None = None
     done: bool = False
-    #: sends this ask's reply (its session's channel, its ids): called by whoever ran the
-    #: batch, as soon as it ends, so no reply waits for its session's thread to wake
-    answer: Callable[["Ask"], None] | None = None
 
 
 class Batcher:
@@ -63,10 +60,8 @@ class Batcher:
             self.active -= 1
             self.arrived.notify_all()  # a leader waiting for this session's rows waits no more
 
-    def submit(self, body: Any, rows: int, k: int, answer: Callable[[Ask], None] | None = None) -> Ask:
-        """Queue a session's rows and wait for its batch; `answer` sends the reply (the batch's
-        runner calls it for every ask at once: a waiter's wake-up is then off the hop)."""
-        ask = Ask(body, rows, k, time.perf_counter_ns(), answer=answer)
+    def submit(self, body: Any, rows: int, k: int) -> Ask:
+        ask = Ask(body, rows, k, time.perf_counter_ns())
         with self.cv:
             self.queue.append(ask)
             self.arrived.notify()
@@ -123,10 +118,4 @@ class Batcher:
             return
         for j, a in enumerate(batch):
             a.ids, a.draft_ns, a.queue_ns, a.stage_ns, a.back_ns = ids[j], ns, t_start - a.t_in, staged, back
-            a.batch_rows = len(batch) * a.rows
-            if a.answer is not None:
-                try:
-                    a.answer(a)
-                except Exception as exc:  # its session learns it (a peer gone); the others are answered
-                    a.error = exc
-            a.done = True
+            a.batch_rows, a.done = len(batch) * a.rows, True

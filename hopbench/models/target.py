@@ -97,15 +97,17 @@ class TargetForward:
         self.views = [h.view(torch.uint8).numpy().reshape(-1) for h in self.host]
         self.width = width or self._sized()
         rounds = SIZING_ROUNDS if width is None else 1
-        tried: list[tuple[int, float]] = []  # (width, the forward's ms): a layer's time is not linear in it
-        for done in range(1, rounds + 1):  # the whole forward timed, the width moved by the secant
+        #: the sizing's rounds as run: (width, the forward's ms), recorded (a device run that
+        #: did not settle shows how it moved)
+        self.sizing: list[tuple[int, float]] = []
+        for done in range(1, rounds + 1):  # the whole forward timed, the width scaled by what it missed
             self._weights(self.width)
             self._runner: _GpuRun | _CpuRun = _GpuRun(self) if device == "cuda" else _CpuRun(self)
             self.measured_ms = self._forward_ms()
-            tried.append((self.width, self.measured_ms))
+            self.sizing.append((self.width, self.measured_ms))
             if done == rounds or abs(self.measured_ms / forward_ms - 1) <= SIZING_TOLERANCE:
                 break
-            self.width = self._capped(_next_width(tried, forward_ms))
+            self.width = self._capped(int(self.width * forward_ms / self.measured_ms))
 
     # -- the forward ----------------------------------------------------------------------
     def _weights(self, width: int) -> None:
@@ -213,20 +215,11 @@ class TargetForward:
                 "graphs": self.graphs, "layers": self.shape.layers, "taps": list(self.shape.taps),
                 "hidden": self.shape.hidden, "rows": self.shape.rows, "width": self.width,
                 "weight_bytes_per_layer": 2 * self.shape.hidden * self.width * 2,
-                "forward_ms_asked": self.forward_ms, "forward_ms_measured": self.measured_ms}
+                "forward_ms_asked": self.forward_ms, "forward_ms_measured": self.measured_ms,
+                "sizing": [{"width": w, "forward_ms": ms} for w, ms in self.sizing]}
 
     def _device_name(self) -> str:
         return str(self.torch.cuda.get_device_name()) if self.device == "cuda" else "cpu"
-
-
-def _next_width(tried: list[tuple[int, float]], want_ms: float) -> int:
-    """The next width to try: proportional from one point; from two, the secant through the
-    last two (a GEMV's bandwidth, and the GPU's clocks, change with the width and the load)."""
-    (w1, t1) = tried[-1]
-    if len(tried) < 2 or tried[-2][1] == t1 or tried[-2][0] == w1:
-        return int(w1 * want_ms / t1)
-    w0, t0 = tried[-2]
-    return int(w1 + (want_ms - t1) * (w1 - w0) / (t1 - t0))
 
 
 def _best_ms(t: TargetForward, fn: Any, reps: int, best: bool = True) -> float:

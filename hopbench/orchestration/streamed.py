@@ -108,7 +108,8 @@ def build(cfg: RunConfig, say: Callable[[str], None]) -> tuple[Any, RunConfig]:
         rec["tap_ready_ms"] = [float(v) / 1e6 for v in np.median(np.array(ready), axis=0)]
         rec["tap_copied_ms"] = [float(v) / 1e6 for v in np.median(np.array(copied), axis=0)]
     rec["forward_with_taps_ms"] = float(np.median(ends)) / 1e6
-    say(f"target: {rec['device']}, width {t.width:,} ({rec['weight_bytes_per_layer'] / 1e6:,.0f} MB read a layer): "
+    say(f"target: {rec['device']}, width {t.width:,} ({rec['weight_bytes_per_layer'] / 1e6:,.0f} MB read a layer, "
+        f"sized in {len(rec['sizing'])} round{'s' if len(rec['sizing']) > 1 else ''}): "
         f"the forward {cost['without_taps_ms']:.3f} ms without taps, {cost['with_taps_ms']:.3f} with; extraction "
         f"cost {cost['cost_ms']:+.3f} ms [{cost['cost_lo_ms']:+.3f}, {cost['cost_hi_ms']:+.3f}] "
         f"({cost['level']:.0%}, {cost['blocks']} ABBA blocks)")
