@@ -135,6 +135,7 @@ def test_missing_extra_names_the_install_line(tmp_path):
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_every_options_help_is_shown_whole():
     """Issue 42: --payload-from's help lost "[tokens, layers, hidden]" to rich markup ("file of
     ;"). Every option of every command shows its whole help text."""

@@ -241,6 +241,7 @@ def test_run_refuses_a_bad_codec_before_connecting(tmp_path):
     assert isinstance(res.exception, ConfigError) and "no such file" in str(res.exception)
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_sweep_codec_axis_plan_and_analysis(tmp_path):
     """codecs = [...] is an axis: each payload under each codec (gap cells raw only), the
     cells' labels carry the codec, and fit/verdict read each codec as its own series."""

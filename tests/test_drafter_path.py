@@ -37,8 +37,8 @@ def test_a_leader_hands_the_lead_on_once_its_own_ask_is_answered():
 
     def hold(bodies):
         if bodies == [b"a"]:  # a's forward ends once b and c are queued behind it
-            with batcher.cv:
-                assert batcher.cv.wait_for(lambda: len(batcher.queue) == 2, timeout=30)
+            with batcher.arrived:  # an arrival signals the leader's condition (not every waiter's)
+                assert batcher.arrived.wait_for(lambda: len(batcher.queue) == 2, timeout=30)
         elif bodies == [b"b"]:
             saw["a returned before b's forward ended"] = a_back.wait(30)
 

@@ -89,6 +89,7 @@ def test_more_targets_than_the_server_serves_is_refused_before_anything_is_measu
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_a_target_killed_mid_run_is_recorded_and_the_others_go_on(server_factory, tmp_path):
     srv = server_factory(max_sessions=4)
     out = tmp_path / "r"
@@ -227,6 +228,7 @@ def test_bad_load_flags_are_one_line_each(server, tmp_path):
         assert "Traceback" not in r.stderr and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_clients_are_a_sweep_axis_with_a_fit_verdict_figure_and_answer_per_m(tmp_path):
     """sweep.clients = [1, 2]: the M = 2 cells are their own series (tcp@2, payload T3@2), each
     cell a run of two target processes; verdict says the per-target hop against M and the
@@ -339,6 +341,7 @@ def test_fanin_targets_on_ray_nodes_share_the_drafters_shaped_link(tmp_path, ray
     assert isinstance(incast, float) and incast > 0, t3["aggregate"]
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_ctrl_c_during_several_targets_keeps_a_readable_run(server_factory, tmp_path):
     """Issue 42: Ctrl-C during `run --clients 3` printed "status incomplete" but wrote no
     top-level report.json: the targets stayed "running", a 0-byte .tmp was left, and verdict,

@@ -55,6 +55,7 @@ def test_a_bad_target_shape_is_one_line():
         TargetForward(TargetShape(8, (5, 2), 64, 3), 5.0, "cpu", width=64)
 
 
+@pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_run_target_streams_the_forwards_taps_and_the_verdict_pays_its_measured_cost(server, tmp_path):
     out = tmp_path / "t"
     r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=8", "--target", "cpu",
