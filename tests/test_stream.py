@@ -567,3 +567,19 @@ def test_the_chunk_schedule_is_the_clients_the_server_waits_up_to_its_idle_timeo
     assert c.recv_frame()[0] == P.ACCEPT
     c.sock.sendall(chunk(0))
     assert c.closed(timeout=10.0)  # silent past the idle timeout (1.5 s here, 60 s by default): dropped
+
+
+@pytest.mark.parametrize("spec, says", [("layers,forward=5", "the forward is the verify work"),
+                                        ("bytes", "--stream bytes: off, or layers"),
+                                        ("layers:80,cost=x", "forward= and cost= are ms")])
+def test_spec_reads_the_same_stream_spec_and_refuses_what_spec_cannot_take(tmp_path, spec, says):
+    r = _hb("spec", "--peer", "127.0.0.1:9", "--stream", spec, "--out", str(tmp_path / "x"))
+    assert r.returncode != 0 and says in r.stderr and not (tmp_path / "x").exists(), r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_spec_old_stream_flags_still_read_with_a_note():
+    from hopbench.cli.measure import _spec_stream
+
+    assert _spec_stream("layers:80,cost=0.5", None, None) == _spec_stream("layers", 80, 0.5)
+    assert _spec_stream("off", None, None)["stream"] == "off"

@@ -161,6 +161,17 @@ def _mps_fields(p: dict[str, Any]) -> tuple[float | None, str]:
     return value, old_spelling(p["arrivals"], arrivals or "fixed", "--arrivals is now --mps RATE:poisson")
 
 
+def _spec_stream(stream: str, layers: int | None, cost_ms: float | None) -> dict[str, Any]:
+    """spec's --stream, the same spec as run's without forward= and times= (spec's forward is
+    its verify work); its old flags still read."""
+    fields = _stream_fields({"stream": stream, "layers": layers, "forward_ms": None, "stream_cost_ms": cost_ms,
+                             "layer_times": None})
+    if fields["forward_ms"] is not None or fields["layer_times"] is not None:
+        raise ConfigError(f"spec --stream {stream}: the forward is the verify work (--verify-work); give "
+                          "layers[:LAYERS][,cost=MS]")
+    return fields
+
+
 def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
     """--stream's one spec as the request's fields; the four flags it replaced still read, each
     with its one-line note (given both ways, a one-line error)."""
@@ -276,9 +287,9 @@ def spec(
     targets: Annotated[Optional[str], typer.Option(help="Several targets against one batching drafter: a list of target counts M (e.g. 1,2,4), each M target processes at once; prints per-target and aggregate tok/s and the largest M at which every target still beats co-located (docs/SPEC.md).")] = None,
     batch_window_ms: Annotated[float, typer.Option(help="--targets: drafts arriving within this window of the first run as one batch (with --draft-remote batch:A+B).")] = 2.0,
     max_batch: Annotated[int, typer.Option(help="--targets: the most drafts in one batch (0: every target).")] = 0,
-    stream: Annotated[str, typer.Option(help="layers: add mode stream (each aux layer's K + 1 rows sent as its layer ends within the verify, the accept count at its end; the remote drafter starts on the accept; docs/STREAM.md).")] = "off",
-    layers: Annotated[Optional[int], typer.Option(help="Mode stream: the target's layer count; aux layer k is ready after k of them (default 78, GLM-5.2's).")] = None,
-    stream_cost_ms: Annotated[float, typer.Option(help="Mode stream: the extraction cost per streamed forward in ms (0.5-1.6 ms measured for piecewise CUDA graphs, docs/STREAM.md).")] = 0.0,
+    stream: Annotated[str, typer.Option(help="layers[:LAYERS][,cost=MS]: add mode stream (each aux layer's K + 1 rows sent as its layer ends within the verify, the accept count at its end; the remote drafter starts on the accept; docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); cost: the extraction cost a forward (`run --stream layers --target gpu` measures it).")] = "off",
+    layers: Annotated[Optional[int], typer.Option(hidden=True)] = None,  # old spelling of --stream layers:N
+    stream_cost_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,cost=MS
     json_out: Annotated[bool, typer.Option("--json", help="--targets: the run's record as one JSON document on stdout (the lines go to stderr).")] = False,
     shape: ShapeOpt = None,
 ):
@@ -290,12 +301,12 @@ def spec(
     sh = _shape(shape).shape
     verify_work = old_spelling(verify, verify_work, "spec --verify is now --verify-work (run's --verify checks the "
                                "request's bytes)")
-    if stream not in ("off", "layers"):
-        raise ConfigError(f"--stream {stream}: off or layers")
+    st = _spec_stream(stream, layers, stream_cost_ms)
     chosen = tuple(m for m in modes.split(",") if m)
     cfg = SpecConfig(bytes_per_token=sh.bytes_per_token, id_bytes=sh.id_bytes,
-                     modes=chosen + (("stream",) if stream == "layers" and "stream" not in chosen else ()),
-                     taps=tuple(sh.aux_layers), layers=layers, stream_cost_ms=stream_cost_ms, transport=transport, k=k, accept=accept,
+                     modes=chosen + (("stream",) if st["stream"] == "layers" and "stream" not in chosen else ()),
+                     taps=tuple(sh.aux_layers), layers=st["layers"], stream_cost_ms=st["stream_cost_ms"],
+                     transport=transport, k=k, accept=accept,
                      verify=verify_work, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
                      transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
