@@ -36,19 +36,7 @@ def extraction(modes: list[str], forward_ms: float, hidden: int, rows: int, bloc
         t = TargetForward(shape, forward_ms, "cuda", graphs, width=width)
         width = t.width  # every mode on the same weights' width: one sizing
         x = t.extraction_cost(blocks=blocks)
-        ready, copied = [], []
-        for _ in range(10):
-            t.start()
-            for j in range(len(TAPS)):
-                t.tap(j)
-            t.end()
-            r, c, _ = t.times()
-            ready.append(r)
-            copied.append(c)
-        rec = {**t.record(), "mode": mode, "extraction": x,
-               "tap_ready_ms": [sorted(v)[len(v) // 2] / 1e6 for v in zip(*ready)] if ready[0] else [],
-               "tap_copy_ms": [sorted(b - a for a, b in zip(rv, cv))[len(rv) // 2] / 1e6
-                               for rv, cv in zip(zip(*ready), zip(*copied))] if ready[0] else []}
+        rec = {**t.record(), "mode": mode, "extraction": x, **t.tap_times(10)}
         out.append(rec)
         print(f"{mode:9s} width {t.width:,} ({rec['weight_bytes_per_layer'] / 1e6:,.0f} MB a layer), forward "
               f"{x['without_taps_ms']:.3f} ms without taps (asked {forward_ms:g}), {x['with_taps_ms']:.3f} with: "
@@ -57,8 +45,9 @@ def extraction(modes: list[str], forward_ms: float, hidden: int, rows: int, bloc
         if rec.get("sizing"):
             print("          sized in " + ", ".join(f"{r['width']:,} -> {r['forward_ms']:.2f} ms" for r in rec["sizing"]),
                   flush=True)
-        if rec["tap_copy_ms"]:
-            print(f"          taps ready at {', '.join(f'{v:.2f}' for v in rec['tap_ready_ms'])} ms; each copy "
+        if rec.get("tap_copy_ms"):
+            ready = ", ".join(f"{v:.2f}" for v in rec["tap_ready_ms"])
+            print(f"          medians of 10 tapped forwards: taps ready at {ready} ms; each copy "
                   f"{', '.join(f'{v * 1e3:.1f}' for v in rec['tap_copy_ms'])} us after its tap", flush=True)
         del t
         import torch

@@ -179,15 +179,13 @@ def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
 
     st = parse_args(p["stream"])
     out: dict[str, Any] = {"stream": st.mode}
-    for field, old, key, flag in (("layers", "layers", st.layers, "layers:N"),
-                                  ("forward_ms", "forward_ms", st.forward_ms, "layers,forward=MS"),
-                                  ("stream_cost_ms", "stream_cost_ms", st.cost_ms, "layers,cost=MS"),
-                                  ("layer_times", "layer_times", st.times, "layers,times=FILE")):
-        given = p[old]
+    for field, key, flag in (("layers", st.layers, "layers:N"), ("forward_ms", st.forward_ms, "layers,forward=MS"),
+                             ("stream_cost_ms", st.cost_ms, "layers,cost=MS"),
+                             ("layer_times", st.times, "layers,times=FILE")):
+        given, old = p[field], "--" + field.replace("_", "-")
         if given is not None and key is not None:
-            raise ConfigError(f"--{old.replace('_', '-')} and --stream {p['stream']} both set it: give it once, in "
-                              "--stream")
-        out[field] = old_spelling(given, key, f"--{old.replace('_', '-')} is now --stream {flag}")
+            raise ConfigError(f"{old} and --stream {p['stream']} both set it: give it once, in --stream")
+        out[field] = old_spelling(given, key, f"{old} is now --stream {flag}")
     out["stream_cost_ms"] = out["stream_cost_ms"] or 0.0
     out["layer_times"] = Path(out["layer_times"]) if out["layer_times"] is not None else None
     return out

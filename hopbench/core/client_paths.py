@@ -516,14 +516,22 @@ class StreamedRoundTrip(ClientPath):
         sched = self.sched
         if len(sched.ready_ns) != chunks:
             raise ConfigError(f"the schedule has {len(sched.ready_ns)} chunks, the plan {chunks}")
-        end = chan.alloc(P.STREAM_END_BYTES)
         out = self.body.chunks(chan, run, size)
-        receive, settle = self.body.reply(chan, run)
-        self.reply_host = self.body.reply_host
         lag = m.stages["send_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         end_lag = m.stages["end_lag_ns"] = np.zeros(plan.total, dtype=np.int64)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the forward's schedule)"
         samples = m.samples_ns[:plan.total]
+        hooks = self._hooks(chan, run, out.ready, out.go)
+        return streamed_cycles(hooks, sched.ready_ns, sched.end_ns, size, samples, (lag, end_lag),
+                               run.clock, run.progress, run.gap_s)
+
+    def _hooks(self, chan: Any, run: PlanRun, ready: Callable[[int, int, int], None],
+               go: Callable[[int, int], None]) -> StreamHooks:
+        """A streamed cycle's steps around its chunks (`ready`, `go`): the end message, the
+        reply's receive (the body's) and its check, and the size of what is in flight."""
+        end = chan.alloc(P.STREAM_END_BYTES)
+        receive, settle = self.body.reply(chan, run)
+        self.reply_host = self.body.reply_host
 
         def send_end(i: int) -> None:
             P.STREAM_END.pack_into(end, 0, i, 0, 0)
@@ -533,10 +541,7 @@ class StreamedRoundTrip(ClientPath):
         def pending(n: int) -> None:
             self.pending = n
 
-        hooks = StreamHooks(out.ready, out.go, send_end, receive, settle, self.ids(run).checker(self.reply_host),
-                            pending)
-        return streamed_cycles(hooks, sched.ready_ns, sched.end_ns, size, samples, (lag, end_lag),
-                               run.clock, run.progress, run.gap_s)
+        return StreamHooks(ready, go, send_end, receive, settle, self.ids(run).checker(self.reply_host), pending)
 
     def _produced(self, data: DataPath, run: PlanRun, producer: Producer) -> int:
         """The streamed cycles with a real producer: each chunk is its tap's rows as they
@@ -548,9 +553,8 @@ class StreamedRoundTrip(ClientPath):
         if type(self.body) is not _RawBody:
             raise ConfigError("--target gpu streams the producer's rows from host memory, raw: not with --codec or "
                               "--memory cuda")
-        end = chan.alloc(P.STREAM_END_BYTES)
-        receive, settle = self.body.reply(chan, run)
-        self.reply_host = self.body.reply_host
+        if producer.chunk_bytes != size:
+            raise ConfigError(f"the producer's taps are {producer.chunk_bytes:,} B, the plan's chunks {size:,} B")
         stages = {name: np.zeros(plan.total, dtype=np.int64) for name in PRODUCER_STAGE_COLUMNS}
         m.stages.update(stages)
         run.loop_info["loop"] = "python (a streamed plan: its sends follow the target's forward on the device)"
@@ -558,20 +562,9 @@ class StreamedRoundTrip(ClientPath):
 
         def ready(i: int, j: int, counter: int) -> None:
             buf = got[0] = producer.tap(j)
-            if len(buf) != size:
-                raise ConfigError(f"the producer's tap is {len(buf):,} B, the plan's chunks {size:,} B")
             P.SEQ.pack_into(buf, 0, counter)
 
-        def send_end(i: int) -> None:
-            P.STREAM_END.pack_into(end, 0, i, 0, 0)
-            self.pending = P.STREAM_END_BYTES
-            chan.send(end)
-
-        def pending(n: int) -> None:
-            self.pending = n
-
-        hooks = StreamHooks(ready, lambda i, j: chan.send(got[0]), send_end, receive, settle,
-                            self.ids(run).checker(self.reply_host), pending)
+        hooks = self._hooks(chan, run, ready, lambda i, j: chan.send(got[0]))
         return produced_cycles(hooks, producer, chunks, size, m.samples_ns[:plan.total], stages, run.clock,
                                run.progress, run.gap_s)
 

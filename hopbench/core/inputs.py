@@ -39,6 +39,9 @@ class Producer(Protocol):
     `times` gives the last cycle's device times, ns from the forward's start: each tap ready,
     each copy landed (empty where a graph hides them), the forward's end."""
 
+    @property
+    def chunk_bytes(self) -> int: ...  # the bytes each tap(j) returns
+
     def start(self) -> None: ...
 
     def tap(self, j: int) -> Any: ...

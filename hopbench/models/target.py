@@ -71,6 +71,13 @@ class TargetShape:
         return self.rows * self.hidden * 2
 
 
+def check_gpu(torch: Any, asked: str) -> None:
+    """The one-line refusal of a GPU producer on a host where torch sees no GPU."""
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{asked}: torch sees no GPU on this host (the target's forward runs on the client's GPU); "
+                          "stream from the clock instead (--stream layers,forward=MS,times=FILE)")
+
+
 class TargetForward:
     """The producer: `start()` begins a cycle's forward (asynchronous), `tap(j)` waits until tap
     j's rows are in host memory and returns that chunk (a writable byte view), `end()` waits
@@ -85,9 +92,8 @@ class TargetForward:
         if graphs not in GRAPHS:
             raise ConfigError(f"the target's graphs: one of {', '.join(GRAPHS)}")
         torch = self.torch = load_torch()
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--target gpu: torch sees no GPU on this host (the target's forward runs on the "
-                              "client's GPU); without one, stream from the clock (--stream layers,forward=MS,times=FILE)")
+        if device == "cuda":
+            check_gpu(torch, "--target gpu")
         self.shape, self.device, self.forward_ms = shape, device, forward_ms
         self.graphs = graphs if device == "cuda" else "off"
         self.cycles = 0
@@ -142,11 +148,12 @@ class TargetForward:
         return self._capped(int(TRIAL_WIDTH * want / per_layer))
 
     def _capped(self, width: int) -> int:
-        """A width between 64 and what half the device's free memory holds (both matrices)."""
+        """A width between 64 and what half the device's free memory holds (both matrices; the
+        current weights' bytes counted free, as they are replaced)."""
         from hopbench.models.drafter import memory_free
 
-        self.w_up = self.w_down = None  # the old weights' memory counted free
-        most = memory_free(self.torch, self.device) // (4 * self.shape.hidden * 2)
+        held = 2 * self.w_up.numel() * 2 if getattr(self, "w_up", None) is not None else 0
+        most = (memory_free(self.torch, self.device) + held) // (4 * self.shape.hidden * 2)
         return int(max(64, min(width, most)))
 
     def _forward_ms(self) -> float:
@@ -174,11 +181,14 @@ class TargetForward:
         from hopbench.estimate import median_interval
 
         with_ms, without_ms, diffs = [], [], []
+        self._tapped()  # each side warmed once, before the blocks
+        self._runner.plain()
         for b in range(blocks):
             order = (True, False, False, True) if b % 2 == 0 else (False, True, True, False)
             got: dict[bool, list[float]] = {True: [], False: []}
             for tapped in order:
-                got[tapped].append(_best_ms(self, self._tapped if tapped else self._runner.plain, reps, best=False))
+                got[tapped].append(_best_ms(self, self._tapped if tapped else self._runner.plain, reps, best=False,
+                                            warm=False))
             w, wo = float(np.mean(got[True])), float(np.mean(got[False]))
             with_ms.append(w)
             without_ms.append(wo)
@@ -187,6 +197,25 @@ class TargetForward:
         return {"with_taps_ms": float(np.median(with_ms)), "without_taps_ms": float(np.median(without_ms)),
                 "cost_ms": float(np.median(diffs)), "cost_lo_ms": lo, "cost_hi_ms": hi, "level": level,
                 "blocks": blocks, "reps": reps, "graphs": self.graphs}
+
+    def tap_times(self, forwards: int = 10) -> dict[str, Any]:
+        """Medians over `forwards` tapped forwards (ms from the forward's start): each tap's
+        ready time, its copy's landing, the copy's own time, and the forward's end (the taps'
+        are absent where a full graph hides them)."""
+        ready, copied, ends = [], [], []
+        for _ in range(forwards):
+            self._tapped()
+            r, c, e = self.times()
+            ready.append(r)
+            copied.append(c)
+            ends.append(e)
+        out: dict[str, Any] = {"forward_with_taps_ms": float(np.median(ends)) / 1e6}
+        if ready[0]:
+            r_ns, c_ns = np.array(ready), np.array(copied)
+            out.update(tap_ready_ms=[float(v) / 1e6 for v in np.median(r_ns, axis=0)],
+                       tap_copied_ms=[float(v) / 1e6 for v in np.median(c_ns, axis=0)],
+                       tap_copy_ms=[float(v) / 1e6 for v in np.median(c_ns - r_ns, axis=0)])
+        return out
 
     def _tapped(self) -> None:
         self.start()
@@ -198,6 +227,11 @@ class TargetForward:
         """Each layer's end time within the forward (ms, medians of `reps` eager forwards timed
         per layer): what `--stream layers,times=FILE` reads, for a host without this GPU."""
         return self._runner.layer_times(reps)
+
+    @property
+    def chunk_bytes(self) -> int:
+        """The bytes `tap(j)` returns: K + 1 rows of the hidden width, BF16."""
+        return self.shape.chunk_bytes
 
     @property
     def ready_ns(self) -> tuple[int, ...]:
@@ -222,11 +256,12 @@ class TargetForward:
         return str(self.torch.cuda.get_device_name()) if self.device == "cuda" else "cpu"
 
 
-def _best_ms(t: TargetForward, fn: Any, reps: int, best: bool = True) -> float:
-    """fn's time in ms, the best (or the mean) of `reps` runs after one warm-up (CUDA events
-    on a GPU, the process clock on a CPU)."""
+def _best_ms(t: TargetForward, fn: Any, reps: int, best: bool = True, warm: bool = True) -> float:
+    """fn's time in ms, the best (or the mean) of `reps` runs, after one warm-up run unless
+    `warm` is off (CUDA events on a GPU, the process clock on a CPU)."""
     torch = t.torch
-    fn()
+    if warm:
+        fn()
     out = []
     for _ in range(reps):
         if t.device == "cuda":

@@ -14,8 +14,6 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from hopbench import results as R
 from hopbench.core import protocol as P
 from hopbench.errors import ConfigError
@@ -71,10 +69,9 @@ def check_target(req: Any, dtype: str) -> str:
         raise ConfigError(f"--target {req.target}: the producer's rows are BF16, the shape's {dtype}")
     if req.target.startswith("gpu"):
         from hopbench.models.drafter import load_torch
+        from hopbench.models.target import check_gpu
 
-        if not load_torch().cuda.is_available():
-            raise ConfigError(f"--target {req.target}: torch sees no GPU on this host (the target's forward runs on "
-                              "the client's GPU); stream from the clock instead (--stream layers,forward=MS,times=FILE)")
+        check_gpu(load_torch(), f"--target {req.target}")
     return str(req.target)
 
 
@@ -92,22 +89,7 @@ def build(cfg: RunConfig, say: Callable[[str], None]) -> tuple[Any, RunConfig]:
         f"{device}, sized to {st.forward_ms:g} ms ({TARGETS[st.target]} graphs)")
     t = TargetForward(shape, st.forward_ms, device, TARGETS[st.target])
     cost = t.extraction_cost()
-    ready, copied, ends = [], [], []
-    for _ in range(TAP_FORWARDS):
-        t.start()
-        for j in range(len(shape.taps)):
-            t.tap(j)
-        t.end()
-        r, c, e = t.times()
-        ready.append(r)
-        copied.append(c)
-        ends.append(e)
-    rec = t.record()
-    rec.update(extraction=cost, layer_times_ms=t.layer_times_ms())
-    if ready[0]:
-        rec["tap_ready_ms"] = [float(v) / 1e6 for v in np.median(np.array(ready), axis=0)]
-        rec["tap_copied_ms"] = [float(v) / 1e6 for v in np.median(np.array(copied), axis=0)]
-    rec["forward_with_taps_ms"] = float(np.median(ends)) / 1e6
+    rec = {**t.record(), "extraction": cost, "layer_times_ms": t.layer_times_ms(), **t.tap_times(TAP_FORWARDS)}
     say(f"target: {rec['device']}, width {t.width:,} ({rec['weight_bytes_per_layer'] / 1e6:,.0f} MB read a layer, "
         f"sized in {len(rec['sizing'])} round{'s' if len(rec['sizing']) > 1 else ''}): "
         f"the forward {cost['without_taps_ms']:.3f} ms without taps, {cost['with_taps_ms']:.3f} with; extraction "
@@ -145,15 +127,16 @@ def producer_lines(cfg: RunConfig, rows: list[dict[str, Any]], loads: list[Any],
                   and p.label in by), None)
     x = st.producer["extraction"]
     say(f"extraction cost (measured, not given): {x['cost_ms']:+.3f} ms [{x['cost_lo_ms']:+.3f}, "
-        f"{x['cost_hi_ms']:+.3f}] a forward ({x['graphs']} graphs on {st.producer['device']}: with taps "
+        f"{x['cost_hi_ms']:+.3f}, {pct(x['level'])}, {x['blocks']} ABBA blocks] a forward ({x['graphs']} graphs on "
+        f"{st.producer['device']}: with taps "
         f"{x['with_taps_ms']:.3f} ms, without {x['without_taps_ms']:.3f}); the clock-driven stream and the verdict "
         f"pay {st.cost_ms:.3f} ms")
     if real is None or clock is None:
         return
     ratio = real["p50_ns"] / clock["p50_ns"]
     gap = (real["p50_ns"] - clock["p50_ns"]) / 1e6
-    say(f"exposed hop from the target's forward ({real['payload']}): p50 {real['p50_ns'] / 1e6:.3f} ms; from the clock "
-        f"with its measured times ({clock['payload']}): {clock['p50_ns'] / 1e6:.3f} ms: {ratio:.2f}x "
+    say(f"exposed hop from the target's forward ({real['payload']}): p50 {_p50_ms(real)}; from the clock with its "
+        f"measured times ({clock['payload']}): p50 {_p50_ms(clock)}; their p50s {ratio:.2f}x "
         f"({gap:+.3f} ms){'' if abs(ratio - 1) <= 0.10 else _named(real, clock)}")
 
 
