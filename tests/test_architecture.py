@@ -79,17 +79,25 @@ def test_no_import_circle():
 
 
 def _core_imports() -> dict[str, set[str]]:
-    """Each core module's core imports (lazy and type-only ones included)."""
-    core = {p.stem: p for p in (ROOT / "hopbench" / "core").glob("*.py") if p.stem != "__init__"}
+    """Each core module's core imports (lazy and type-only ones included), named from the
+    core down (`kinds`, `kinds.spec`)."""
+    root = ROOT / "hopbench" / "core"
+    core = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in root.rglob("*.py") if p != root / "__init__.py"}
+
+    def known(dotted: str) -> str | None:
+        name = dotted.removeprefix("hopbench.core.")
+        return name if dotted.startswith("hopbench.core.") and name in core else None
+
     deps: dict[str, set[str]] = {m: set() for m in core}
     for m, p in core.items():
         for n in ast.walk(ast.parse(p.read_text())):
-            names: list[str] = []
+            found: list[str | None] = []
             if isinstance(n, ast.ImportFrom) and n.module:
-                names = [f"{n.module}.{a.name}" for a in n.names] if n.module == "hopbench.core" else [n.module]
+                found = [known(f"{n.module}.{a.name}") or known(n.module) for a in n.names]
             elif isinstance(n, ast.Import):
-                names = [a.name for a in n.names]
-            deps[m] |= {x.split(".")[2] for x in names if x.startswith("hopbench.core.") and x.split(".")[2] in core}
+                found = [known(a.name) for a in n.names]
+            deps[m] |= {x for x in found if x is not None and x != m}
     return deps
 
 

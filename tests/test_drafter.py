@@ -307,7 +307,7 @@ def test_a_block_drafter_refuses_more_drafts_than_its_block_holds(drafter_server
     plan = P.Plan("tcp", info.request_bytes, info.reply_bytes, 8, 4, 5, 1, spec=P.SpecPlan("sync", ROW, "model"))
     with Session(drafter_server.host, drafter_server.port) as s:
         with pytest.raises(Refused, match="--draft-remote model: the tiny drafter drafts blocks of 8"):
-            s.measure(plan)
+            s.measure(plan, spec=S.SpecInputs(info, np.zeros(info.total, dtype=np.int64), S.parse_work("sleep:0")))
 
 
 def test_a_drafter_folders_batched_forward_carries_into_verdict_report_and_spec(tmp_path):

@@ -2,8 +2,10 @@
 real server (tiny scaled times; no assertion on absolute timing)."""
 
 import csv
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from hopbench.analysis import spec as A
@@ -55,22 +57,51 @@ def test_work_models_parse_and_scale(tmp_path):
 
 
 def _spec_plan(mode="sync", request_bytes=None, draft="sleep:0.1"):
+    """A spec plan of 5 + 1 cycles, K = 2, and its target's inputs (every cycle accepts 1)."""
     info = S.SpecPlanInfo(mode, 2, 4, 1024, 5, 1, 1, 2)
     return P.Plan("tcp", request_bytes or info.request_bytes, info.reply_bytes, 2, 4, 5, 1,
                   spec=P.SpecPlan.from_dict({"mode": mode, "bytes_per_token": 1024, "fanout": 2, "seed": 1,
-                                             "draft": draft, "ranked": [2, 1, 0]})), info
+                                             "draft": draft, "ranked": [2, 1, 0]})), \
+        S.SpecInputs(info, np.ones(info.total, dtype=np.int64), S.parse_work("sleep:0"))
+
+
+@pytest.mark.parametrize("mode", ["sync", "overlap"])
+def test_session_measure_runs_a_spec_plan_like_any_other_kind(server, mode):
+    """The spec kind's target path is a ClientPath: Session.measure runs it, its rows land in
+    the stages (one per CYCLE_COLUMNS), its samples are the waits, and the server confirms."""
+    plan, inputs = _spec_plan(mode, draft="sleep:0.2")
+    inputs = dataclasses.replace(inputs, verify=S.parse_work("sleep:1"))  # 1 ms: the drafter pre-drafts 2 of 0.2
+    with Session(server.host, server.port) as s:
+        m = s.measure(plan, spec=inputs)
+        s.bye()
+    assert m.completed == plan.total and m.error is None
+    assert list(m.stages["seq"]) == list(range(plan.total)) and set(m.stages["tokens"]) == {2}
+    assert list(m.stages["phase"]) == [0, 1] + [2] * plan.cycles
+    assert (m.samples_ns == m.stages["wait_ns"]).all() and (m.stages["wait_ns"] >= m.stages["draft_ns"]).all()
+    if mode == "sync":  # every cycle drafts 0.2 ms on the server, its time in the reply's tail
+        assert (m.stages["draft_ns"] >= 200_000).all() and not m.stages["hit"].any()
+    else:  # overlap: outcome 1 is ranked second of a fan-out of 2, pre-drafted while the target verified
+        assert m.stages["hit"].all() and not m.stages["draft_ns"].any()
+
+
+def test_a_spec_plan_needs_its_targets_inputs_before_the_plan_crosses(server):
+    plan, _ = _spec_plan()
+    with Session(server.host, server.port) as s:
+        with pytest.raises(ConfigError, match="needs its target's inputs"):
+            s.measure(plan)
+        assert s.plans == 0
 
 
 def test_a_spec_plan_the_drafter_cannot_run_is_refused(server):
     s = Session(server.host, server.port)
-    plan, _ = _spec_plan(request_bytes=999)
+    plan, inputs = _spec_plan(request_bytes=999)
     with pytest.raises(Refused, match="request_bytes/reply_bytes must be 3072/24"):
-        s.measure(plan)
+        s.measure(plan, spec=inputs)
     s.close()
     s = Session(server.host, server.port)
-    plan, _ = _spec_plan(draft="nap:3")
+    plan, inputs = _spec_plan(draft="nap:3")
     with pytest.raises(Refused, match="work model 'nap:3'"):
-        s.measure(plan)
+        s.measure(plan, spec=inputs)
     s.close()
 
 
@@ -82,9 +113,9 @@ def test_a_plan_never_makes_the_server_open_a_path(server, tmp_path):
     word.write_text("secret-first-line\n")
     for f in (number, word):
         s = Session(server.host, server.port)
-        plan, _ = _spec_plan(draft=f"file:{f}")
+        plan, inputs = _spec_plan(draft=f"file:{f}")
         with pytest.raises(Refused, match="opens no path") as got:
-            s.measure(plan)
+            s.measure(plan, spec=inputs)
         assert "secret-first-line" not in str(got.value)
         s.close()
 

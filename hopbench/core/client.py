@@ -15,10 +15,10 @@ from hopbench.core import protocol as P
 from hopbench.core.client_paths import ClientPath, DataPath, PlanRun
 from hopbench.core.inputs import HiddenSource, Schedule
 from hopbench.core.kinds import client_path
+from hopbench.core.spec import SpecInputs
 from hopbench.core.timing import Progress
 from hopbench.core.transport import Channel, Transport, TransportOptions, get_transport, plan_poll
 from hopbench.errors import (
-    ConfigError,
     HopbenchError,
     PeerError,
     ProtocolError,
@@ -96,37 +96,10 @@ def _authenticate(control: Any, hello: dict[str, Any], secret: str | None, clien
     return bind
 
 
-def _spec_senders(plan: P.Plan, info: Any, source: HiddenSource | None,
-                  clock: Callable[[], int]) -> Callable[[Any], tuple[Any, Any]]:
-    """A codec spec plan's senders over a data channel: a cycle's hidden states (windows of
-    `source`, T tokens each) and, in mode stream, chunk j (aux layer j's K + 1 rows), each
-    encoded inside the hop as a frame of its own."""
-    from hopbench.core import codec_wire, codecs
-
-    if source is None:
-        raise ConfigError("a codec plan needs its hidden states (hopbench.workload.hidden.Source)")
-    codec = codecs.parse(plan.codec or "none", plan.codec_group)
-    by_tokens = {t: source.bodies(t * info.bytes_per_token, t, max(1, source.tokens // t)) for t in range(1, info.k + 2)}
-    layered = [b.view(np.uint16).reshape(info.k + 1, max(1, info.chunks), -1) for b in by_tokens[info.k + 1]]
-    chunks = [[np.ascontiguousarray(b[:, j, :]).view(np.uint8).reshape(-1) for j in range(info.chunks)] for b in layered]
-    header = bytearray(codecs.FRAME_BYTES)
-    codecs.steady_heap()
-
-    def over(data: Any) -> tuple[Any, Any]:
-        def send_states(seq: int, tokens: int) -> None:
-            bodies = by_tokens[tokens]
-            codec_wire.send_frame(data, codec, bodies[seq % len(bodies)], seq, 0, header, clock)
-
-        def send_chunk(seq: int, j: int) -> None:
-            codec_wire.send_frame(data, codec, chunks[seq % len(chunks)][j], seq * info.chunks + j, 0, header, clock)
-        return send_states, (send_chunk if info.chunks else None)
-    return over
-
-
 class Session:
     """One client session with a `hopbench serve`: the control connection, opened and
     handshaken (and authenticated, with a secret) on construction; one plan at a time
-    (`measure`, `run_spec`); `bye()` ends it as the protocol says. A context manager: the
+    (`measure`); `bye()` ends it as the protocol says. A context manager: the
     connection is closed on the way out, whatever happened (`with Session(...) as s:`)."""
 
     def __init__(self, host: str, port: int, timeout_s: float = TIMEOUT_S, connect_timeout_s: float = CONNECT_TIMEOUT_S,
@@ -176,18 +149,19 @@ class Session:
 
     def measure(self, plan: P.Plan, *, clock: Callable[[], int] = time.perf_counter_ns, gap_s: float = 0.0,
                 source: HiddenSource | None = None, schedule: np.ndarray | None = None,
-                stream: Schedule | None = None) -> Measurement:
+                stream: Schedule | None = None, spec: SpecInputs | None = None) -> Measurement:
         """Run one plan through its client path (hopbench.core.client_paths), chosen once, over
         its transport, resolved once. Transport and verify errors and Ctrl-C propagate; what
         was measured before them is `self.measured`. A codec plan's request bodies are windows
         of `source` (hopbench.workload.hidden.Source); `schedule`: open loop (run_cycles); `stream`:
-        a streamed plan's forward schedule (hopbench.workload.stream)."""
+        a streamed plan's forward schedule (hopbench.workload.stream); `spec`: a spec plan's
+        target inputs (its per-cycle rows land in the measurement's stages)."""
         self.measured = None
         path = client_path(plan, schedule, stream)
         transport = self._transport(plan)
         m = self.measured = Measurement(plan, np.zeros(plan.total, dtype=np.int64), 0, {}, {}, time.time())
         run = PlanRun(plan, m, transport, self.transport_settings.get(plan.transport, {}), clock, gap_s, self.loop,
-                      self._share_cpu, source, schedule)
+                      self._share_cpu, source, schedule, spec)
         data = None
         try:
             m.plan = run.plan = path.prepare(run)
@@ -213,29 +187,6 @@ class Session:
                 pass
             data.channel.close()
         m.data_info.update(loop_info)
-
-    def run_spec(self, plan: P.Plan, info: Any, outcomes: np.ndarray, verify: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns, source: HiddenSource | None = None,
-                 stream: Schedule | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        """One speculative plan against the drafter (hopbench.core.spec): per-cycle rows and
-        the data channel's settings. A server's abort is reported with its reason. A codec
-        plan's hidden states are windows of `source`, encoded inside the hop. `stream`: mode
-        stream's forward schedule (hopbench.workload.stream.Schedule)."""
-        from hopbench.core import spec as S
-
-        senders = _spec_senders(plan, info, source, clock) if plan.codec else None  # checked before connecting
-        data = self._open(plan, self._transport(plan)).channel
-        send_states, send_chunk = senders(data) if senders else (None, None)
-        try:
-            rows = S.run_target(data, info, outcomes, verify, None, P.ReplyIds(plan.k, plan.id_bytes), clock,
-                                send_states, stream, send_chunk)
-            self._confirmed(plan)
-            return rows, dict(data.info)
-        except VerifyError as exc:
-            raise PeerError(f"the drafter broke the plan: {exc}") from None
-        finally:
-            if data is not self.control:
-                data.close()
 
     @property
     def _share_cpu(self) -> bool:

@@ -13,7 +13,7 @@ Each path has three steps, called by `Session.measure` in this order:
 
 The paths: HostRoundTrip, GpuStaged, GpuDirect, CodecRoundTrip and StreamedRoundTrip, each
 a ClientPath reading one PlanRun (the plan, its measurement, transport and clock); the
-drafter kinds' paths are in hopbench.core.drafting.
+drafter kinds' paths are in hopbench.core.drafting, the spec kind's in hopbench.core.kinds.spec.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class PlanRun:
     share_cpu: bool
     source: HiddenSource | None = None  # a codec plan's hidden states (hopbench.workload.hidden.Source)
     schedule: np.ndarray | None = None  # open loop: each cycle's intended send time
+    spec: Any = None  # a spec plan's target inputs (hopbench.core.spec.SpecInputs)
     progress: Progress = field(default_factory=Progress)
     loop_info: dict[str, str] = field(default_factory=dict)  # which timed loop ran (hopbench.core.native)
 

@@ -1,6 +1,7 @@
 """The server's serving paths: one per plan kind, chosen once per plan (iperf3's
-`sp->snd`): HostEcho, GpuStaged, GpuDirect, SpecDrafter, CodecEcho and StreamDrafter,
-each a ServingPath (the drafter kinds' paths are in hopbench.core.drafting; ServerConfig
+`sp->snd`): HostEcho, GpuStaged, GpuDirect, CodecEcho and StreamDrafter, each a ServingPath
+(the drafter kinds' paths are in hopbench.core.drafting, the spec kind's both ends in
+hopbench.core.kinds.spec; ServerConfig
 is the server's settings, read through a PlanContext). Each checks a plan against
 the server's own settings before ACCEPT (`check`) and serves its round trips (`serve`).
 
@@ -11,7 +12,6 @@ served at once share nothing mutable. A fault on the data stream ends the sessio
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
@@ -228,106 +228,6 @@ class GpuDirect(_Gpu):
                            hooks=LoopHooks(recv_buf=req.device, send_buf=rep.device, on_bad_crc=bad_crc,
                                            fetch=partial(req.d2h, 0, None if crc is not None else P.SEQ_BYTES),
                                            after_pack=partial(rep.h2d, 0, plan.k * plan.id_bytes), check_late=True))
-
-
-class SpecDrafter(ServingPath):
-    """The drafter's loop of a speculative plan (hopbench.core.spec)."""
-
-    name = "spec drafter"
-
-    def check(self, plan: P.Plan, ctx: PlanContext, transport: Transport) -> str | None:
-        from hopbench.core import spec as S
-
-        assert plan.spec is not None
-        try:
-            self.info = info = S.spec_info_from_wire(plan.spec, plan.k, plan.id_bytes, plan.cycles, plan.warmup)
-            if plan.request_bytes != info.request_bytes or plan.reply_bytes != info.reply_bytes:
-                return (f"a spec plan's request_bytes/reply_bytes must be {info.request_bytes}/{info.reply_bytes} "
-                        f"(K + 1 tokens of hidden states; K ids + 16)")
-            self.draft = S.parse_work(plan.spec.draft, plan.spec.scale or 1.0, files=False)
-            if plan.spec.draft == "model":
-                wrong = _model_refusal(plan, ctx)
-                if wrong:
-                    return wrong
-            if plan.codec is not None:
-
-                self.parse_codec(plan)
-        except HopbenchError as exc:
-            return f"cannot run this spec plan: {exc}"
-        return None
-
-    @staticmethod
-    def hooked(draft: Any, plan: P.Plan, ctx: PlanContext) -> Any:
-        """The draft work with what this server lends it: the start group's batcher (a
-        `batch:A+B` draft of targets started together) or the server's drafter model."""
-        assert plan.spec is not None
-        batcher = model = None
-        if draft.batch_ms is not None and plan.group is not None and ctx.groups is not None:
-            gid, groups = plan.group.id, ctx.groups  # the targets' drafts that arrive together: one batch
-            window_s = (plan.spec.batch_window_ms or 0.0) / 1000.0
-            most = plan.spec.max_batch or plan.group.size
-
-            def batcher(a_ms: float, b_ms: float) -> int:
-                n: int = groups.draft(gid, a_ms, b_ms, window_s, most)
-                return n
-        if draft.kind == "model":  # the server's drafter model on the cycle's states, batched across targets
-            drafter, k = ctx.drafter, plan.k
-
-            def model(rows: Any, tokens: int) -> tuple[int, float]:
-                ask = drafter.submit(bytes(rows), tokens, k)  # its forward's ms: what overlap's pre-drafts take
-                return int(ask.batch_rows // max(1, tokens)), ask.draft_ns / 1e6
-            drafter.join()
-        return dataclasses.replace(draft, batcher=batcher, model=model)
-
-    def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
-        from hopbench.core import spec as S
-
-        assert plan.spec is not None
-        info, draft = self.info, self.hooked(self.draft, plan, ctx)  # as check() parsed them
-        ranked = list(plan.spec.ranked or range(plan.k + 1))
-        sized = dataclasses.replace(plan, reply_bytes=info.reply_bytes)
-
-        def bad(seq: int, header: Any) -> None:
-            bad_request(ctx, chan, header, seq, sized)
-
-        states = chunk_in = None
-        if plan.codec is not None:  # the hidden states cross encoded: decoded here, inside the hop
-            from hopbench.core import codec_wire
-
-            frames = codec_wire.FrameReceiver(self.codec, info.request_bytes, ctx.clock)
-
-            def states(tokens: int, view: Any) -> None:
-                frames.recv(chan, np.frombuffer(view, dtype=np.uint8))
-
-            def chunk_in(buf: Any) -> int:  # mode stream: each chunk a frame, its seq the running counter
-                got: int = frames.recv(chan, np.frombuffer(buf, dtype=np.uint8))[0]
-                return got
-        try:
-            done: int = S.run_drafter(chan, info, draft, ranked, P.ReplyIds(plan.k, plan.id_bytes), bad, ctx.clock,
-                                      states, chunk_in)
-        except ProtocolError as exc:
-            if states is None:
-                raise
-            abort(chan, str(exc), sized)  # a frame that does not decode: the target is told why
-        finally:
-            if draft.kind == "model":
-                ctx.drafter.leave()
-        return done
-
-
-def _model_refusal(plan: P.Plan, ctx: PlanContext) -> str | None:
-    """A spec plan whose draft work is the server's drafter model: why it cannot run, or None."""
-    if ctx.config.drafter is None:
-        return ("this server runs no drafter model for --draft-remote model: start it with `hopbench serve --drafter "
-                "SHAPE`")
-    if (wrong := ctx.drafter.model.refusal(plan.k)) is not None:  # K ids a pass: a block drafter's bound
-        return f"--draft-remote model: {wrong}"
-    shape = ctx.drafter.model.shape
-    assert plan.spec is not None
-    if plan.spec.bytes_per_token != shape.row_bytes or plan.spec.mode == "stream":
-        return (f"--draft-remote model: the {shape.name} drafter takes rows of {shape.row_bytes:,} B (this plan's "
-                f"tokens are {plan.spec.bytes_per_token:,} B; mode stream is not served by it yet)")
-    return None
 
 
 class CodecEcho(ServingPath):

@@ -1,4 +1,6 @@
-"""The speculative decode loop over the link (`hopbench spec`, docs/SPEC.md).
+"""The speculative decode loop's models and wire (`hopbench spec`, docs/SPEC.md): the
+acceptance and work models, a plan's info and the structs its messages use. The kind's two
+ends are hopbench.core.kinds.spec, its loops hopbench.core.timing's spec_*_cycles.
 
 The client is the target, the server the drafter. Per cycle the target "verifies" (a work
 model), draws how many of the K drafts it accepts (an acceptance model), emits accepted + 1
@@ -30,7 +32,6 @@ draft_ns (u64, the drafter's own time this cycle) and flags (u64, bit 0 = cache 
 
 from __future__ import annotations
 
-import functools
 import math
 import struct
 import time
@@ -40,7 +41,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hopbench.core.inputs import Schedule
 from hopbench.core.timing import wait_until
 from hopbench.errors import ConfigError
 
@@ -292,7 +292,7 @@ def _gpu_reader(nbytes: int) -> Callable[[], None]:
     return read
 
 
-# ---- the target's loop (client) ----------------------------------------------------------------
+# ---- the plan's info and the target's inputs ----------------------------------------------------------------
 
 CYCLE_COLUMNS = ("seq", "phase", "accepted", "tokens", "verify_ns", "wait_ns", "draft_ns", "hop_ns", "cycle_ns", "hit",
                  "batch")
@@ -329,156 +329,15 @@ class SpecPlanInfo:
         return self.k * self.id_bytes + TAIL.size
 
 
-def _stream_forward(send_chunk: Callable[[int, int], None], chunks: int, sched: Schedule, seq: int, t0: int,
-                    clock: Callable[[], int]) -> None:
-    """Mode stream's verify forward: chunk j sent (send_chunk(seq, j)) at t0 + its layer's
-    ready time, then the wait to the forward's end (+ the extraction cost)."""
-    for j in range(chunks):
-        wait_until(clock, t0 + sched.ready_ns[j])
-        send_chunk(seq, j)
-    wait_until(clock, t0 + sched.end_ns)
+@dataclass(frozen=True)
+class SpecInputs:
+    """What the target's side of a spec plan runs on (Session.measure(spec=...)): the plan's
+    info, each cycle's accepted count (drawn before any mode runs, the same for every mode)
+    and the verify's work model."""
 
-
-def run_target(channel: Any, info: SpecPlanInfo, outcomes: np.ndarray, verify: Work, local_draft: Work | None,
-               codec: Any, clock: Callable[[], int] = time.perf_counter_ns,
-               send_states: Callable[[int, int], None] | None = None, stream: Schedule | None = None,
-               send_chunk: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """The target's decode loop for one mode; returns a (total x len(CYCLE_COLUMNS)) int64
-    array. local: `channel` is None and `local_draft` runs after each verify. The ids of
-    every reply are checked outside the timed span of the next cycle. `send_states(seq,
-    tokens)` sends a cycle's hidden states (a codec plan: encoded, inside the hop); default
-    the raw bytes. `stream` (mode stream): the forward's schedule (hopbench.workload.stream.
-    Schedule), which replaces the verify: the chunks go during it (`send_chunk(seq, j)`: a
-    codec plan's, encoded; default raw, the running counter first), the header at its end."""
-    total = info.total
-    rows = np.zeros((total, len(CYCLE_COLUMNS)), dtype=np.int64)
-    header = bytearray(HEADER.size)
-    payload = bytearray(info.request_bytes)
-    views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
-    reply = bytearray(info.reply_bytes)
-    check = codec.checker(reply) if codec is not None else None
-    chunk = bytearray(info.chunk_bytes)
-
-    def raw_chunk(seq: int, j: int) -> None:
-        STREAM_COUNTER.pack_into(chunk, 0, seq * info.chunks + j)
-        channel.send(chunk)
-    first_timed = 1 + info.warmup
-    for seq in range(total):
-        a = int(outcomes[seq])
-        tokens = a + 1
-        t0 = clock()
-        if stream is not None:
-            _stream_forward(send_chunk or raw_chunk, info.chunks, stream, seq, t0, clock)
-        else:
-            verify.run(clock)
-        t1 = clock()
-        draft_ns = hit = batch = 0
-        if channel is None:
-            assert local_draft is not None
-            local_draft.run(clock)
-            t2 = clock()
-            draft_ns = t2 - t1
-        else:
-            HEADER.pack_into(header, 0, seq, tokens, a)
-            channel.send(header)
-            if stream is not None:
-                pass  # the hidden states went during the forward
-            elif send_states is None:
-                channel.send(views[tokens])
-            else:
-                send_states(seq, tokens)
-            channel.recv_into(reply)
-            t2 = clock()
-            draft_ns, flags = TAIL.unpack_from(reply, info.k * info.id_bytes)
-            hit = flags & HIT
-            batch = (flags >> BATCH_SHIFT) & BATCH_MASK
-            assert check is not None
-            check(seq)
-        wait = t2 - t1
-        rows[seq] = (seq, 0 if seq == 0 else (1 if seq < first_timed else 2), a, tokens, t1 - t0, wait, draft_ns,
-                     max(wait - draft_ns, 0) if channel is not None else 0, t2 - t0, hit, batch)
-    return rows
-
-
-# ---- the drafter's loop (server) ------------------------------------------------------------------
-
-def _raw_chunk_in(channel: Any, chunk: bytearray) -> int:
-    """Mode stream, raw: one chunk received, its running counter (its first 8 bytes)."""
-    channel.recv_into(chunk)
-    return int(STREAM_COUNTER.unpack_from(chunk, 0)[0])
-
-
-def _stream_in(recv_chunk: Callable[[], int], chunk: Any, chunks: int, seq: int,
-               on_bad_seq: Callable[[int, Any], None]) -> bool:
-    """Mode stream: a cycle's chunks (recv_chunk() receives one and returns its counter),
-    each's counter checked (False: a bad one, reported)."""
-    for j in range(chunks):
-        if recv_chunk() != seq * chunks + j:
-            on_bad_seq(seq, chunk)
-            return False
-    return True
-
-
-def run_drafter(channel: Any, info: SpecPlanInfo, draft: Work, ranked: list[int], codec: Any,
-                on_bad_seq: Callable[[int, Any], None], clock: Callable[[], int] = time.perf_counter_ns,
-                recv_states: Callable[[int, Any], None] | None = None,
-                recv_chunk: Callable[[Any], int] | None = None) -> int:
-    """The drafter's side of a spec plan; returns the cycles served. sync: receive the
-    header and the hidden states, draft, reply. overlap: pre-drafts are scheduled from the
-    moment the drafter is ready (previous hidden states in): F of them, most likely outcome
-    first, t_draft each, not preempted; a hit replies on the header, a miss waits for the
-    pre-draft in progress, receives the hidden states, drafts, replies. `recv_states(tokens,
-    view)` receives a cycle's hidden states into view (a codec plan: decoded, inside the
-    hop); default the raw bytes. `recv_chunk(buffer)` (mode stream) receives one chunk and
-    returns its running counter (a codec plan: a frame decoded into the buffer); default raw."""
-    header = bytearray(HEADER.size)
-    payload = bytearray(info.request_bytes)
-    views = [memoryview(payload)[: t * info.bytes_per_token] for t in range(info.k + 2)]
-    states = recv_states or (lambda tokens, view: channel.recv_into(view))
-    reply = bytearray(info.reply_bytes)
-    span = info.k * info.id_bytes
-    rank = {a: r for r, a in enumerate(ranked)}
-    overlap, streamed = info.mode == "overlap", info.mode == "stream"
-    chunk = bytearray(info.chunk_bytes)
-    one_chunk = functools.partial(recv_chunk, chunk) if recv_chunk else \
-        functools.partial(_raw_chunk_in, channel, chunk)
-    ready = clock()
-    for seq in range(info.total):
-        if streamed and not _stream_in(one_chunk, chunk, info.chunks, seq, on_bad_seq):
-            return seq
-        channel.recv_into(header)
-        got, tokens, accepted = HEADER.unpack_from(header, 0)
-        if got != seq or not 1 <= tokens <= info.k + 1:
-            on_bad_seq(seq, header)
-            return seq
-        t_h = clock()
-        flags = 0
-        draft_ns = 0
-        if overlap:
-            t_d = draft.nominal_ms()
-            step = int((t_d or 0.0) * 1e6)
-            done = min(info.fanout, (t_h - ready) // step) if step > 0 else draft.predrafted(info.fanout)
-            if rank.get(accepted, info.k + 1) < done:
-                flags = HIT  # drafted while the target verified: answer at once
-            else:
-                if done < info.fanout and step > 0:  # the pre-draft in progress is not preempted
-                    wait_until(clock, ready + (done + 1) * step)
-        if flags:
-            codec.pack(reply, seq)
-            TAIL.pack_into(reply, span, 0, flags)
-            channel.send(reply)
-            states(tokens, views[tokens])
-        else:
-            if not streamed:  # (streamed: the hidden states came during the forward)
-                states(tokens, views[tokens])
-            t0 = clock()
-            flags |= min(draft.run(clock, views[tokens], tokens), BATCH_MASK) << BATCH_SHIFT
-            draft_ns = clock() - t0
-            codec.pack(reply, seq)
-            TAIL.pack_into(reply, span, draft_ns, flags)
-            channel.send(reply)
-        ready = clock()
-    return info.total
+    info: SpecPlanInfo
+    outcomes: np.ndarray
+    verify: Work
 
 
 def spec_info_from_wire(spec: Any, k: int, id_bytes: int, cycles: int, warmup: int) -> SpecPlanInfo:

@@ -1,6 +1,7 @@
 """The timed loops: the client's closed and open loops (run_cycles), the streamed client loop
 (streamed_cycles, its sends on the forward's schedule) and the server's echo loop
-(echo_cycles); the speculative loop's target and drafter ends are in hopbench.core.spec.
+(echo_cycles), and the speculative loop's target and drafter ends (spec_target_cycles,
+spec_drafter_cycles, over a mode's steps from hopbench.core.kinds.spec).
 
 Transports never time anything. Each side reads one injected clock: the client loop reads
 it around each round trip; a staged GPU channel (hopbench.core.gpu) wraps the transport
@@ -18,8 +19,8 @@ after sending (the check reads device memory, kept off the client's critical pat
 
 Holds, beside the loops: Progress (how far a loop got), LoopHooks (what a loop does around
 its timed send and receive), Pacing (closed loop with think time, or an open-loop schedule),
-LoopPolicy (which loop may run: the compiled one or Python's) and StreamHooks (a streamed
-cycle's steps).
+LoopPolicy (which loop may run: the compiled one or Python's), StreamHooks (a streamed
+cycle's steps) and the spec modes' TargetSteps and DrafterSteps.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import dataclasses
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -406,4 +407,85 @@ def _echo(channel: Channel, request: Any, reply: Any, ids: ReplyIds, total: int,
         seq = total
     finally:
         progress.done = seq  # a bad seq returns early: the cycles before it were served
+    return total
+
+
+# ---- the speculative loop's two ends (the spec kind: hopbench.core.kinds.spec) ------------------
+
+class TargetSteps(Protocol):
+    """A spec mode's steps on the target (hopbench.core.kinds.spec.TargetSteps)."""
+
+    def verify(self, seq: int, t0: int) -> None: ...
+
+    def draft(self, seq: int, accepted: int) -> tuple[int, int, int] | None: ...
+
+    def check(self, seq: int) -> None: ...
+
+
+class DrafterSteps(Protocol):
+    """A spec mode's steps on the drafter (hopbench.core.kinds.spec.SyncDrafter)."""
+
+    def intake(self, seq: int) -> tuple[int, int] | None: ...
+
+    def predrafted(self, accepted: int, ready: int, now: int) -> bool: ...
+
+    def states(self, tokens: int) -> None: ...
+
+    def draft(self, tokens: int) -> int: ...
+
+    def answer(self, seq: int, draft_ns: int, hit: bool, batch: int) -> None: ...
+
+
+def spec_target_cycles(steps: TargetSteps, outcomes: np.ndarray, rows: np.ndarray, first_timed: int,
+                       clock: Callable[[], int], progress: Progress) -> int:
+    """The target's decode loop, one row per cycle (hopbench.core.spec.CYCLE_COLUMNS): t0, the
+    verify (`steps.verify`: a work model, or the forward that streams its taps), t1, the draft
+    (`steps.draft`: the hop, header to the drafter's ids, or the draft run here), t2, then the
+    reply's ids checked outside the next cycle's timed span. `outcomes[seq]`: the accepted
+    count; the hop is the wait less the drafter's own time."""
+    seq = 0
+    try:
+        for seq in range(len(rows)):
+            accepted = int(outcomes[seq])
+            t0 = clock()
+            steps.verify(seq, t0)
+            t1 = clock()
+            remote = steps.draft(seq, accepted)
+            t2 = clock()
+            steps.check(seq)
+            wait = t2 - t1
+            draft_ns, hit, batch = remote if remote is not None else (wait, 0, 0)
+            rows[seq] = (seq, 0 if seq == 0 else (1 if seq < first_timed else 2), accepted, accepted + 1, t1 - t0, wait,
+                         draft_ns, max(wait - draft_ns, 0) if remote is not None else 0, t2 - t0, hit, batch)
+        seq = len(rows)
+    finally:
+        progress.done = seq
+    return seq
+
+
+def spec_drafter_cycles(steps: DrafterSteps, total: int, clock: Callable[[], int], progress: Progress) -> int:
+    """The drafter's loop: per cycle the request (`steps.intake`: the header, after the
+    streamed chunks in mode stream; None ends the plan, reported), then either the answer at
+    once (`steps.predrafted`: drafted while the target verified) and the hidden states after
+    it, or the hidden states, the draft timed here, and its answer. Returns the cycles served."""
+    ready = clock()
+    seq = 0
+    try:
+        for seq in range(total):
+            asked = steps.intake(seq)
+            if asked is None:
+                return seq
+            tokens, accepted = asked
+            if steps.predrafted(accepted, ready, clock()):
+                steps.answer(seq, 0, True, 0)
+                steps.states(tokens)
+            else:
+                steps.states(tokens)
+                t0 = clock()
+                batch = steps.draft(tokens)
+                steps.answer(seq, clock() - t0, False, batch)
+            ready = clock()
+        seq = total
+    finally:
+        progress.done = seq
     return total

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from hopbench.core import env as envmod
 from hopbench.core import protocol as P
 from hopbench.core import spec as S
 from hopbench.core.client import Session
+from hopbench.core.kinds import spec as SK
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import HIDDEN_DEFAULT
 from hopbench.shape import Shape
@@ -248,11 +250,12 @@ def _measure_mode(session: Session | None, cfg: SpecConfig, mode: str, seed: int
                           cfg.warmup, seed, cfg.fanout if mode == "overlap" else 0,
                           len(cfg.taps) if mode == "stream" else 0)
     if mode == "local":
-        return S.run_target(None, info, outcomes, verify, local_draft, None), {}
+        return SK.target_rows(SK.LocalTarget(verify, local_draft, time.perf_counter_ns), info, outcomes,
+                              time.perf_counter_ns), {}
     assert session is not None
-    rows, channel_info = session.run_spec(_remote_plan(cfg, info, mode, seed, acceptance, group), info, outcomes,
-                                          verify, source=source, stream=cfg.schedule() if mode == "stream" else None)
-    return rows, channel_info
+    m = session.measure(_remote_plan(cfg, info, mode, seed, acceptance, group), source=source,
+                        stream=cfg.schedule() if mode == "stream" else None, spec=S.SpecInputs(info, outcomes, verify))
+    return np.column_stack([m.stages[c] for c in S.CYCLE_COLUMNS]), m.data_info
 
 
 def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Path | Callable[[], Path],

@@ -16,6 +16,7 @@ from hopbench.core import drafting as DK
 from hopbench.core import protocol as P
 from hopbench.core import serving as SV
 from hopbench.core.inputs import Schedule
+from hopbench.core.kinds import spec as SK
 from hopbench.errors import ConfigError
 
 
@@ -53,9 +54,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          doc="CUDA memory handed to a CUDA-aware transport"),
     Kind("codec", lambda plan, stream: CP.CodecRoundTrip(), lambda plan: SV.CodecEcho(),
          doc="the request bodies cross encoded, decoded by the server"),
-    Kind("spec", lambda plan, stream: CP.HostRoundTrip(), lambda plan: SV.SpecDrafter(),
-         doc="the speculative loop: its target's side is Session.run_spec (Session.measure sends it as a "
-             "host round trip, which the server refuses where it cannot run it)"),
+    Kind("spec", lambda plan, stream: SK.SpecTarget(stream), lambda plan: SK.SpecDrafter(),
+         doc="the speculative loop: the target's verify, the hop and the drafter's draft per cycle, in a mode "
+             "(sync, overlap, stream)"),
     Kind("stream", lambda plan, stream: CP.StreamedRoundTrip(stream), lambda plan: SV.StreamDrafter(),
          doc="the request streamed in chunks during the verify forward"),
     Kind("stream-draft", lambda plan, stream: DK.StreamedDraftRoundTrip(stream), lambda plan: DK.StreamDraft(),
