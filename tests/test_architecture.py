@@ -288,16 +288,18 @@ def test_plan_kinds_are_declared_with_typed_sub_records():
                 assert "dict" not in ast.unparse(n.annotation), (f, n.lineno)
     assert "Adding a plan kind" in (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     # the paths choose their variant by table (KINDS by Plan.kind, a body table by Plan.body), not by branches
+    # (the exchanges whose halves BODIES pairs: their body is the table's row, never a branch)
     branches = _grep(r"if plan\.(stream|spec|codec) is not None|if plan\.(codec|uses_gpu)\b",
-                     "hopbench/core/client_paths.py", "hopbench/core/serving.py")
-    assert len(branches) <= 2, branches
+                     "hopbench/core/client_paths.py", "hopbench/core/serving.py", "hopbench/core/kinds/roundtrip.py",
+                     "hopbench/core/kinds/stream.py")
+    assert not branches, branches
 
 
 def test_the_loops_are_in_one_room_and_their_choice_is_a_value():
     """The timed loops live in one room: one wait_until, no timed loop in the paths, the loop
     that ran read as a LoopChoice rather than split from its prose."""
     assert len(_grep(r"def _?wait_until", "hopbench")) == 1
-    assert not _grep(r"samples\[i\]\s*=", "hopbench/core/client_paths.py", "hopbench/core/serving.py")
+    assert not _grep(r"samples\[i\]\s*=", "hopbench/core/client_paths.py", "hopbench/core/serving.py", "hopbench/core/kinds")
     assert not _grep(r'(ran|loop|which\["(client|server)"\])\.split\(\)\[0\]', "hopbench")
 
 
@@ -349,10 +351,11 @@ def test_every_client_and_serving_path_is_reached_from_a_kind():
 
     built = set()
     for kind in kinds.KINDS.values():
-        for client_memory in ("host", "cuda"):
-            for server_memory in ("host", "cuda"):
-                plan = SimpleNamespace(client_memory=client_memory, server_memory=server_memory)
-                built |= {type(kind.client(plan, None)), type(kind.serving(plan))}
+        for body in kinds.BODIES:
+            for client_memory in ("host", "cuda"):
+                for server_memory in ("host", "cuda"):
+                    plan = SimpleNamespace(client_memory=client_memory, server_memory=server_memory, body=body)
+                    built |= {type(kind.client(plan, None)), type(kind.serving(plan))}
 
     def below(cls: type) -> set[type]:
         return {d for c in cls.__subclasses__() for d in {c} | below(c)}

@@ -319,7 +319,7 @@ def test_a_server_announces_its_codecs_and_a_codec_it_lacks_is_refused_before_me
 def test_a_token_payloads_bodies_start_at_token_i_times_t(tokens):
     """docs/CODECS.md: body i starts at token i x T, whatever the seq's 8 bytes take off its
     end (it was cut at i x (request_bytes - 8) bytes, across the tokens' boundaries)."""
-    from hopbench.core.client_paths import request_bodies
+    from hopbench.core.kinds.roundtrip import request_bodies
 
     layers, width, n = 5, 16, 40
     marked = np.repeat(np.arange(n, dtype=np.uint16)[:, None], layers * width, axis=1)  # token t's values are t

@@ -30,13 +30,19 @@ def test_the_doc_counts_hopbench_own_transports_as_the_registry_does():
 
 
 def test_every_serving_and_client_path_is_named():
-    from hopbench.core import client_paths, serving
+    import pkgutil
+    from importlib import import_module
 
-    def kinds(module, base):
+    from hopbench.core import client_paths, kinds, serving
+
+    def paths(module, base):
         return [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, base) and c is not base
-                and not c.__name__.startswith("_")]
+                and not c.__name__.startswith("_") and c.__module__ == module.__name__ and c.name != "?"]
 
-    for c in kinds(serving, serving.ServingPath) + kinds(client_paths, client_paths.ClientPath):
+    rooms = [import_module(f"hopbench.core.kinds.{m.name}") for m in pkgutil.iter_modules(kinds.__path__)]
+    found = [c for room in rooms for c in paths(room, serving.ServingPath) + paths(room, client_paths.ClientPath)]
+    assert len(found) >= 16, found  # every kind's two ends, in its own room
+    for c in found:
         room = re.sub(r"\s+", " ", DOC.lower())  # the room list wraps lines
         assert c.name.lower() in room, (c.__name__, c.name)  # the kind's own name, as the room list spells it
 

@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch", reason="the drafter model needs torch: pip 
 from hopbench.core import protocol as P  # noqa: E402
 from hopbench.core.batcher import Batcher  # noqa: E402
 from hopbench.core.client import Session  # noqa: E402
-from hopbench.core.drafting import NO_DRAFTER  # noqa: E402
 from hopbench.core.kinds import KINDS  # noqa: E402
+from hopbench.core.kinds.draft import NO_DRAFTER  # noqa: E402
 from hopbench.errors import ConfigError, Refused  # noqa: E402
 from hopbench.models import drafter as DM  # noqa: E402
 from hopbench.workload import stream as ST  # noqa: E402

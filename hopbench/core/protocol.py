@@ -277,11 +277,7 @@ class Plan:
             return "spec"
         if self.drafter is not None:
             return "draft"
-        if self.codec is not None:
-            return "codec"
-        if self.uses_gpu:
-            return "gpu-direct" if self.gpu_path == "direct" else "gpu-staged"
-        return "host"
+        return "round-trip"  # its paths vary by the body (raw, codec, staged, direct)
 
     @property
     def body(self) -> str:

@@ -1,6 +1,6 @@
 """One streamed cycle's drafter work (docs/DRAFTER.md "Started on what has arrived"): the
 drafter model's forward begun on the aux taps that have landed, as hopbench serve's
-stream-draft kind feeds them (hopbench.core.drafting.StreamDraft, through the core's
+stream-draft kind feeds them (hopbench.core.kinds.draft.StreamDraft, through the core's
 DraftModel.streamed)."""
 
 from __future__ import annotations

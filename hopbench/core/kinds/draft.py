@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from hopbench.core import protocol as P
-from hopbench.core.client_paths import DataPath, HostRoundTrip, PlanRun, StreamedRoundTrip
+from hopbench.core.client_paths import DataPath, PlanRun
 from hopbench.core.inputs import StreamedWork
-from hopbench.core.serving import PlanContext, ServingPath, StreamDrafter, abort, bad_request
+from hopbench.core.kinds.roundtrip import HostRoundTrip
+from hopbench.core.kinds.stream import StreamDrafter, StreamedRoundTrip
+from hopbench.core.serving import PlanContext, ServingPath, abort, bad_request
 from hopbench.core.transport import Channel, Transport
 from hopbench.errors import HopbenchError
 
