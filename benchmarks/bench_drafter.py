@@ -7,7 +7,7 @@
 3. `--clients M` for each M: the mean batch, the forward against the rows (fit A + B x rows:
    what `spec --draft-remote batch:A+B` takes), each target's added wait, the aggregate
    cycles/s against one target's (target at M = 4: >= 3x);
-4. streamed with `--early off|fc|all` (loopback, `--stream layers,forward=MS`): the exposed hop with the
+4. streamed with `--stream layers,early=off|fc|all` (loopback, `--stream layers,forward=MS`): the exposed hop with the
    drafter's compute in it, beside the compute left after the accept count.
 
 Every figure is printed as measured; nothing is compared with a number typed here but the
@@ -200,8 +200,8 @@ def step_stream(port: int, root: Path, doc: dict, forward_ms: float, shape_file:
     extra = ["--shape", shape_file] if shape_file else []
     out = {}
     for early in ("off", "fc", "all"):
-        print(sh(hb("run", "--peer", f"127.0.0.1:{port}", "--stream", f"layers,forward={forward_ms:g}", "--remote-drafter",
-                    "--early", early, "--cycles", "100", "--no-floor",
+        print(sh(hb("run", "--peer", f"127.0.0.1:{port}", "--stream", f"layers,forward={forward_ms:g},early={early}",
+                    "--remote-drafter", "--cycles", "100", "--no-floor",
                     "--results-dir", str(root / f"stream-{early}"), *extra)), flush=True)
         rows = {r["payload"]: r for r in summary(latest(root / f"stream-{early}"))}
         r = next(v for k, v in rows.items() if "~layers!draft" in k)

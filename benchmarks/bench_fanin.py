@@ -133,7 +133,7 @@ def incast(work: Path, m: int, rate: float, time_s: float) -> dict | None:
         srv, port = serve(link.exec_prefix("server"), f"{link.server_addr}:0")
         try:
             doc = run_json(link.exec_prefix("client"), f"{link.server_addr}:{port}", work / "incast", "--clients",
-                           str(m), "--tokens", "3", "--time", str(time_s), "--warmup", "50", "--rate", f"{rate:g}")
+                           str(m), "--tokens", "3", "--time", str(time_s), "--warmup", "50", "--link", f"rate={rate:g}")
         finally:
             srv.terminate()
             srv.wait(10)

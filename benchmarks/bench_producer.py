@@ -7,7 +7,7 @@ difference with its distribution-free interval; and the taps' times within the f
 
 Then, unless --no-hop: the exposed hop from the GPU producer beside the clock-driven one
 with its measured times, over loopback (`hopbench serve` and `hopbench run --stream layers
---target gpu:MODE`), one run per mode.
+,target=gpu:MODE`), one run per mode.
 
 Usage (on the GPU host):
   python benchmarks/bench_producer.py --modes piecewise,full,eager --blocks 10 --json out.json
@@ -64,9 +64,9 @@ def hop(mode: str, forward_ms: float, cycles: int, root: Path) -> str:
 
         port = ready_port(srv)
         target = "gpu" if mode == "piecewise" else f"gpu:{mode}"
-        r = subprocess.run([*hb, "run", "--peer", f"127.0.0.1:{port}", "--stream", f"layers,forward={forward_ms:g}",
-                            "--target", target, "--cycles", str(cycles), "--warmup", "5", "--no-floor",
-                            "--out", str(root / mode)], capture_output=True, text=True, timeout=900)
+        r = subprocess.run([*hb, "run", "--peer", f"127.0.0.1:{port}", "--stream",
+                            f"layers,forward={forward_ms:g},target={target}", "--cycles", str(cycles), "--warmup", "5",
+                            "--no-floor", "--out", str(root / mode)], capture_output=True, text=True, timeout=900)
     finally:
         srv.terminate()
         srv.wait(20)
@@ -99,7 +99,7 @@ def main() -> None:
         for mode in modes:
             text = hop(mode, a.forward_ms, a.cycles, root)
             doc["hops"][mode] = text
-            print(f"== run --stream layers --target gpu:{mode}\n{text}", flush=True)
+            print(f"== run --stream layers,target=gpu:{mode}\n{text}", flush=True)
     if a.json:
         if a.json.exists():
             raise SystemExit(f"{a.json} exists; not overwriting it")

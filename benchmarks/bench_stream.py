@@ -48,7 +48,7 @@ def one(rate: float, transport: str, cycles: int, poll: str = "auto", placement:
             with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
                 r = subprocess.run(link.exec_prefix("client") + [
                     sys.executable, "-m", "hopbench", "run", "--peer", f"{link.server_addr}:{port}", "--stream",
-                    "layers", "--rate", f"{rate:g}", "--rung", f"emu-{rate:g}m", "--transport", transport, "--cycles",
+                    "layers", "--link", f"emu-{rate:g}m,rate={rate:g}", "--transport", transport, "--cycles",
                     str(cycles), "--warmup", "3", "--no-floor", "--json", "--out", f"{tmp}/run", *opts, *pin],
                     capture_output=True, text=True, timeout=1800)
             rep = json.loads(r.stdout)["report"] if r.returncode == 0 else {}

@@ -49,7 +49,7 @@ class Payload:
     #: target: one hidden-wide row per position)
     design: str = "taps"
     drafter: bool = False  # the rows run the server's drafter model (docs/DRAFTER.md)
-    #: streamed from a real producer (`--target gpu`: the target's forward on the client's
+    #: streamed from a real producer (`--stream layers,target=gpu`: the target's forward on the client's
     #: device, docs/STREAM.md "A real producer"), not from the forward's clock
     produced: bool = False
 
@@ -62,6 +62,7 @@ def codec_label(name: str, codec: str) -> str:
 
 TAPS, PROJECTED = "taps", "projected"  # the payload designs (Payload.design)
 DESIGNS = (TAPS, PROJECTED)
+ARRIVALS = ("fixed", "poisson")  # open loop's schedules (--mps RATE[:poisson])
 
 
 def design_label(name: str, design: str | None) -> str:
@@ -177,8 +178,9 @@ class RunConfig:
         opt("--timeout", float(self.timeout_s), float(TIMEOUT_S))
         opt("--loop", self.loop, "auto")
         opt("--reply-bytes", self.reply_bytes)
-        opt("--rung", self.rung)
-        opt("--rate", None if self.rate_mbit is None else float(self.rate_mbit))
+        if self.rung is not None or self.rate_mbit is not None:  # --link's one spec
+            a.extend(["--link", (self.rung or "") + ("" if self.rate_mbit is None
+                                                     else f",rate={spelled(float(self.rate_mbit))}")])
         opt("--cpu", self.cpu)
         if self.verify:
             a.append("--verify")
@@ -188,22 +190,21 @@ class RunConfig:
         memory = self.client_memory + (f":{self.server_memory}" if self.server_memory != self.client_memory else "")
         opt("--memory", memory + (f",{self.gpu_path}" if self.gpu_path != "staged" else ""), "host")
         opt("--codec", ",".join(self.codecs), "none")
-        opt("--payload-from", self.payload_from)
         opt("--clients", self.clients, 1)
         opt("--mps", None if self.mps is None else spelled(float(self.mps))
             + (f":{self.arrivals}" if self.arrivals != "fixed" else ""))
-        opt("--payload", self.design, TAPS)
+        opt("--payload", self.design + (f",from={self.payload_from}" if self.payload_from else ""), TAPS)
         if self.stream:  # --stream's one spec (hopbench.workload.stream.parse_args reads it back)
             st = self.stream
             produced = st.target != "clock" and st.producer is not None  # its forward asked; cost and times measured
             forward = float((st.producer or {}).get("forward_ms_asked", st.forward_ms)) if produced else st.forward_ms
             a.extend(["--stream", f"layers:{st.layers},forward={spelled(forward)}"
                       + (f",cost={spelled(float(st.cost_ms))}" if st.cost_ms and not produced else "")
-                      + (f",times={st.layer_times}" if st.layer_times else "")])
-            opt("--target", st.target, "clock")
+                      + (f",times={st.layer_times}" if st.layer_times else "")
+                      + (f",target={st.target}" if st.target != "clock" else "")
+                      + (f",early={self.early}" if self.drafter and self.early != "off" else "")])
         if self.drafter:
             a.append("--remote-drafter")
-            opt("--early", self.early, "off")
         return a
 
     @classmethod

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hopbench.cli import app
+from hopbench.errors import ConfigError
 from tests.conftest import cli, dead_port, serve_process
 
 runner = CliRunner()
@@ -240,3 +241,40 @@ def test_iperf3_habits_port_and_a_duration(server, tmp_path):
     assert probe["cycles"] == 20 and probe["per_cycle_s"] == probe["p50_ns"] / 1e9 > 0
     assert n == max(10, min(probe["cap"], math.ceil(0.3 / probe["per_cycle_s"])))
     assert cli("-h").returncode == 0 and cli("--version").stdout.startswith("hopbench ")
+
+
+def test_old_spellings_read_as_todays_options_with_one_note_each():
+    """The old spellings (hopbench.cli.respell.OLD) are rewritten into the option that replaced
+    them, merged with what that option already says, each with one note; said both ways, one
+    line; a spelling that means nothing without its option is noted and dropped."""
+    from hopbench.cli.respell import OLD, respell
+
+    notes: list[str] = []
+    run = OLD["run"]
+    got = respell(["--peer", "h", "--rung", "lab", "--rate=100", "--stream", "layers", "--layers", "80",
+                   "--forward-ms", "40", "--early", "fc", "--memory", "cuda", "--server-memory", "host",
+                   "--gpu-path", "direct"], run, notes.append)
+    assert dict(zip(got[::2], got[1::2])) == {"--peer": "h", "--link": "lab,rate=100", "--memory": "cuda:host,direct",
+                                              "--stream": "layers:80,forward=40,early=fc"}
+    assert len(notes) == 7 and all(n.startswith("note: ") and n.endswith("goes in the next release") for n in notes)
+    assert respell(["--payload-from", "h.npy"], run, notes.append) == ["--payload", "taps,from=h.npy"]
+    assert respell(["--arrivals", "poisson"], run, notes.append) == []  # closed loop: nothing to schedule
+    assert respell(["--mps", "500", "--arrivals", "poisson"], run, notes.append) == ["--mps", "500:poisson"]
+    for args in (["--stream", "layers,forward=40", "--forward-ms", "30"], ["--link", "lab", "--rung", "x"],
+                 ["--memory", "cuda:host", "--server-memory", "cuda"]):
+        with pytest.raises(ConfigError, match="both set it: give it once"):
+            respell(args, run, notes.append)
+    assert respell(["--verify", "sleep:7"], OLD["spec"], notes.append) == ["--verify-work", "sleep:7"]
+    assert respell(["--", "--rung", "x"], run, notes.append) == ["--", "--rung", "x"]  # not an option after --
+
+
+def test_no_old_spelling_is_an_option_of_its_command():
+    """An old spelling lives in the table only: its command declares today's option, never it."""
+    import typer.main
+
+    from hopbench.cli.respell import OLD
+
+    group = typer.main.get_command(app)
+    for name, olds in OLD.items():
+        flags = {f for p in group.commands[name].params for f in getattr(p, "opts", ())}
+        assert not {o.flag for o in olds} & flags and {o.new for o in olds} <= flags, name

@@ -236,8 +236,8 @@ def test_run_refuses_a_bad_codec_before_connecting(tmp_path):
                               "--out", str(tmp_path / "x")])
     assert isinstance(res.exception, ConfigError) and "unknown codec 'brotli'" in str(res.exception)
     assert not (tmp_path / "x").exists()
-    res = runner.invoke(app, ["run", "--peer", f"127.0.0.1:{dead_port()}", "--codec", "fp8", "--payload-from",
-                              str(tmp_path / "absent.safetensors"), "--out", str(tmp_path / "x")])
+    res = runner.invoke(app, ["run", "--peer", f"127.0.0.1:{dead_port()}", "--codec", "fp8", "--payload",
+                              f"taps,from={tmp_path / 'absent.safetensors'}", "--out", str(tmp_path / "x")])
     assert isinstance(res.exception, ConfigError) and "no such file" in str(res.exception)
 
 

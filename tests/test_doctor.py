@@ -144,7 +144,7 @@ def test_doctor_flags_shaped_veth_as_slower_hop():
 
 def test_run_preflight_warns_and_strict_refuses(server, tmp_path):
     base = [sys.executable, "-m", "hopbench", "run", "--peer", f"{server.host}:{server.port}", "--tokens", "1",
-            "--cycles", "5", "--warmup", "1", "--interface", "eth-nonexistent"]
+            "--cycles", "5", "--warmup", "1", "--link", "lab,interface=eth-nonexistent"]
     r = subprocess.run(base + ["--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "leaves by lo, not eth-nonexistent" in r.stderr
     rep = json.loads((tmp_path / "a" / "report.json").read_text())

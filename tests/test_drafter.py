@@ -263,10 +263,10 @@ def test_run_remote_drafter_end_to_end_and_the_verdict_uses_its_time(drafter_ser
 def test_early_all_against_a_drafter_that_cannot_is_refused_before_anything_is_measured(drafter_server, tmp_path):
     """Issue 62 item 8: refused only after five payloads were measured; now at the HELLO."""
     out = subprocess.run([sys.executable, "-m", "hopbench", "run", "--peer", f"{drafter_server.host}:{drafter_server.port}",
-                          "--stream", "layers,forward=2", "--remote-drafter", "--early", "all", "--shape",
+                          "--stream", "layers,forward=2,early=all", "--remote-drafter", "--shape",
                           "configs/shape-tiny.toml", "--cycles", "5", "--no-floor", "--out", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and "--early all: the server's tiny drafter drafts a block" in out.stderr, out.stderr
+    assert out.returncode != 0 and "early=all: the server's tiny drafter drafts a block" in out.stderr, out.stderr
     assert "payload" not in out.stdout  # no table: nothing was measured
 
 

@@ -121,7 +121,7 @@ def test_a_hop_through_memory_between_two_namespaces_is_flagged_and_not_called(t
             cmd = link.exec_prefix("client") + [sys.executable, "-m", "hopbench", "run", "--peer",
                                                 f"{link.server_addr}:{port}", "--tokens", "3", "--k", "2",
                                                 "--cycles", "50", "--warmup", "5", "--transport", transport,
-                                                "--out", str(out), "--rung", "emu-1g", "--rate", "1000"]
+                                                "--out", str(out), "--link", "emu-1g,rate=1000"]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
         finally:
             srv.terminate()

@@ -110,7 +110,7 @@ runner = CliRunner()
 def test_run_records_the_link_and_advises_placement(server, tmp_path):
     out = tmp_path / "r"
     res = runner.invoke(app, ["run", "--peer", f"{server.host}:{server.port}", "--tokens", "3", "--cycles", "20",
-                              "--warmup", "2", "--no-floor", "--rate", "1000", "--rung", "lab-1g", "--out", str(out)])
+                              "--warmup", "2", "--no-floor", "--link", "lab-1g,rate=1000", "--out", str(out)])
     assert res.exit_code == 0, res.output
     if len(os.sched_getaffinity(0)) <= 8:
         assert "unpinned on a" in res.output and "--cpu" in res.output

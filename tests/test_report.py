@@ -156,14 +156,14 @@ def test_new_results_carry_their_id(tmp_path):
 
 
 @pytest.mark.parametrize("args", [
-    ["--tokens", "1,3", "--k", "3", "--cycles", "200", "--gap-ms", "80", "--rate", "100", "--rung", "lab-100m"],
+    ["--tokens", "1,3", "--k", "3", "--cycles", "200", "--gap-ms", "80", "--link", "lab-100m,rate=100"],
     ["--bytes", "64,4096", "--reply-bytes", "same", "--verify", "--poll", "busy", "--loop", "python", "--timeout", "20"],
     ["--tokens", "3", "--codec", "none,zstd:1,fp8", "--cycles", "50"],
     ["--tokens", "3", "--clients", "4", "--mps", "500:poisson", "--cpu", "0-1"],
     ["--tokens", "3", "--mps", "500", "--arrivals", "poisson"],  # the old spelling
     ["--tokens", "3", "--time", "2.5", "--transport", "zmq", "--opt", "copy_threshold=65536"],
     ["--tokens", "1,3", "--payload", "projected"],
-    ["--stream", "layers:80,forward=40,cost=1.2", "--rate", "1000"],
+    ["--stream", "layers:80,forward=40,cost=1.2", "--link", "rate=1000"],
     ["--stream", "layers", "--forward-ms", "40", "--layers", "80", "--stream-cost-ms", "1.2"],  # the old spelling
     # every plan kind (issue 49): GPU staged and direct, codec, streamed under a codec, the drafter
     # kinds (the streamed one's forward the shape's default, a float that :g would round)
@@ -172,7 +172,11 @@ def test_new_results_carry_their_id(tmp_path):
     ["--tokens", "3", "--memory", "cuda", "--server-memory", "host", "--gpu-path", "direct", "--transport", "ucx"],  # old
     ["--stream", "layers", "--codec", "fp8"],
     ["--tokens", "3", "--remote-drafter"],
-    ["--stream", "layers", "--remote-drafter", "--early", "fc"],
+    ["--stream", "layers,early=fc", "--remote-drafter"],
+    ["--stream", "layers", "--remote-drafter", "--early", "fc"],  # the old spellings, of early= and of --link
+    ["--tokens", "1,3", "--rate", "100", "--rung", "lab-100m", "--interface", "lo"],
+    ["--tokens", "3", "--codec", "fp8", "--payload", "projected,from=h.npy"],
+    ["--tokens", "3", "--codec", "fp8", "--payload-from", "h.npy"],  # the old spelling
     ["--tokens", "3", "--gap-ms", "80.1234567", "--transport", "mooncake", "--opt", "MOONCAKE_ring_mib=16"],
 ])
 def test_to_argv_every_reproduce_line_records_the_same_config(args, monkeypatch):

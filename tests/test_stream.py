@@ -226,7 +226,7 @@ def test_streaming_hides_the_hop_on_a_100_mbit_link():
             port = ready_port(srv)
             r = subprocess.run(link.exec_prefix("client") + [
                 sys.executable, "-m", "hopbench", "run", "--peer", f"{link.server_addr}:{port}", "--stream", "layers",
-                "--rate", "100", "--cycles", "10", "--warmup", "2", "--no-floor", "--json"],
+                "--link", ",rate=100", "--cycles", "10", "--warmup", "2", "--no-floor", "--json"],
                 capture_output=True, text=True, timeout=240)
         finally:
             srv.terminate()
@@ -580,6 +580,12 @@ def test_spec_reads_the_same_stream_spec_and_refuses_what_spec_cannot_take(tmp_p
 
 def test_spec_old_stream_flags_still_read_with_a_note():
     from hopbench.cli.measure import _spec_stream
+    from hopbench.cli.respell import OLD, respell
 
-    assert _spec_stream("layers:80,cost=0.5", None, None) == _spec_stream("layers", 80, 0.5)
-    assert _spec_stream("off", None, None)["stream"] == "off"
+    old = respell(["--stream", "layers", "--layers", "80", "--stream-cost-ms", "0.5"], OLD["spec"], lambda note: None)
+    assert old == ["--stream", "layers:80,cost=0.5"]
+    assert _spec_stream(old[1]) == {"stream": "layers", "layers": 80, "forward_ms": None, "stream_cost_ms": 0.5,
+                                    "layer_times": None}
+    assert _spec_stream("off")["stream"] == "off"
+    with pytest.raises(ConfigError, match="the forward is the verify work"):
+        _spec_stream("layers,target=gpu")

@@ -58,7 +58,7 @@ def test_a_bad_target_shape_is_one_line():
 @pytest.mark.slow  # over 5 s on a 2-core VM (REVIEW6 F10: the fast tier stays fast)
 def test_run_target_streams_the_forwards_taps_and_the_verdict_pays_its_measured_cost(server, tmp_path):
     out = tmp_path / "t"
-    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=8", "--target", "cpu",
+    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,forward=8,target=cpu",
             "--cycles", "12", "--warmup", "2", "--no-floor", "--out", out, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
@@ -88,10 +88,9 @@ def test_run_target_streams_the_forwards_taps_and_the_verdict_pays_its_measured_
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--target", "cpu"], "it needs --stream layers"),
-    (["--stream", "layers", "--target", "tpu"], "--target tpu: clock, gpu"),
-    (["--stream", "layers", "--target", "cpu", "--clients", "2"], "not with --clients"),
-    (["--stream", "layers,cost=1", "--target", "cpu"], "measures the layer times and the extraction"),
+    (["--stream", "layers,target=tpu"], "target=tpu: clock, gpu"),
+    (["--stream", "layers,target=cpu", "--clients", "2"], "not with --clients"),
+    (["--stream", "layers,cost=1,target=cpu"], "measures the layer times and the extraction"),
 ])
 def test_bad_target_runs_are_one_line_before_anything_is_measured(server, tmp_path, args, says):
     r = cli("run", "--peer", f"{server.host}:{server.port}", *args, "--out", tmp_path / "x")
@@ -99,12 +98,20 @@ def test_bad_target_runs_are_one_line_before_anything_is_measured(server, tmp_pa
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
 
 
+def test_the_old_target_flag_still_reads_with_its_note(server, tmp_path):
+    r = cli("run", "--peer", f"{server.host}:{server.port}", "--target", "cpu", "--out", tmp_path / "x")
+    assert r.returncode != 0 and not (tmp_path / "x").exists()
+    assert r.stderr.splitlines()[0] == ("note: --target is now --stream layers,target=WHO; the old spelling goes in "
+                                        "the next release"), r.stderr
+    assert len(r.stderr.splitlines()) == 2 and "--stream off,target=cpu: off, or layers" in r.stderr, r.stderr
+
+
 def test_target_gpu_without_a_gpu_is_refused_in_one_line(server, tmp_path):
     from hopbench.models.drafter import load_torch
 
     if load_torch().cuda.is_available():
         pytest.skip("this host has a GPU: the refusal is for hosts without one")
-    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers", "--target", "gpu", "--out",
+    r = cli("run", "--peer", f"{server.host}:{server.port}", "--stream", "layers,target=gpu", "--out",
             tmp_path / "x")
     assert r.returncode != 0 and "torch sees no GPU" in r.stderr and not (tmp_path / "x").exists(), r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr

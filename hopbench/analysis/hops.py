@@ -86,7 +86,8 @@ def stream_cost(folder: Path | Reading) -> tuple[float, str] | None:
         return st.cost_ms, (f"measured by the run's {st.target} producer on {(st.producer or {}).get('device')} "
                             f"({x['graphs']} graphs): {x['cost_ms']:+.3f} ms [{x['cost_lo_ms']:+.3f}, "
                             f"{x['cost_hi_ms']:+.3f}], forward with taps - without")
-    return st.cost_ms, "given (--stream layers,cost=MS)" if st.cost_ms else "none given (0; `run --target gpu` measures it)"
+    return st.cost_ms, "given (--stream layers,cost=MS)" if st.cost_ms else \
+        "none given (0; `run --stream layers,target=gpu` measures it)"
 
 
 def agreement_record(folder: Path | Reading) -> dict[str, Any] | None:

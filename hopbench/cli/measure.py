@@ -16,20 +16,20 @@ from hopbench.cli.options import (
     LOOP_HELP,
     OPT_HELP,
     TRANSPORT_HELP,
-    GpuPath,
     JsonOpt,
     LiveBar,
     Loop,
     LoopOpt,
-    Memory,
     Poll,
     PortOpt,
     ShapeOpt,
     _address,
     _pin,
     _shape,
-    old_spelling,
+    parse_link,
+    parse_spec,
 )
+from hopbench.cli.respell import Respelled
 from hopbench.config import DEFAULT_PORT, parse_int_list
 from hopbench.core.transport import split_options
 from hopbench.errors import ConfigError, HopbenchError
@@ -126,72 +126,78 @@ def run_request(p: dict[str, Any]) -> Any:
         reply_bytes=p["reply_bytes"], cycles=p["cycles"], time_s=p["time_s"], warmup=p["warmup"], verify=p["verify"],
         gap_ms=p["gap_ms"], poll=p["poll"].value, timeout_s=p["timeout"], out=p["out"], name=p["name"],
         results_dir=p["results_dir"], shape=p["shape"], opt=tuple(p["opt"] or ()), secret=p["secret"] or None,
-        interface=p["interface"], rate=p["rate"], rung=p["rung_name"], strict=p["strict"], cpu=p["cpu"],
-        floor=p["floor"], memory=(memory, server_memory), gpu_path=gpu_path,
-        loop=p["loop"].value, codec=p["codec"], payload_from=p["payload_from"], clients=p["clients"], mps=mps,
-        arrivals=arrivals, **_stream_fields(p), target=p["target"], design=p["payload"],
-        remote_drafter=p["remote_drafter"], early=p["early"], agreement=p["agreement"],
-        agreement_from=p["agreement_from"])
+        **_link_fields(p), strict=p["strict"], cpu=p["cpu"], floor=p["floor"], memory=(memory, server_memory),
+        gpu_path=gpu_path, loop=p["loop"].value, codec=p["codec"], **_payload_fields(p), clients=p["clients"],
+        mps=mps, arrivals=arrivals, **_stream_fields(p), remote_drafter=p["remote_drafter"],
+        agreement=p["agreement"], agreement_from=p["agreement_from"])
+
+
+def _spec_link(link: str | None) -> dict[str, Any]:
+    """spec's --link [NAME][,rate=MBIT] (no interface: spec checks no route)."""
+    fields = _link_fields({"link": link})
+    if fields["interface"] is not None:
+        raise ConfigError(f"spec --link {link}: NAME[,rate=MBIT] (spec checks no interface)")
+    return {"rung": fields["rung"], "rate_mbit": fields["rate"]}
+
+
+def _link_fields(p: dict[str, Any]) -> dict[str, Any]:
+    """--link [NAME][,rate=MBIT][,interface=IF] as the request's fields."""
+    name, rate, interface = parse_link(p["link"])
+    return {"rung": name, "rate": rate, "interface": interface}
+
+
+def _payload_fields(p: dict[str, Any]) -> dict[str, Any]:
+    """--payload DESIGN[,from=FILE] as the request's fields."""
+    design, kw = parse_spec(p["payload"], "--payload", ("from",), "DESIGN[,from=FILE]")
+    return {"design": design, "payload_from": kw.get("from")}
 
 
 def _memory_fields(p: dict[str, Any]) -> tuple[str, str, str]:
     """--memory's one spec, host | cuda | CLIENT:SERVER, with ,staged or ,direct: (client,
-    server, GPU path); --server-memory and --gpu-path, its old spellings, still read."""
+    server, GPU path)."""
     spec, _, path = p["memory"].partition(",")
     client, _, server = spec.partition(":")
     if {client, server or client} - {"host", "cuda"} or path not in ("", "staged", "direct"):
         raise ConfigError(f"--memory {p['memory']}: host or cuda, or CLIENT:SERVER (e.g. cuda:host), then "
                           ",staged or ,direct")
-    server = old_spelling(p["server_memory"].value if p["server_memory"] else None, server or client,
-                          "--server-memory is now --memory CLIENT:SERVER")
-    path = old_spelling(p["gpu_path"].value if p["gpu_path"] else None, path or "staged",
-                        "--gpu-path is now --memory cuda,direct (or ,staged)")
-    return client, server, path
+    return client, server or client, path or "staged"
 
 
 def _mps_fields(p: dict[str, Any]) -> tuple[float | None, str]:
-    """--mps RATE[:poisson] as (rate, arrivals); --arrivals, its old spelling, still reads."""
+    """--mps RATE[:poisson] as (rate, arrivals)."""
     if p["mps"] is None:
-        return None, old_spelling(p["arrivals"], "fixed", "--arrivals is now --mps RATE:poisson")
+        return None, "fixed"
     rate, _, arrivals = p["mps"].partition(":")
     try:
         value = float(rate)
     except ValueError:
         raise ConfigError(f"--mps {p['mps']}: RATE[:poisson], cycles per second per target") from None
-    return value, old_spelling(p["arrivals"], arrivals or "fixed", "--arrivals is now --mps RATE:poisson")
+    return value, arrivals or "fixed"
 
 
-def _spec_stream(stream: str, layers: int | None, cost_ms: float | None) -> dict[str, Any]:
-    """spec's --stream, the same spec as run's without forward= and times= (spec's forward is
-    its verify work); its old flags still read."""
-    fields = _stream_fields({"stream": stream, "layers": layers, "forward_ms": None, "stream_cost_ms": cost_ms,
-                             "layer_times": None})
-    if fields["forward_ms"] is not None or fields["layer_times"] is not None:
+def _spec_stream(stream: str) -> dict[str, Any]:
+    """spec's --stream, the same spec as run's without forward=, times=, target= and early=
+    (spec's forward is its verify work)."""
+    fields = _stream_fields({"stream": stream})
+    if fields["forward_ms"] is not None or fields["layer_times"] is not None or fields["target"] != "clock" \
+            or fields["early"] != "off":
         raise ConfigError(f"spec --stream {stream}: the forward is the verify work (--verify-work); give "
                           "layers[:LAYERS][,cost=MS]")
+    del fields["target"], fields["early"]
     return fields
 
 
 def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
-    """--stream's one spec as the request's fields; the four flags it replaced still read, each
-    with its one-line note (given both ways, a one-line error)."""
+    """--stream's one spec as the request's fields."""
     from hopbench.workload.stream import parse_args
 
     st = parse_args(p["stream"])
-    out: dict[str, Any] = {"stream": st.mode}
-    for field, key, flag in (("layers", st.layers, "layers:N"), ("forward_ms", st.forward_ms, "layers,forward=MS"),
-                             ("stream_cost_ms", st.cost_ms, "layers,cost=MS"),
-                             ("layer_times", st.times, "layers,times=FILE")):
-        given, old = p[field], "--" + field.replace("_", "-")
-        if given is not None and key is not None:
-            raise ConfigError(f"{old} and --stream {p['stream']} both set it: give it once, in --stream")
-        out[field] = old_spelling(given, key, f"{old} is now --stream {flag}")
-    out["stream_cost_ms"] = out["stream_cost_ms"] or 0.0
-    out["layer_times"] = Path(out["layer_times"]) if out["layer_times"] is not None else None
-    return out
+    return {"stream": st.mode, "layers": st.layers, "forward_ms": st.forward_ms, "stream_cost_ms": st.cost_ms or 0.0,
+            "layer_times": Path(st.times) if st.times is not None else None, "target": st.target or "clock",
+            "early": st.early or "off"}
 
 
-@app.command()
+@app.command(cls=Respelled)
 def run(
     peer: Annotated[str, typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted; [IPv6]:PORT).", rich_help_panel="Connection")],
     port: Annotated[Optional[int], typer.Option("--port", "-p", min=1, max=65535, help="The server's port; overrides the one in --peer (iperf3's -p).", rich_help_panel="Connection")] = None,
@@ -213,33 +219,21 @@ def run(
     shape: Annotated[Optional[Path], typer.Option(help="Shape config (default configs/shape.toml).", rich_help_panel="Output")] = None,
     opt: Annotated[Optional[list[str]], typer.Option(help=OPT_HELP, rich_help_panel="Connection")] = None,
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret for a server started with --secret.", rich_help_panel="Connection")] = None,
-    interface: Annotated[Optional[str], typer.Option(help="Warn unless the route to the peer leaves by this interface.", rich_help_panel="Connection")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s): checked against the interface speed and recorded (fit compares beta with it).", rich_help_panel="Output")] = None,
-    rung_name: Annotated[Optional[str], typer.Option("--rung", help="Name of the link in the results (default 'run'), e.g. 1gbe-lab.", rich_help_panel="Output")] = None,
+    link: Annotated[Optional[str], typer.Option(help="The link: [NAME][,rate=MBIT][,interface=IF]. NAME: its name in the results (default 'run'), e.g. 1gbe-lab; rate: its nominal rate in Mbit/s, checked against the interface's speed and recorded (fit compares beta with it); interface: warn unless the route to the peer leaves by it.", rich_help_panel="Connection")] = None,
     strict: Annotated[bool, typer.Option(help="Refuse to measure when the pre-flight checks warn.", rich_help_panel="Output")] = False,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the client (and its threads) to these CPUs, e.g. 0 or 0-1.", rich_help_panel="Connection")] = None,
     floor: Annotated[bool, typer.Option(help="Also measure the instrument's floor: a 64 B round trip of the same transport on loopback.", rich_help_panel="Output")] = True,
     memory: Annotated[str, typer.Option(help="Where the payload lives: host, or cuda (GPU; needs the gpu extra), on both ends, or CLIENT:SERVER (cuda:host); with cuda, ,direct has UCX move GPU memory (default ,staged: pinned D2H/H2D copies, any transport).", rich_help_panel="GPU")] = "host",
-    server_memory: Annotated[Optional[Memory], typer.Option(hidden=True)] = None,  # old spelling of --memory C:S
-    gpu_path: Annotated[Optional[GpuPath], typer.Option(hidden=True)] = None,  # ... of --memory cuda,direct
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout at the end (the table goes to stderr; docs/RESULTS.md).", rich_help_panel="Output")] = False,
     loop: Annotated[Loop, typer.Option(help=LOOP_HELP, rich_help_panel="Connection")] = Loop.auto,
     codec: Annotated[str, typer.Option(help="Payload codec(s), a list measured side by side in one session: none, zstd[:LEVEL], lz4, blosc2[:FILTER+CODEC[:LEVEL]], fp8, int8 (docs/CODECS.md).", rich_help_panel="Payload")] = "none",
-    payload_from: Annotated[Optional[str], typer.Option(help="Hidden states a codec encodes: a .safetensors (FILE or FILE:TENSOR) or .npy file of \\[tokens, layers, hidden]; default synthetic.", rich_help_panel="Payload")] = None,
     agreement: Annotated[bool, typer.Option(help="Before the run, measure each lossy codec's effect on a real network's predictions (the shipped proxy: hopbench codecs --agreement); report.json carries it, verdict and report put it beside each codec's call.", rich_help_panel="Payload")] = False,
     agreement_from: Annotated[Optional[Path], typer.Option(help="The same from a saved record (hopbench codecs --agreement --save FILE, e.g. on the user's drafter).", rich_help_panel="Payload")] = None,
     clients: Annotated[int, typer.Option(help="Targets at once against one server (one process and session each, pinned round robin over --cpu, plans started together), after one target alone as the reference (docs/RESULTS.md).", rich_help_panel="Load")] = 1,
     mps: Annotated[Optional[str], typer.Option(help="Open loop: RATE[:poisson], cycles per second per target (sockperf's --mps) at fixed intervals or Poisson arrivals, latency from each send's intended time (wrk2); default closed loop.", rich_help_panel="Load")] = None,
-    arrivals: Annotated[Optional[str], typer.Option(hidden=True)] = None,  # old spelling of --mps RATE:poisson
-    payload: Annotated[str, typer.Option("--payload", help="The payload design: taps (the aux layers' hidden states, 5 x hidden per position) or projected (the drafter's fc run on the target: one hidden-wide row, 12,288 B, per position; docs/STREAM.md).", rich_help_panel="Payload")] = "taps",
-    stream: Annotated[str, typer.Option(help="off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); forward: the verify forward's length (the shape's cycle - t_draft, 73.46); cost: the extraction cost a forward; times: a per-layer profile (each layer's end in ms, one a line).", rich_help_panel="Stream")] = "off",
-    layers: Annotated[Optional[int], typer.Option(hidden=True)] = None,  # old spelling of --stream layers:N
-    forward_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,forward=MS
-    layer_times: Annotated[Optional[Path], typer.Option(hidden=True)] = None,  # ... of --stream layers,times=FILE
-    stream_cost_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,cost=MS
-    target: Annotated[str, typer.Option(help="Who produces the streamed chunks: clock (the forward's schedule), or gpu[:piecewise|full|eager]: a target-shaped layer stack on this host's GPU runs each verify forward, sized to the stream's forward, and each tap's rows are sent as they land; its extraction cost is measured, not given (docs/STREAM.md \"A real producer\"). cpu: the same stack on the CPU (its stand-in).", rich_help_panel="Stream")] = "clock",
+    payload: Annotated[str, typer.Option("--payload", help="The payload: DESIGN[,from=FILE]. DESIGN: taps (the aux layers' hidden states, 5 x hidden per position) or projected (the drafter's fc run on the target: one hidden-wide row, 12,288 B, per position; docs/STREAM.md); from: the hidden states a codec encodes, a .safetensors (FILE or FILE:TENSOR) or .npy file of \\[tokens, layers, hidden] (default synthetic).", rich_help_panel="Payload")] = "taps",
+    stream: Annotated[str, typer.Option(help="off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE][,target=WHO][,early=WHAT]: each aux layer's K + 1 rows sent while the target's verify forward computes (when its layer ends), the accept count at the forward's end; measures the exposed hop (docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); forward: the verify forward's length (the shape's cycle - t_draft, 73.46); cost: the extraction cost a forward; times: a per-layer profile (each layer's end in ms, one a line); target: who produces the chunks, clock (the forward's schedule, default) or gpu[:piecewise|full|eager] (a target-shaped stack on this host's GPU runs each verify forward and each tap's rows go as they land, its extraction cost measured: \"A real producer\"; cpu: its stand-in); early: with --remote-drafter, what of the drafter's forward starts on the landed taps: off, fc (each tap's slice of fc) or all (the whole forward once the last tap is in).", rich_help_panel="Stream")] = "off",
     remote_drafter: Annotated[bool, typer.Option(help="Each token payload also runs the server's drafter model (`serve --drafter SHAPE`): the hop with its forward in it, its draft_ns per cycle, beside the hop without it (docs/DRAFTER.md).", rich_help_panel="Drafter")] = False,
-    early: Annotated[str, typer.Option(help="Streamed to the drafter: what of its forward starts on the taps that have landed: off, fc (each tap's slice of fc as it lands), all (the whole forward for every candidate row once the last tap is in; drafters conditioned on the states alone).", rich_help_panel="Drafter")] = "off",
 ):
     """Measure the hop against a server: one row per payload, files in results/."""
     _pin(cpu)
@@ -254,7 +248,7 @@ def run(
         print(runjob.result_document(folder))
 
 
-@app.command()
+@app.command(cls=Respelled)
 def spec(
     peer: Annotated[Optional[str], typer.Option(help="HOST[:PORT] of a `hopbench serve` (port 5201 when omitted): the drafter (not needed for --modes local).")] = None,
     port: PortOpt = None,
@@ -263,7 +257,6 @@ def spec(
     k: Annotated[int, typer.Option(help="Draft depth K (the study's optimum: 2).")] = 2,
     accept: Annotated[str, typer.Option(help="Acceptance model: per-position probabilities (K values), geometric:A or hist:PATH. Default: the study's 2.149 tokens/cycle at K=2.")] = "0.74,0.5527",
     verify_work: Annotated[str, typer.Option(help="Target's verify work: sleep:MS, spin:MS, file:PATH or gpu-read:BYTES. Default: the study's 89.34 - 15.88 ms (the forward).")] = "sleep:73.46",
-    verify: Annotated[Optional[str], typer.Option(hidden=True, help="The old spelling of --verify-work (one release more).")] = None,
     draft_local: Annotated[str, typer.Option(help="Draft work when co-located (mode local).")] = "sleep:15.88",
     draft_remote: Annotated[str, typer.Option(help="The remote drafter's own work per draft: a work model (sleep:MS, spin:MS, file:PATH, gpu-read:BYTES, batch:A+B; batch:FOLDER fits A + B to a hopbench drafter folder's forwards of 1..M targets), or model: the server's drafter model (serve --drafter), used unasked where the server runs one.")] = "sleep:15.88",
     fanout: Annotated[int, typer.Option(help="Overlap: outcomes the drafter pre-drafts while the target verifies.")] = 2,
@@ -276,8 +269,7 @@ def spec(
     secret: Annotated[Optional[str], typer.Option(envvar="HOPBENCH_SECRET", help="Shared secret of the server.")] = None,
     poll: Annotated[Poll, typer.Option(help="Receive path: block, busy-poll, or auto.")] = Poll.auto,
     cpu: Annotated[Optional[str], typer.Option(help="Pin the target to these CPUs.")] = None,
-    rung: Annotated[Optional[str], typer.Option(help="Name of the link in the results.")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="The link's nominal rate (Mbit/s), recorded.")] = None,
+    link: Annotated[Optional[str], typer.Option(help="The link: [NAME][,rate=MBIT]: its name in the results and its nominal rate (Mbit/s), recorded.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Result folder (must not exist).")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where result folders go.")] = Path("results"),
     codec: Annotated[str, typer.Option(help="The hidden states cross encoded with this codec, inside the hop (docs/CODECS.md): none, zstd[:LEVEL], lz4, blosc2[:...], fp8, int8.")] = "none",
@@ -286,8 +278,6 @@ def spec(
     batch_window_ms: Annotated[float, typer.Option(help="--targets: drafts arriving within this window of the first run as one batch (with --draft-remote batch:A+B).")] = 2.0,
     max_batch: Annotated[int, typer.Option(help="--targets: the most drafts in one batch (0: every target).")] = 0,
     stream: Annotated[str, typer.Option(help="layers[:LAYERS][,cost=MS]: add mode stream (each aux layer's K + 1 rows sent as its layer ends within the verify, the accept count at its end; the remote drafter starts on the accept; docs/STREAM.md). LAYERS: the target's layer count (78, GLM-5.2's); cost: the extraction cost a forward (`run --stream layers --target gpu` measures it).")] = "off",
-    layers: Annotated[Optional[int], typer.Option(hidden=True)] = None,  # old spelling of --stream layers:N
-    stream_cost_ms: Annotated[Optional[float], typer.Option(hidden=True)] = None,  # ... of --stream layers,cost=MS
     json_out: Annotated[bool, typer.Option("--json", help="--targets: the run's record as one JSON document on stdout (the lines go to stderr).")] = False,
     shape: ShapeOpt = None,
 ):
@@ -297,9 +287,7 @@ def spec(
     from hopbench.orchestration.spec import SpecConfig, run_spec_cli
 
     sh = _shape(shape).shape
-    verify_work = old_spelling(verify, verify_work, "spec --verify is now --verify-work (run's --verify checks the "
-                               "request's bytes)")
-    st = _spec_stream(stream, layers, stream_cost_ms)
+    st = _spec_stream(stream)
     chosen = tuple(m for m in modes.split(",") if m)
     cfg = SpecConfig(bytes_per_token=sh.bytes_per_token, id_bytes=sh.id_bytes,
                      modes=chosen + (("stream",) if st["stream"] == "layers" and "stream" not in chosen else ()),
@@ -307,7 +295,7 @@ def spec(
                      transport=transport, k=k, accept=accept,
                      verify=verify_work, draft_local=draft_local, draft_remote=draft_remote, fanout=fanout, cycles=cycles,
                      warmup=warmup, repeats=repeats, seed=seed, time_scale=time_scale, poll=poll.value,
-                     transport_settings=split_options(opt), rung=rung, rate_mbit=rate, codec=codec,
+                     transport_settings=split_options(opt), **_spec_link(link), codec=codec,
                      payload_from=payload_from, hidden=sh.hidden, batch_window_ms=batch_window_ms, max_batch=max_batch)
     host, port = _address(peer, port) if peer else (None, None)
     with _kept_on_interrupt():

@@ -3,17 +3,15 @@ CPU-pinning helpers, the sweep's progress bar and the analysis commands' shape."
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, Optional
 
 import typer
 
 from hopbench.config import DEFAULT_PORT, parse_hostport
 from hopbench.core.transport import options_help, transport_help
-
-T = TypeVar("T")
+from hopbench.errors import ConfigError
 
 # the registry describes the transports (entry points: no transport library is imported)
 TRANSPORT_HELP = transport_help() + "."
@@ -124,10 +122,33 @@ TDraftRemoteOpt = Annotated[Optional[str], typer.Option(help="The remote drafter
 DrafterTargetsOpt = Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")]
 
 
-def old_spelling(old: T | None, new: T, note: str) -> T:
-    """An option's old spelling, kept one release: its value when given, with a one-line note
-    on stderr (no user's script breaks, and each learns the new word); else the new one's."""
-    if old is None:
-        return new
-    print(f"note: {note}; the old spelling goes in the next release", file=sys.stderr)
-    return old
+def parse_spec(text: str, flag: str, keys: tuple[str, ...], usage: str) -> tuple[str, dict[str, str]]:
+    """An option spelled HEAD[,KEY=VALUE...] (as --codec zstd:3 and --stream group a kind's
+    settings): its head and its keys, each once, or a one-line error naming the usage."""
+    head, *rest = [part.strip() for part in text.split(",")]
+    kw: dict[str, str] = {}
+    for part in rest:
+        key, eq, value = part.partition("=")
+        if not eq or key not in keys or key in kw or not value:
+            raise ConfigError(f"{flag} {text}: {part!r} does not fit {usage}")
+        kw[key] = value
+    return head, kw
+
+
+def parse_link(text: str | None) -> tuple[str | None, float | None, str | None]:
+    """--link [NAME][,rate=MBIT][,interface=IF]: the link's name in the results, its nominal
+    rate (checked against the interface's speed, recorded) and the interface the route to the
+    peer must leave by (a warning otherwise)."""
+    if text is None:
+        return None, None, None
+    usage = "[NAME][,rate=MBIT][,interface=IF]"
+    name, kw = parse_spec(text, "--link", ("rate", "interface"), usage)
+    try:
+        rate = float(kw["rate"]) if "rate" in kw else None
+    except ValueError:
+        raise ConfigError(f"--link {text}: rate= is the link's nominal rate in Mbit/s") from None
+    if rate is not None and not rate > 0:
+        raise ConfigError(f"--link {text}: rate= is a rate above 0 Mbit/s")
+    return name or None, rate, kw.get("interface")
+
+

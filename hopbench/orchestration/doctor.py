@@ -273,7 +273,7 @@ def format_report(r: Report) -> str:
             g = r.peer["goodput_mbps"]
             lines.append(f"goodput probe {g:.0f} Mb/s = {g / rate:.0%} of the nominal {rate:g} Mb/s"
                          + (" (TCP over Ethernet tops out near 94%)" if g <= rate else
-                            " (above the nominal rate: the link is faster than --rate says)"))
+                            " (above the nominal rate: the link is faster than --link ,rate= says)"))
     for f in r.findings:
         lines.append(f"{'WARNING' if f.level == 'warn' else 'note'}: {f.message}")
     if not r.warnings:

@@ -17,6 +17,7 @@ from hopbench.core.transport import get_transport, split_options
 from hopbench.errors import ConfigError
 from hopbench.estimate import DRIFT_MIN_REL, DRIFT_P, pct
 from hopbench.records import (
+    ARRIVALS,
     DESIGNS,
     PROJECTED,
     TAPS,
@@ -30,6 +31,7 @@ from hopbench.records import (
     draft_label,
 )
 from hopbench.shape import DTYPE_BYTES, ShapeConfig, load_shape, parse_bytes_grid, payloads, reply_size
+from hopbench.workload.stream import EARLY
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def plan(req: RunRequest) -> tuple[list[Payload], RunConfig]:
         raise ConfigError(f"--clients {req.clients}: give 1 to 1024 targets")
     if req.mps is not None and not req.mps > 0:
         raise ConfigError(f"--mps {req.mps:g}: give a rate above 0 cycles per second")
-    if req.arrivals not in ("fixed", "poisson"):
+    if req.arrivals not in ARRIVALS:
         raise ConfigError(f"--mps RATE:{req.arrivals}: arrivals are fixed or poisson")
     if req.mps and (req.codec.strip() not in ("", "none") or "cuda" in req.memory):
         raise ConfigError("--mps (open loop) measures raw payloads in host memory: not with --codec or --memory cuda")
@@ -156,18 +158,18 @@ def _with_drafter(loads: list[Payload], req: RunRequest) -> list[Payload]:
     """--remote-drafter: after each raw token payload of the aux taps, the same payload served
     by the server's drafter model (its own series, "!draft"; streamed: "!draft:EARLY"), so the
     hop with the forward in it stands beside the hop without it, in one session."""
-    if req.early not in ("off", "fc", "all"):
-        raise ConfigError(f"--early {req.early}: off, fc or all")
+    if req.early not in EARLY:
+        raise ConfigError(f"--stream layers,early={req.early}: off, fc or all")
     if not req.remote_drafter:
         if req.early != "off":
-            raise ConfigError("--early starts the server's drafter model on the landed taps: it needs --remote-drafter "
-                              "and --stream layers")
+            raise ConfigError("--stream layers,early= starts the server's drafter model on the landed taps: it needs "
+                              "--remote-drafter")
         return loads
     if req.mps or "cuda" in req.memory or req.verify:
         raise ConfigError("--remote-drafter sends raw rows from host memory in a closed loop: not with --mps, "
                           "--memory cuda or --verify")
     if req.early != "off" and req.stream == "off":
-        raise ConfigError("--early starts the drafter on the taps as they land: it needs --stream layers")
+        raise ConfigError("early= starts the drafter on the taps as they land: it needs --stream layers,early=...")
     out: list[Payload] = []
     for p in loads:
         out.append(p)
@@ -186,7 +188,8 @@ def _stream(req: RunRequest, scfg: ShapeConfig, k: int) -> StreamSpec | None:
     the verify forward (hopbench.workload.stream), checked before connecting; None without it."""
     if req.stream == "off":
         if req.target != "clock":
-            raise ConfigError(f"--target {req.target} produces the streamed chunks: it needs --stream layers")
+            raise ConfigError(f"target={req.target} produces the streamed chunks: it needs --stream layers,"
+                              f"target={req.target}")
         return None
     if req.stream != "layers":
         raise ConfigError(f"--stream {req.stream}: off or layers")
@@ -458,12 +461,12 @@ def wire_lines(rate_mbit: float, rows: list[dict[str, Any]], console: RunConsole
         line = (f"{r['payload']}: hop p50 {hop:.3f} ms (n = {r['n']}) against its wire time {wire:.3f} ms at "
                 f"{rate_mbit:g} Mbit/s ({hop / wire:.2f}x)")
         if wire >= WIRE_SIGNIFICANT_MS and hop > WIRE_OVER * wire:
-            console.warn(f"{line}: more than {WIRE_OVER:g}x, so the link runs below --rate, or the host or the path "
+            console.warn(f"{line}: more than {WIRE_OVER:g}x, so the link runs below its --link rate=, or the host or the path "
                          "adds time the rate does not explain (a loaded host, a shaper's queue); check with "
                          "`hopbench doctor`")
         elif wire >= WIRE_SIGNIFICANT_MS and hop < wire:
             console.warn(f"{line}: faster than the rate allows, so the path is not a link of {rate_mbit:g} Mbit/s "
-                         "(loopback, or a faster link than --rate says)")
+                         "(loopback, or a faster link than --link ,rate= says)")
         else:
             console.say(line)
 

@@ -364,8 +364,8 @@ def check_drafter(info: DrafterInfo | None, cfg: RunConfig) -> None:
     if cfg.early == "all" and (info.shape.get("needs_tokens") or info.shape.get("block_size")):
         why = "is conditioned on the bonus token too" if info.shape.get("needs_tokens") else \
             f"drafts a block over every accepted row (block_size {info.shape['block_size']})"
-        raise ConfigError(f"--early all: the server's {info.name} drafter {why}, so its forward cannot start before "
-                          "the accept count; use --early fc or off")
+        raise ConfigError(f"--stream layers,early=all: the server's {info.name} drafter {why}, so its forward cannot "
+                          "start before the accept count; use early=fc or off")
     row = info.row_bytes
     if cfg.bytes_per_token != row:
         raise ConfigError(f"--remote-drafter: the server's {info.name} drafter takes rows of {row:,} B "

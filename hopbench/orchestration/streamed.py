@@ -1,5 +1,5 @@
 """A streamed run's own parts (docs/STREAM.md): the link's model said before measuring, the
-exposed hop said after, and the real producer of `run --stream layers --target gpu` (issue
+exposed hop said after, and the real producer of `run --stream layers,target=gpu` (issue
 65, "A real producer"): the target's verify forward on this host's GPU produces the chunks. Before the session
 the producer is built (its layers sized to the stream's forward, its graphs captured), its extraction
 cost measured (the forward with taps against the same forward without, ABBA blocks), and its
@@ -58,20 +58,20 @@ def check_target(req: Any, dtype: str) -> str:
     """--target, checked before connecting: a known one, a run it can produce (one target, raw
     BF16 rows from host memory), a GPU where it asks for one. Returns it as recorded."""
     if req.target not in TARGETS:
-        raise ConfigError(f"--target {req.target}: clock, {', '.join(t for t in TARGETS)}")
+        raise ConfigError(f"--stream layers,target={req.target}: clock, {', '.join(t for t in TARGETS)}")
     if req.clients != 1 or req.codec.strip() not in ("", "none") or "cuda" in req.memory or req.remote_drafter:
-        raise ConfigError(f"--target {req.target}: one target's forward streams raw rows from host memory: not with "
-                          "--clients, --codec, --memory cuda or --remote-drafter")
+        raise ConfigError(f"--stream layers,target={req.target}: one target's forward streams raw rows from host "
+                          "memory: not with --clients, --codec, --memory cuda or --remote-drafter")
     if req.layer_times or req.stream_cost_ms:
-        raise ConfigError(f"--target {req.target} measures the layer times and the extraction cost: not with "
+        raise ConfigError(f"--stream layers,target={req.target} measures the layer times and the extraction cost: not with "
                           "times= or cost= in --stream")
     if dtype != "bf16":
-        raise ConfigError(f"--target {req.target}: the producer's rows are BF16, the shape's {dtype}")
+        raise ConfigError(f"--stream layers,target={req.target}: the producer's rows are BF16, the shape's {dtype}")
     if req.target.startswith("gpu"):
         from hopbench.models.drafter import load_torch
         from hopbench.models.target import check_gpu
 
-        check_gpu(load_torch(), f"--target {req.target}")
+        check_gpu(load_torch(), f"--stream layers,target={req.target}")
     return str(req.target)
 
 
@@ -109,7 +109,7 @@ def write_layer_times(folder: Path, producer: dict[str, Any]) -> None:
     if not times:
         return
     scale = float(producer["extraction"]["without_taps_ms"]) / times[-1]
-    lines = ["# layer end ms within the forward (hopbench run --target: per-layer events, scaled to the forward "
+    lines = ["# layer end ms within the forward (hopbench run --stream layers,target=: per-layer events, scaled to the forward "
              f"measured without taps, {producer['extraction']['without_taps_ms']:.3f} ms)"]
     lines += [f"{math.floor(v * scale * 1e6) / 1e6:.6f}" for v in times]  # rounded down: none after the forward
     R.atomic_write(folder / LAYER_TIMES_FILE, "\n".join(lines) + "\n")
@@ -157,7 +157,7 @@ def stream_model(cfg: RunConfig, console: Any) -> Any:
 
     assert cfg.stream is not None
     if not cfg.rate_mbit:
-        console.say("note: give the link's rate (--rate MBIT) to check the streamed hop against its model")
+        console.say("note: give the link's rate (--link NAME,rate=MBIT) to check the streamed hop against its model")
         return None
     m = ST.model(ST.from_record(cfg.stream), cfg.stream.chunk_bytes, cfg.rate_mbit)
     if m.tail_ms > 0:

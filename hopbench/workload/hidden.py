@@ -128,7 +128,7 @@ def _read_safetensors(path: Path, name: str | None) -> tuple[np.ndarray, str, st
     if name is None:
         if len(tensors) != 1:
             raise ConfigError(f"{path} holds {len(tensors)} tensors ({', '.join(sorted(tensors)[:8])}): name one, "
-                              f"--payload-from {path}:NAME")
+                              f"--payload taps,from={path}:NAME")
         name = next(iter(tensors))
     info = tensors.get(name)
     if not isinstance(info, dict):
@@ -172,13 +172,13 @@ def from_file(spec: str, layers: int, width: int) -> Source:
         head, _, tail = spec.rpartition(":")
         path, name = Path(head), tail
     if not path.is_file():
-        raise ConfigError(f"--payload-from {spec}: no such file")
+        raise ConfigError(f"--payload taps,from={spec}: no such file")
     if path.suffix == ".npy":
         arr, dtype = _read_npy(path)
     elif path.suffix == ".safetensors":
         arr, dtype, name = _read_safetensors(path, name)
     else:
-        raise ConfigError(f"--payload-from {spec}: hidden states are read from .safetensors or .npy files")
+        raise ConfigError(f"--payload taps,from={spec}: hidden states are read from .safetensors or .npy files")
     what = f"{path}" + (f":{name}" if name else "")
     rows = _shaped(arr, layers, width, what)
     used = rows[:MAX_FILE_TOKENS]

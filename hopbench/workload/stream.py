@@ -54,14 +54,24 @@ class Schedule:
 @dataclass(frozen=True)
 class StreamArgs:
     """`--stream`'s one spec, as typed: off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]
-    (the target's layer count, the verify forward's length, the extraction cost, a per-layer
-    profile), one option where five were (REVIEW6 F3, as `--codec zstd:3` groups a codec's)."""
+    [,target=WHO][,early=WHAT] (the target's layer count, the verify forward's length, the
+    extraction cost, a per-layer profile, the chunks' producer, what of the remote drafter's
+    forward starts on the landed taps), one option where seven were (as `--codec zstd:3`
+    groups a codec's)."""
 
     mode: str = "off"
     layers: int | None = None
     forward_ms: float | None = None
     cost_ms: float | None = None
     times: str | None = None
+    target: str | None = None  # clock, gpu[:piecewise|full|eager] or cpu (checked by the run: its host's GPU)
+    early: str | None = None  # off, fc or all (with --remote-drafter)
+
+
+#: what of the remote drafter's forward may start on the landed taps (--stream layers,early=)
+EARLY = ("off", "fc", "all")
+STREAM_SPEC = "off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE][,target=WHO][,early=off|fc|all]"
+_KEYS = ("forward", "cost", "times", "target", "early")
 
 
 def parse_args(text: str) -> StreamArgs:
@@ -69,17 +79,21 @@ def parse_args(text: str) -> StreamArgs:
     head, *rest = [part.strip() for part in text.split(",")]
     mode, _, layers = head.partition(":")
     if mode not in ("off", "layers") or (mode == "off" and (layers or rest)):
-        raise ConfigError(f"--stream {text}: off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE]")
+        raise ConfigError(f"--stream {text}: {STREAM_SPEC}")
     kw: dict[str, str] = {}
     for part in rest:
         key, eq, value = part.partition("=")
-        if not eq or key not in ("forward", "cost", "times") or key in kw or not value:
-            raise ConfigError(f"--stream {text}: {part!r} is not one of forward=MS, cost=MS, times=FILE (each once)")
+        if not eq or key not in _KEYS or key in kw or not value:
+            raise ConfigError(f"--stream {text}: {part!r} is not one of forward=MS, cost=MS, times=FILE, target=WHO, "
+                              "early=off|fc|all (each once)")
         kw[key] = value
+    if kw.get("early", "off") not in EARLY:
+        raise ConfigError(f"--stream {text}: early={kw['early']}: off, fc or all")
     try:
         return StreamArgs(mode, int(layers) if layers else None,
                           float(kw["forward"]) if "forward" in kw else None,
-                          float(kw["cost"]) if "cost" in kw else None, kw.get("times"))
+                          float(kw["cost"]) if "cost" in kw else None, kw.get("times"), kw.get("target"),
+                          kw.get("early"))
     except ValueError:
         raise ConfigError(f"--stream {text}: LAYERS is a whole number, forward= and cost= are ms") from None
 

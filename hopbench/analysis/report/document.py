@@ -296,7 +296,7 @@ def _spec_rungs(a: Analysed) -> list[dict]:
     here = {v.rung for v in a.verdicts} | {g.rung for g in a.groups}
     return [{"kind": "spec rung", "text": f"{s['folder']}: its rung {s['rung']!r} is none of this result's "
                                           f"({', '.join(sorted(here)) or 'none'}): it answers no row (run spec with "
-                                          "--rung NAME to match one)"}
+                                          "--link NAME to match one)"}
             for s in a.spec if s["rung"] not in here]
 
 

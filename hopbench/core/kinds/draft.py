@@ -118,11 +118,11 @@ class StreamDraft(StreamDrafter):
             return (f"the {shape.name} drafter takes {shape.taps} taps of {shape.hidden_size} BF16 values a row: "
                     f"a streamed plan of {plan.stream.chunks} chunks of {plan.stream.chunk_bytes:,} B does not split so")
         if plan.drafter.early == "all" and shape.needs_tokens:
-            return (f"--early all: the {shape.name} drafter is conditioned on the bonus token too (needs_tokens), "
-                    "so its forward cannot run before the accept count; use --early fc or off")
+            return (f"early=all: the {shape.name} drafter is conditioned on the bonus token too (needs_tokens), "
+                    "so its forward cannot run before the accept count; use early=fc or off")
         if plan.drafter.early == "all" and shape.block_size:
-            return (f"--early all: the {shape.name} drafter drafts a block over every accepted row (block_size "
-                    f"{shape.block_size}), so its forward cannot run before the accept count; use --early fc or off")
+            return (f"early=all: the {shape.name} drafter drafts a block over every accepted row (block_size "
+                    f"{shape.block_size}), so its forward cannot run before the accept count; use early=fc or off")
         return None
 
     def serve(self, chan: Channel, plan: P.Plan, ctx: PlanContext) -> int:
