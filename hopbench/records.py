@@ -92,6 +92,11 @@ def clients_label(name: str, clients: int) -> str:
     return name if clients <= 1 else f"{name}@{clients}"
 
 
+def _spelled(value: float) -> str:
+    """The shortest text that reads back as the same float."""
+    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One session's configuration (report.json `config`)."""
@@ -162,12 +167,9 @@ class RunConfig:
         a = ["hopbench", "run", "--peer", peer, "--transport", self.transport, "--k", str(self.k),
              "--cycles", str(self.cycles), "--warmup", str(self.warmup)]
 
-        def spelled(value: float) -> str:  # the shortest text that reads back as the same float
-            return f"{value:g}" if float(f"{value:g}") == value else repr(value)
-
         def opt(flag: str, value: Any, default: Any = None) -> None:
             if value is not None and value != default:
-                a.extend([flag, value if isinstance(value, str) else spelled(value) if isinstance(value, float)
+                a.extend([flag, value if isinstance(value, str) else _spelled(value) if isinstance(value, float)
                           else str(value)])
 
         opt("--tokens", ",".join(map(str, self.tokens)) or None)
@@ -180,7 +182,7 @@ class RunConfig:
         opt("--reply-bytes", self.reply_bytes)
         if self.rung is not None or self.rate_mbit is not None:  # --link's one spec
             a.extend(["--link", (self.rung or "") + ("" if self.rate_mbit is None
-                                                     else f",rate={spelled(float(self.rate_mbit))}")])
+                                                     else f",rate={_spelled(float(self.rate_mbit))}")])
         opt("--cpu", self.cpu)
         if self.verify:
             a.append("--verify")
@@ -191,18 +193,11 @@ class RunConfig:
         opt("--memory", memory + (f",{self.gpu_path}" if self.gpu_path != "staged" else ""), "host")
         opt("--codec", ",".join(self.codecs), "none")
         opt("--clients", self.clients, 1)
-        opt("--mps", None if self.mps is None else spelled(float(self.mps))
+        opt("--mps", None if self.mps is None else _spelled(float(self.mps))
             + (f":{self.arrivals}" if self.arrivals != "fixed" else ""))
         opt("--payload", self.design + (f",from={self.payload_from}" if self.payload_from else ""), TAPS)
         if self.stream:  # --stream's one spec (hopbench.workload.stream.parse_args reads it back)
-            st = self.stream
-            produced = st.target != "clock" and st.producer is not None  # its forward asked; cost and times measured
-            forward = float((st.producer or {}).get("forward_ms_asked", st.forward_ms)) if produced else st.forward_ms
-            a.extend(["--stream", f"layers:{st.layers},forward={spelled(forward)}"
-                      + (f",cost={spelled(float(st.cost_ms))}" if st.cost_ms and not produced else "")
-                      + (f",times={st.layer_times}" if st.layer_times else "")
-                      + (f",target={st.target}" if st.target != "clock" else "")
-                      + (f",early={self.early}" if self.drafter and self.early != "off" else "")])
+            a.extend(["--stream", self.stream.spelled(self.early if self.drafter else "off")])
         if self.drafter:
             a.append("--remote-drafter")
         return a
@@ -262,6 +257,17 @@ class StreamSpec:
                    float(d["forward_ms"]), float(d.get("cost_ms") or 0.0), d.get("layer_times"),
                    tuple(float(r) for r in d.get("ready_ms") or ()), str(d.get("mode") or "layers"),
                    d.get("bytes_per_accepted_token"), str(d.get("target") or "clock"), d.get("producer"))
+
+    def spelled(self, early: str = "off") -> str:
+        """This stream as `--stream` spells it (the reproduce line): its forward as asked where a
+        real producer measured the cost and the layer times; `early`: the drafter's."""
+        produced = self.target != "clock" and self.producer is not None
+        forward = float((self.producer or {}).get("forward_ms_asked", self.forward_ms)) if produced else self.forward_ms
+        return (f"layers:{self.layers},forward={_spelled(forward)}"
+                + (f",cost={_spelled(float(self.cost_ms))}" if self.cost_ms and not produced else "")
+                + (f",times={self.layer_times}" if self.layer_times else "")
+                + (f",target={self.target}" if self.target != "clock" else "")
+                + (f",early={early}" if early != "off" else ""))
 
 
 @dataclass(frozen=True, order=True)

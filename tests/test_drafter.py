@@ -56,7 +56,30 @@ def test_the_presets_read_what_their_sources_say():
     assert d.row_bytes == 61440 and d.taps == 5  # the study's 5 x 6144 x 2 B per accepted token
     assert 5.6e9 < d.weight_bytes() < 5.8e9, d.weight_bytes()  # the study's "~5.7 GB read per step"
     assert DM.EAGLE3_LLAMA70B.needs_tokens and not d.needs_tokens
-    assert set(DM.PRESETS) >= {"dspark-glm5", "eagle3-llama70b", "tiny"}
+    assert set(DM.PRESETS) >= {"dspark-glm5", "eagle3-llama70b", "eagle3-llama8b", "tiny"}
+
+
+def test_the_eagle3_8b_preset_is_what_its_published_config_reads_as(tmp_path):
+    """The preset equals the shape hopbench reads from the published draft config's keys (a
+    Llama-3.1-8B EAGLE-3: one layer, 32 / 8 heads, a 32,000-token draft vocabulary), and the
+    drafter's help lists it without a second list to edit."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from hopbench.cli import app
+
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+              "draft_vocab_size": 32000}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    read = DM.parse_shape(str(tmp_path / "config.json"))
+    preset = DM.PRESETS["eagle3-llama8b"]
+    assert dataclasses.replace(read, name=preset.name, source=preset.source) == preset
+    assert (preset.row_bytes, preset.taps, preset.kv_bytes_per_token()) == (24576, 3, 4096)
+    assert 0.8e9 < preset.weight_bytes() < 0.9e9, preset.weight_bytes()
+    out = CliRunner().invoke(app, ["drafter", "--help"], env={"COLUMNS": "250"}).output
+    assert "eagle3-llama8b" in out, out
 
 
 def test_a_config_json_gives_the_shape_and_its_faults_are_one_line(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from hopbench.analysis import compare as CMP
 from hopbench.analysis import fit as F
@@ -36,19 +37,11 @@ def _fmt_alpha(f: F.Fit) -> tuple[str, str]:
     return f"{f.alpha_s * 1e6:.1f}", f"{f.alpha_ci[0] * 1e6:.1f}..{f.alpha_ci[1] * 1e6:.1f}"
 
 
-def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int, show=print,
-            require: bool = False) -> list[F.Fit]:
-    """require: a folder with nothing to fit is an error (the fit command); elsewhere (a
-    sweep's closing analysis) the table says why and the rest goes on."""
-    groups, _ = load_groups(folder)
-    fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
-    if not fits:
-        if require:
-            raise HopbenchError(f"{folder}: {F.why_no_fit(groups)}")
-        show(F.why_no_fit(groups))
-        return fits
-    show(f"alpha-beta fit (latency = alpha + bytes/beta) per rung x transport; operating payload T = {operating_tokens} "
-         f"({operating_tokens * bytes_per_token:,} B); points = payload sizes, r = repeats")
+def _fit_table(fits: list[F.Fit], show: Any) -> None:
+    """The fits' table: per rung x transport, alpha and beta with their intervals, the
+    half-bandwidth size, the regime."""
+    from hopbench.analysis.tables import render
+
     methods = sorted({f"{f.ci_method} ({'within one run' if f.ci_scope == 'within-run' else 'repeats as the unit'})"
                       for f in fits})
     show("CIs: " + "; ".join(methods))
@@ -62,31 +55,52 @@ def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int,
                      f"{f.n_half_tokens:.2f}", f"{f.wire_efficiency:.1%}" if f.wire_efficiency else "-",
                      f"{f.goodput_ratio:.1%}" if f.goodput_ratio else "-", str(f.breakpoint_bytes or "-"),
                      f"{f.share_bandwidth:.0%}", f.regime])
-    from hopbench.analysis.tables import render
-
     show(render(["rung", "tr", "pts", "r", "level", "alpha us", "alpha CI", "beta Mbit/s", "beta CI", "n1/2 kB",
                  "n1/2 tok", "vs rate", "vs TCP bound", "break B", "bw share", "regime"], rows, right=set(range(2, 15))))
     if any(f.ci_scope == "within-run" for f in fits):
         show("* within one run: the run-to-run spread is not in this interval (measure repeats: a sweep)")
+
+
+def _wire_lines(wires: list[dict[str, Any]], operating_tokens: int, show: Any) -> None:
+    """The wire-time check: each cell's measured p50 against the physical wire time and the
+    wire plus the unshaped round trip, and a warning for the cells the host loaded."""
+    if not wires:
+        return
+    show(f"wire-time check at T = {operating_tokens}: measured p50 [CI, level, repeats] vs the physical wire time "
+         f"(bytes x 1538/1448 x 8 / rate) and vs wire + the unshaped round trip")
+    for w in wires:
+        ci = (f"[{w['measured_lo_ns'] / 1e3:.1f}-{w['measured_hi_ns'] / 1e3:.1f}, {pct(w['level'])}, "
+              f"{w['repeats']}r]" if w.get("level") else "[no CI]")
+        over = f"  << {F.LOADED_WARNING}" if w["deviation"] > F.LOADED_OVER else ""
+        show(f"  {w['rung']:<10} {w['transport']:<4} measured {w['measured_ns'] / 1e3:9.1f} us {ci}  wire "
+             f"{w['wire_ns'] / 1e3:9.1f} us ({w['measured_ns'] / w['wire_ns'] - 1:+.2%})  wire+unshaped "
+             f"{w['expected_ns'] / 1e3:9.1f} us ({w['deviation']:+.2%}){over}")
+    loaded = [f"{w['rung']} {w['transport']}" for w in wires if w["deviation"] > F.LOADED_OVER]
+    if loaded:
+        show(f"warning: {', '.join(loaded)} measured more than {F.LOADED_OVER:.0%} over wire + unshaped: the host "
+             "(or the link) added time the rate does not explain, so those cells say more about this host's load "
+             "than about the link; re-measure them on an idle host (`hopbench doctor` shows what else runs)")
+
+
+def run_fit(folder: Path | Reading, bytes_per_token: int, operating_tokens: int, show=print,
+            require: bool = False) -> list[F.Fit]:
+    """require: a folder with nothing to fit is an error (the fit command); elsewhere (a
+    sweep's closing analysis) the table says why and the rest goes on."""
+    groups, _ = load_groups(folder)
+    fits = F.fit_groups(groups, bytes_per_token, operating_tokens)
+    if not fits:
+        if require:
+            raise HopbenchError(f"{folder}: {F.why_no_fit(groups)}")
+        show(F.why_no_fit(groups))
+        return fits
+    show(f"alpha-beta fit (latency = alpha + bytes/beta) per rung x transport; operating payload T = {operating_tokens} "
+         f"({operating_tokens * bytes_per_token:,} B); points = payload sizes, r = repeats")
+    _fit_table(fits, show)
     cross = F.crossover(fits)
     for sentence in cross.values():
         show(sentence)
     wires = F.wire_check(groups, bytes_per_token, operating_tokens)
-    if wires:
-        show(f"wire-time check at T = {operating_tokens}: measured p50 [CI, level, repeats] vs the physical wire time "
-             f"(bytes x 1538/1448 x 8 / rate) and vs wire + the unshaped round trip")
-        for w in wires:
-            ci = (f"[{w['measured_lo_ns'] / 1e3:.1f}-{w['measured_hi_ns'] / 1e3:.1f}, {pct(w['level'])}, "
-                  f"{w['repeats']}r]" if w.get("level") else "[no CI]")
-            over = f"  << {F.LOADED_WARNING}" if w["deviation"] > F.LOADED_OVER else ""
-            show(f"  {w['rung']:<10} {w['transport']:<4} measured {w['measured_ns'] / 1e3:9.1f} us {ci}  wire "
-                 f"{w['wire_ns'] / 1e3:9.1f} us ({w['measured_ns'] / w['wire_ns'] - 1:+.2%})  wire+unshaped "
-                 f"{w['expected_ns'] / 1e3:9.1f} us ({w['deviation']:+.2%}){over}")
-        loaded = [f"{w['rung']} {w['transport']}" for w in wires if w["deviation"] > F.LOADED_OVER]
-        if loaded:
-            show(f"warning: {', '.join(loaded)} measured more than {F.LOADED_OVER:.0%} over wire + unshaped: the host "
-                 "(or the link) added time the rate does not explain, so those cells say more about this host's load "
-                 "than about the link; re-measure them on an idle host (`hopbench doctor` shows what else runs)")
+    _wire_lines(wires, operating_tokens, show)
     trend = trend_warning(groups)
     if trend:
         show(trend)

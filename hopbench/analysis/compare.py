@@ -88,61 +88,68 @@ def paired_ids(a: Group, b: Group) -> list[int]:
     return sorted(set(a.repeat_ids) & set(b.repeat_ids))
 
 
+def _paired(d: np.ndarray) -> tuple[float, float, float, float]:
+    """Paired by repeat: the mean of the log differences, its t interval and p."""
+    m = float(d.mean())
+    if np.all(d == d[0]):
+        return m, m, m, 0.0 if m != 0 else 1.0
+    se = float(d.std(ddof=1)) / math.sqrt(len(d))
+    t = D.t_ppf(0.5 + LEVEL / 2, len(d) - 1)
+    return m, m - t * se, m + t * se, D.ttest_1samp_p(d, 0.0)
+
+
+def _welch(la: np.ndarray, lb: np.ndarray) -> tuple[float, float, float, float]:
+    """Unpaired repeats: the difference of the log means, Welch's interval and p."""
+    m = float(lb.mean() - la.mean())
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return m, m, m, 0.0 if m != 0 else 1.0
+    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+    t = D.t_ppf(0.5 + LEVEL / 2, df)
+    return m, m - t * se, m + t * se, D.welch_p(lb, la)
+
+
+def _one_run(a: Group, b: Group, la: np.ndarray, lb: np.ndarray, run_spread: float | None,
+             spread_source: str | None) -> tuple[float, float, float, float | None, float, str]:
+    """One run on a side: the difference against a run-to-run spread (given, measured on the
+    side with repeats, or the default), a normal interval and p; with the spread and its source."""
+    if run_spread is not None:
+        spread, src = run_spread, spread_source or "given (--run-spread)"
+    else:
+        measured = [s for s in (_spread_of(a), _spread_of(b)) if s is not None]
+        if measured:
+            spread, src = float(max(measured)), "measured: the SD of log repeat medians of the side with repeats"
+        else:
+            spread, src = DEFAULT_RUN_SPREAD, DEFAULT_RUN_SPREAD_SOURCE
+    m = float(lb.mean() - la.mean())
+    scale = spread * math.sqrt(1 / len(la) + 1 / len(lb))
+    half = D.norm_ppf(0.5 + LEVEL / 2) * scale
+    p = float(2 * D.norm_sf(abs(m) / scale)) if spread > 0 else None
+    return m, m - half, m + half, p, spread, src
+
+
 def compare_groups(a: Group, b: Group, paired: bool = False, run_spread: float | None = None,
                    spread_source: str | None = None) -> Comparison:
     ea, eb = a.estimate(), b.estimate()
     la = np.log(np.asarray(a.repeat_p50_ns, float))
     lb = np.log(np.asarray(b.repeat_p50_ns, float))
     ids = paired_ids(a, b) if paired else []
-    p: float | None = None
-    spread = None
-    src = None
+    p: float | None
+    spread: float | None = None
+    src: str | None = None
+    n_pairs = 0
     if paired and len(ids) >= 2:
         ra = {r: v for r, v in zip(a.repeat_ids, la)}
         rb = {r: v for r, v in zip(b.repeat_ids, lb)}
-        d = np.array([rb[r] - ra[r] for r in ids])
-        design = "paired by repeat"
-        m = float(d.mean())
-        if np.all(d == d[0]):
-            lo = hi = m
-            p = 0.0 if m != 0 else 1.0
-        else:
-            se = float(d.std(ddof=1)) / math.sqrt(len(d))
-            t = D.t_ppf(0.5 + LEVEL / 2, len(d) - 1)
-            lo, hi = m - t * se, m + t * se
-            p = D.ttest_1samp_p(d, 0.0)
-        n_pairs = len(d)
+        design, n_pairs = "paired by repeat", len(ids)
+        m, lo, hi, p = _paired(np.array([rb[r] - ra[r] for r in ids]))
     elif len(la) >= 2 and len(lb) >= 2:
         design = "unpaired repeats (Welch)"
-        m = float(lb.mean() - la.mean())
-        va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
-        se = math.sqrt(va + vb)
-        if se == 0:
-            lo = hi = m
-            p = 0.0 if m != 0 else 1.0
-        else:
-            df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
-            t = D.t_ppf(0.5 + LEVEL / 2, df)
-            lo, hi = m - t * se, m + t * se
-            p = D.welch_p(lb, la)
-        n_pairs = 0
+        m, lo, hi, p = _welch(la, lb)
     else:
-        design = "one run on a side"
-        if run_spread is not None:
-            spread, src = run_spread, spread_source or "given (--run-spread)"
-        else:
-            measured = [s for s in (_spread_of(a), _spread_of(b)) if s is not None]
-            if measured:
-                spread, src = float(max(measured)), "measured: the SD of log repeat medians of the side with repeats"
-            else:
-                spread, src = DEFAULT_RUN_SPREAD, DEFAULT_RUN_SPREAD_SOURCE
-        m = float(lb.mean() - la.mean())
-        half = D.norm_ppf(0.5 + LEVEL / 2) * spread * math.sqrt(1 / len(la) + 1 / len(lb))
-        lo, hi = m - half, m + half
-        p = float(2 * D.norm_sf(abs(m) / (spread * math.sqrt(1 / len(la) + 1 / len(lb))))) if spread > 0 else None
-        n_pairs = 0
-        if len(la) == 1 and len(lb) == 1:
-            design = "one run each"
+        design = "one run each" if len(la) == 1 and len(lb) == 1 else "one run on a side"
+        m, lo, hi, p, spread, src = _one_run(a, b, la, lb, run_spread, spread_source)
     return Comparison(a.rung, a.transport, a.payload, a.gap_ms, b.gap_ms, design, len(la), len(lb), n_pairs,
                       ea.value, eb.value, eb.value - ea.value, math.exp(m) - 1, (math.exp(lo) - 1, math.exp(hi) - 1),
                       LEVEL, p, spread, src, bool(lo > 0 or hi < 0))

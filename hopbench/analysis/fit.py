@@ -183,29 +183,45 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
     reps = sorted({r for grp in groups_by_size for g in grp for r in g.repeat_ids})
     slope = 1.0 / seg.beta_Bps if np.isfinite(seg.beta_Bps) and seg.beta_Bps > 0 else 0.0
     if len(reps) >= 2:
-        alphas, slopes = [], []
-        for r in reps:
-            xs, ys = [], []
-            for v, grp in zip(x, groups_by_size):
-                vals = [p for g in grp for rid, p in zip(g.repeat_ids, g.repeat_p50_ns) if rid == r]
-                if vals:
-                    xs.append(v)
-                    ys.append(_median(vals) / 1e9)
-            if len(xs) >= 2:
-                f = fit_line(np.array(xs), np.array(ys), iters=8)
-                alphas.append(f.alpha_s)
-                slopes.append(1.0 / f.beta_Bps if np.isfinite(f.beta_Bps) and f.beta_Bps > 0 else 0.0)
+        alphas, slopes = _repeat_fits(x, groups_by_size, reps)
         if len(alphas) >= 2:
-            a_ci = _t_interval(float(np.mean(alphas)), np.array(alphas), level)
-            sl = np.array(slopes)
-            if slope > 0 and np.all(sl > 0):
-                lo, hi = _t_interval(float(np.mean(np.log(sl))), np.log(sl), level)
-                b_ci = (float(np.exp(-hi)), float(np.exp(-lo)))
-            else:
-                lo, hi = _t_interval(slope, sl, level)
-                b_ci = (1.0 / hi if hi > 0 else float("inf"), 1.0 / lo if lo > 0 else float("inf"))
-            return _holding_point(SegmentCI((float(a_ci[0]), float(a_ci[1])), b_ci, level, "repeats", RANDOM_GROUPS,
-                                            len(alphas)), seg)
+            return _holding_point(_random_groups(alphas, slopes, slope, level), seg)
+    return _holding_point(_within_run(x, groups_by_size, boot, rng, level, len(reps)), seg)
+
+
+def _repeat_fits(x: np.ndarray, groups_by_size: list[list[Group]], reps: list[Any]) -> tuple[list[float], list[float]]:
+    """Each repeat's own line through its cells' medians: its alpha and slope 1/beta."""
+    alphas, slopes = [], []
+    for r in reps:
+        xs, ys = [], []
+        for v, grp in zip(x, groups_by_size):
+            vals = [p for g in grp for rid, p in zip(g.repeat_ids, g.repeat_p50_ns) if rid == r]
+            if vals:
+                xs.append(v)
+                ys.append(_median(vals) / 1e9)
+        if len(xs) >= 2:
+            f = fit_line(np.array(xs), np.array(ys), iters=8)
+            alphas.append(f.alpha_s)
+            slopes.append(1.0 / f.beta_Bps if np.isfinite(f.beta_Bps) and f.beta_Bps > 0 else 0.0)
+    return alphas, slopes
+
+
+def _random_groups(alphas: list[float], slopes: list[float], slope: float, level: float) -> SegmentCI:
+    """The random-groups interval over the repeats' fits (beta on the log scale of 1/beta)."""
+    a_ci = _t_interval(float(np.mean(alphas)), np.array(alphas), level)
+    sl = np.array(slopes)
+    if slope > 0 and np.all(sl > 0):
+        lo, hi = _t_interval(float(np.mean(np.log(sl))), np.log(sl), level)
+        b_ci = (float(np.exp(-hi)), float(np.exp(-lo)))
+    else:
+        lo, hi = _t_interval(slope, sl, level)
+        b_ci = (1.0 / hi if hi > 0 else float("inf"), 1.0 / lo if lo > 0 else float("inf"))
+    return SegmentCI((float(a_ci[0]), float(a_ci[1])), b_ci, level, "repeats", RANDOM_GROUPS, len(alphas))
+
+
+def _within_run(x: np.ndarray, groups_by_size: list[list[Group]], boot: int, rng: np.random.Generator, level: float,
+                repeats: int) -> SegmentCI:
+    """One run: its cycles bootstrapped, the interval labelled within-run."""
     pooled = [np.concatenate([g.pooled for g in grp]) / 1e9 for grp in groups_by_size]
     alphas_b, slopes_b = [], []
     for _ in range(boot):
@@ -219,8 +235,7 @@ def segment_ci(x: np.ndarray, groups_by_size: list[list[Group]], seg: Line, boot
     a_lo, a_hi = np.percentile(alphas_b, q)
     s_lo, s_hi = (float(v) for v in np.percentile(slopes_b, q))
     b_ci = (1.0 / s_hi if s_hi > 0 else float("inf"), 1.0 / s_lo if s_lo > 0 else float("inf"))
-    return _holding_point(SegmentCI((float(a_lo), float(a_hi)), b_ci, level, "within-run", WITHIN_RUN_BOOT, len(reps)),
-                          seg)
+    return SegmentCI((float(a_lo), float(a_hi)), b_ci, level, "within-run", WITHIN_RUN_BOOT, repeats)
 
 
 WIDENED = "; widened to hold the point estimate"

@@ -124,7 +124,8 @@ def _extent(values: list[float], log: bool, pad: float) -> tuple[float, float]:
     return lo - 0.05 * span * pad, hi + 0.05 * span * pad
 
 
-def _panel(p: Panel, ox: float, oy: float, clip: str, w: float) -> str:
+def _limits(p: Panel) -> tuple[float, float, float, float]:
+    """The panel's x and y extents: every series (and its interval), line and category in view."""
     xs: list[float] = []
     ys: list[float] = []
     for s in p.series:
@@ -137,24 +138,37 @@ def _panel(p: Panel, ox: float, oy: float, clip: str, w: float) -> str:
     else:
         xlo, xhi = _extent(xs, p.xlog, 1.4)
     ylo, yhi = p.ylim or _extent(ys, p.ylog, 1.3)
-    x0, x1, y0, y1 = ox + ML, ox + w - MR, oy + H - MB, oy + MT
-    sx, sy = _Scale(xlo, xhi, p.xlog and p.categories is None, x0, x1), _Scale(ylo, yhi, p.ylog, y0, y1)
-    out = [f'<clipPath id="{clip}"><rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{y0 - y1:.1f}"/>'
-           "</clipPath>",
-           f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{y0 - y1:.1f}" fill="white" stroke="#333"/>']
-    yt = _log_ticks(ylo, yhi) if p.ylog else _lin_ticks(ylo, yhi)
-    for v in yt:
+    return xlo, xhi, ylo, yhi
+
+
+def _grid(p: Panel, sx: Any, sy: Any, box: tuple[float, float, float, float], limits: tuple[float, ...]) -> list[str]:
+    """The panel's grid lines and tick labels (categories on x where it has them)."""
+    x0, x1, y0, y1 = box
+    xlo, xhi, ylo, yhi = limits
+    out = []
+    for v in _log_ticks(ylo, yhi) if p.ylog else _lin_ticks(ylo, yhi):
         y = sy(v)
         out.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
                    f'<text x="{x0 - 4:.1f}" y="{y + 3:.1f}" text-anchor="end">{_esc(_fmt(v))}</text>')
     if p.categories is not None:
         for i, c in enumerate(p.categories):
             out.append(f'<text x="{sx(i):.1f}" y="{y0 + 14:.1f}" text-anchor="middle">{_esc(c)}</text>')
-    else:
-        for v in _log_ticks(xlo, xhi) if p.xlog else _lin_ticks(xlo, xhi):
-            x = sx(v)
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y1:.1f}" y2="{y0:.1f}" stroke="#ddd"/>'
-                       f'<text x="{x:.1f}" y="{y0 + 14:.1f}" text-anchor="middle">{_esc(_fmt(v))}</text>')
+        return out
+    for v in _log_ticks(xlo, xhi) if p.xlog else _lin_ticks(xlo, xhi):
+        x = sx(v)
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y1:.1f}" y2="{y0:.1f}" stroke="#ddd"/>'
+                   f'<text x="{x:.1f}" y="{y0 + 14:.1f}" text-anchor="middle">{_esc(_fmt(v))}</text>')
+    return out
+
+
+def _panel(p: Panel, ox: float, oy: float, clip: str, w: float) -> str:
+    xlo, xhi, ylo, yhi = limits = _limits(p)
+    x0, x1, y0, y1 = ox + ML, ox + w - MR, oy + H - MB, oy + MT
+    sx, sy = _Scale(xlo, xhi, p.xlog and p.categories is None, x0, x1), _Scale(ylo, yhi, p.ylog, y0, y1)
+    out = [f'<clipPath id="{clip}"><rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{y0 - y1:.1f}"/>'
+           "</clipPath>",
+           f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{y0 - y1:.1f}" fill="white" stroke="#333"/>']
+    out += _grid(p, sx, sy, (x0, x1, y0, y1), limits)
     body = []
     for v, col, text in p.vlines:
         x = sx(v)

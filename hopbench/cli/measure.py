@@ -13,6 +13,7 @@ import typer
 from hopbench import results as R
 from hopbench.cli.app import app
 from hopbench.cli.options import (
+    DRAFTER_PRESETS,
     LOOP_HELP,
     OPT_HELP,
     TRANSPORT_HELP,
@@ -54,7 +55,7 @@ def serve(
     loop: LoopOpt = Loop.auto,
     max_sessions: Annotated[int, typer.Option(min=1, help="Sessions served at once (a drafter shared by several targets); one more client is refused at once. 1 = one after another, like iperf3 -s.")] = 16,
     max_memory: Annotated[Optional[int], typer.Option(help="Request + reply bytes of the plans served at once, across sessions (default: one largest plan's).")] = None,
-    drafter: Annotated[Optional[str], typer.Option(help="Run a drafter model of this shape on the plans that ask for it (run --remote-drafter): a preset (dspark-glm5, eagle3-llama70b, tiny) or the drafter's config.json; random weights unless --drafter-weights (docs/DRAFTER.md; hopbench\\[drafter]).", rich_help_panel="Drafter")] = None,
+    drafter: Annotated[Optional[str], typer.Option(help=f"Run a drafter model of this shape on the plans that ask for it (run --remote-drafter): a preset ({DRAFTER_PRESETS}) or the drafter's config.json; random weights unless --drafter-weights (docs/DRAFTER.md; hopbench\\[drafter]).", rich_help_panel="Drafter")] = None,
     drafter_weights: Annotated[Optional[Path], typer.Option(help="The drafter's real weights (.safetensors), their shapes checked against the shape.", rich_help_panel="Drafter")] = None,
     drafter_device: Annotated[Optional[str], typer.Option(help="cuda or cpu (default: cuda where torch sees a GPU).", rich_help_panel="Drafter")] = None,
     batch_window_us: Annotated[float, typer.Option(min=0, help="A session's rows wait this long for the other sessions' to share one forward.", rich_help_panel="Drafter")] = 0.0,

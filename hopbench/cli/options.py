@@ -12,6 +12,10 @@ import typer
 from hopbench.config import DEFAULT_PORT, parse_hostport
 from hopbench.core.transport import options_help, transport_help
 from hopbench.errors import ConfigError
+from hopbench.models.shapes import PRESETS
+
+#: the drafter presets as the help says them (hopbench.models.shapes.PRESETS: a new one shows here)
+DRAFTER_PRESETS = ", ".join(PRESETS)
 
 # the registry describes the transports (entry points: no transport library is imported)
 TRANSPORT_HELP = transport_help() + "."

@@ -10,6 +10,7 @@ import typer
 
 from hopbench.cli.app import app
 from hopbench.cli.options import (
+    DRAFTER_PRESETS,
     JsonOpt,
     PortOpt,
     ShapeOpt,
@@ -83,7 +84,7 @@ def codecs(
 
 @app.command()
 def drafter(
-    shape: Annotated[str, typer.Option(help="A preset (dspark-glm5, eagle3-llama70b, tiny) or the drafter's config.json.")] = "dspark-glm5",
+    shape: Annotated[str, typer.Option(help=f"A preset ({DRAFTER_PRESETS}) or the drafter's config.json.")] = "dspark-glm5",
     rows: Annotated[str, typer.Option(help="Row counts a forward runs on (a target's accepted tokens, or several targets' batched).")] = "1,3,6,12,24,48,96,192",
     targets: Annotated[str, typer.Option(help="Targets a forward serves at once (its batch: each target's rows and context).")] = "1",
     k: Annotated[int, typer.Option(min=1, max=64, help="Draft depth K (the ids a forward samples; a block drafter's block holds K + 1).")] = 2,

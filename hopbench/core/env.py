@@ -64,14 +64,18 @@ def route_interface(peer_host: str) -> str | None:
     return interface
 
 
+def driver_of(dev: Path) -> str | None:
+    """The kernel driver bound to a /sys/class/net device (None: virtual, or none bound)."""
+    try:
+        return os.path.basename(os.readlink(dev / "device" / "driver"))
+    except OSError:
+        return None
+
+
 def interface_info(name: str, sys_net: Path = SYS_NET) -> dict[str, Any]:
     base = sys_net / name
     speed = read_sys(base / "speed")
-    driver = None
-    try:
-        driver = os.path.basename(os.readlink(base / "device" / "driver"))
-    except OSError:
-        pass
+    driver = driver_of(base)
     mtu = read_sys(base / "mtu")
     return {
         "name": name,

@@ -217,50 +217,74 @@ def parse_work(text: str, scale: float = 1.0, *, files: bool = True) -> Work:
     if kind == "file" and not files:
         raise ConfigError("a PLAN's work model cannot be file:PATH: the server opens no path a client names "
                           "(the client reads the file and sends durations:MS,...)")
-    if kind == "durations":
-        try:
-            values = [float(v) for v in arg.split(",")]
-        except ValueError:
-            raise ConfigError(f"work model {text[:60]!r}: expected durations:MS,MS,... (ms, >= 0)") from None
-        if min(values) < 0 or not all(math.isfinite(v) for v in values):
-            raise ConfigError(f"work model {text[:60]!r}: durations are finite ms >= 0")
-        return Work(text, scale, values)
-    if kind in ("sleep", "spin"):
-        try:
-            ms = float(arg)
-        except ValueError:
-            raise ConfigError(f"work model {text!r}: expected {kind}:MS") from None
-        if ms < 0 or not math.isfinite(ms):
-            raise ConfigError(f"work model {text!r}: a duration >= 0")
-        return Work(text, scale, [ms])
-    if kind == "file":
-        try:
-            values = [float(line.split()[0]) for line in Path(arg).read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"work model {text!r}: cannot read durations in ms ({exc})") from None
-        if not values or min(values) < 0 or not all(math.isfinite(v) for v in values):
-            raise ConfigError(f"work model {text!r}: needs durations >= 0 in ms, one per line")
-        return Work(text, scale, values)
-    if kind == "batch":
-        try:
-            a, b = (float(v) for v in arg.split("+"))
-        except ValueError:
-            raise ConfigError(f"work model {text!r}: expected batch:A+B (a batch of b drafts takes A + b*B ms)") from None
-        if min(a, b) < 0 or not math.isfinite(a + b):
-            raise ConfigError(f"work model {text!r}: A and B are durations >= 0 in ms")
-        return Work(text, scale, [a + b], batch_ms=(a, b))
-    if kind == "model":
-        return Work(text, scale, [])
-    if kind == "gpu-read":
-        try:
-            nbytes = int(float(arg))
-        except ValueError:
-            raise ConfigError(f"work model {text!r}: expected gpu-read:BYTES") from None
-        w = Work(text, scale, [])
-        w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
-        return w
-    raise ConfigError(f"work model {text[:60]!r}: expected sleep:MS, spin:MS, file:PATH, durations:MS,..., "
-                      "gpu-read:BYTES, batch:A+B or model")
+    parse = _WORK_KINDS.get(kind)
+    if parse is None:
+        raise ConfigError(f"work model {text[:60]!r}: expected sleep:MS, spin:MS, file:PATH, durations:MS,..., "
+                          "gpu-read:BYTES, batch:A+B or model")
+    return parse(text, arg, scale)
+
+
+def _durations(text: str, values: list[float], scale: float) -> Work:
+    if not values or min(values) < 0 or not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"work model {text[:60]!r}: durations are finite ms >= 0")
+    return Work(text, scale, values)
+
+
+def _listed(text: str, arg: str, scale: float) -> Work:
+    """durations:MS,MS,...: one duration per cycle, used in turn (what file:PATH becomes on the wire)."""
+    try:
+        values = [float(v) for v in arg.split(",")]
+    except ValueError:
+        raise ConfigError(f"work model {text[:60]!r}: expected durations:MS,MS,... (ms, >= 0)") from None
+    return _durations(text, values, scale)
+
+
+def _fixed(text: str, arg: str, scale: float) -> Work:
+    """sleep:MS (a wait, no CPU) or spin:MS (a busy CPU)."""
+    try:
+        ms = float(arg)
+    except ValueError:
+        raise ConfigError(f"work model {text!r}: expected {text.partition(':')[0]}:MS") from None
+    return _durations(text, [ms], scale)
+
+
+def _from_file(text: str, arg: str, scale: float) -> Work:
+    """file:PATH: durations in ms, one per line (read on the client only)."""
+    try:
+        values = [float(line.split()[0]) for line in Path(arg).read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"work model {text!r}: cannot read durations in ms ({exc})") from None
+    if not values:
+        raise ConfigError(f"work model {text!r}: needs durations >= 0 in ms, one per line")
+    return _durations(text, values, scale)
+
+
+def _batched(text: str, arg: str, scale: float) -> Work:
+    """batch:A+B: a batch of b drafts takes A + b*B ms."""
+    try:
+        a, b = (float(v) for v in arg.split("+"))
+    except ValueError:
+        raise ConfigError(f"work model {text!r}: expected batch:A+B (a batch of b drafts takes A + b*B ms)") from None
+    if min(a, b) < 0 or not math.isfinite(a + b):
+        raise ConfigError(f"work model {text!r}: A and B are durations >= 0 in ms")
+    return Work(text, scale, [a + b], batch_ms=(a, b))
+
+
+def _gpu_read(text: str, arg: str, scale: float) -> Work:
+    """gpu-read:BYTES: a memory-bound read of BYTES on the GPU."""
+    try:
+        nbytes = int(float(arg))
+    except ValueError:
+        raise ConfigError(f"work model {text!r}: expected gpu-read:BYTES") from None
+    w = Work(text, scale, [])
+    w._gpu = _gpu_reader(max(1, int(nbytes * scale)))
+    return w
+
+
+#: each work model's parser, by its kind (the text before the colon)
+_WORK_KINDS: dict[str, Callable[[str, str, float], Work]] = {
+    "durations": _listed, "sleep": _fixed, "spin": _fixed, "file": _from_file, "batch": _batched,
+    "model": lambda text, arg, scale: Work(text, scale, []), "gpu-read": _gpu_read}
 
 
 def wire_work(text: str) -> str:

@@ -1,6 +1,6 @@
 """A drafter's shape (docs/DRAFTER.md): its dimensions as a Hugging Face config.json names
-them, the presets (the study's DSpark for GLM-5.2, EAGLE-3 for Llama-3.3-70B, a tiny test
-shape) and every tensor its forward reads."""
+them, the presets (the study's DSpark for GLM-5.2, EAGLE-3 for Llama-3.3-70B and for
+Llama-3.1-8B, a tiny test shape: PRESETS) and every tensor its forward reads."""
 
 from __future__ import annotations
 
@@ -77,10 +77,15 @@ DSPARK_GLM5 = DrafterShape("dspark-glm5", 6144, 5, 12288, 64, 64, 64, 154880, 5 
 #: its reduced draft vocabulary of 32,000 (draft_vocab_size)
 EAGLE3_LLAMA70B = DrafterShape("eagle3-llama70b", 8192, 1, 28672, 64, 8, 128, 32000, 3 * 8192, needs_tokens=True,
                                source="EAGLE-3 for Llama-3.3-70B (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B config.json)")
+#: EAGLE-3 for Llama-3.1-8B (the public EAGLE-3 draft configs for Llama-3.1-8B-Instruct, as
+#: SpecForge's llama3-8B-eagle3.json): hidden 4096, one decoder layer over [embedding; hidden],
+#: 32 heads / 8 KV x 128, FFN 14,336, fc 3 x 4096, the reduced draft vocabulary of 32,000
+EAGLE3_LLAMA8B = DrafterShape("eagle3-llama8b", 4096, 1, 14336, 32, 8, 128, 32000, 3 * 4096, needs_tokens=True,
+                              source="EAGLE-3 for Llama-3.1-8B-Instruct (the public llama3-8B-eagle3 draft config)")
 #: a tiny drafter for tests and CPU-only hosts (5 taps x 64)
 TINY = DrafterShape("tiny", 64, 2, 128, 4, 2, 16, 512, 5 * 64, markov_rank=8, block_size=8,
                     source="hopbench's test shape")
-PRESETS = {s.name: s for s in (DSPARK_GLM5, EAGLE3_LLAMA70B, TINY)}
+PRESETS = {s.name: s for s in (DSPARK_GLM5, EAGLE3_LLAMA70B, EAGLE3_LLAMA8B, TINY)}
 
 REQUIRED_KEYS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size")
 

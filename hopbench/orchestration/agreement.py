@@ -129,6 +129,29 @@ class DrafterSource:
 PROGRESS_EVERY_S = 10.0
 
 
+def _round_trips(group: dict[Any, Any], coders: dict[str, Any],
+                 differs: set[tuple[str, Any]]) -> tuple[dict[Any, list[np.ndarray]], dict[tuple[str, Any], int]]:
+    """One group's states per tap, raw and after each codec's round trip (each distinct result
+    once), and where each (codec, tap)'s states are among them (0: the raw's); `differs`
+    gains each (codec, tap) whose round trip changed a state."""
+    inputs: dict[Any, list[np.ndarray]] = {}
+    index: dict[tuple[str, Any], int] = {}
+    for tap, (body, shape) in group.items():
+        seen = {body.tobytes(): 0}
+        xs = [C.bf16_floats(body).reshape(shape)]
+        for name, codec in coders.items():
+            back = np.empty_like(body)
+            codec.decode(codec.encode(body), back)
+            j = seen.setdefault(back.tobytes(), len(xs))
+            if j == len(xs):
+                xs.append(C.bf16_floats(back).reshape(shape))
+            if j:
+                differs.add((name, tap))
+            index[(name, tap)] = j
+        inputs[tap] = xs
+    return inputs, index
+
+
 def measure(source: Source, codecs: list[str], say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The agreement table: per codec, tap and measure, top-1 agreement and KL with their
     intervals and n (hopbench.analysis.agreement.summarise); `say` hears a progress line at
@@ -141,21 +164,7 @@ def measure(source: Source, codecs: list[str], say: Callable[[str], None] | None
     groups = 0
     total = len(getattr(source, "texts", None) or getattr(source, "bodies", None) or [])
     for group in source.groups():
-        inputs: dict[Any, list[np.ndarray]] = {}
-        index: dict[tuple[str, Any], int] = {}  # (codec, tap) -> its states' place in inputs[tap]; 0: raw's
-        for tap, (body, shape) in group.items():
-            seen = {body.tobytes(): 0}
-            xs = [C.bf16_floats(body).reshape(shape)]
-            for name, codec in coders.items():
-                back = np.empty_like(body)
-                codec.decode(codec.encode(body), back)
-                j = seen.setdefault(back.tobytes(), len(xs))
-                if j == len(xs):
-                    xs.append(C.bf16_floats(back).reshape(shape))
-                if j:
-                    differs.add((name, tap))
-                index[(name, tap)] = j
-            inputs[tap] = xs
+        inputs, index = _round_trips(group, coders, differs)
         out = source.evaluate(inputs)
         for tap, by in out.items():
             for how, logits in by.items():

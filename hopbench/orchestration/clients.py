@@ -254,18 +254,11 @@ def _in_window(t: int, err: str | None, p: dict[str, Any], line: tuple[list[dict
              **hdr_tails(h)}, x)
 
 
-def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[dict[str, str]]],
-                   alone_p50: dict[str, Any], clients: int, sample_rows: list[dict],
-                   summary_rows: list[dict]) -> dict[str, Any] | None:
-    """One payload's M phase (aggregate): its entry, its rows appended; None when no target
-    measured it."""
-    from hopbench.orchestration.stats import hdr_histogram, hdr_tails, jain, summarize
-
-    found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
-             for t, _, err, rep in reports]
-    plan = next((p["plan"] for _, _, p in found if p is not None), None)
-    if plan is None:
-        return None
+def _target_lines(label: str, found: list, samples_by_target: dict[int, list[dict[str, str]]], plan: dict[str, Any],
+                  reports: list) -> tuple[dict[int, Any], tuple[int, int] | None]:
+    """Each target's samples of the payload in order, with each cycle's end on the shared
+    clock, which are timed and whether its run completed; and the window every complete
+    target was measuring in (hopbench.orchestration.clients.common_window)."""
     gap_ns = int(float(plan.get("gap_ms") or 0) * 1e6)
     stream = next((((rep or {}).get("config") or {}).get("stream") for *_, rep in reports
                    if ((rep or {}).get("config") or {}).get("stream")), None) if "stream" in plan else None
@@ -278,7 +271,40 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
         rows = sorted((r for r in samples_by_target[t] if r["payload"] == label), key=lambda r: int(r["seq"]))
         timed = np.asarray([r["phase"] == "timed" for r in rows], dtype=bool)
         lines[t] = (rows, _ends(rows, gap_ns, forward_ns), timed, bool(p["summary"].get("complete")) and not err)
-    window = common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
+    return lines, common_window([(ends, timed, ok) for _, ends, timed, ok in lines.values()])
+
+
+def _aggregate(per: list[dict], pooled: list[int], merged: Any, window: tuple[int, int] | None, base: Any,
+               clients: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The M phase's pooled summary (every target's samples in the window) and its aggregate:
+    cycles/s and goodput summed, Jain's index, the incast against the target alone."""
+    from hopbench.orchestration.stats import hdr_tails, jain, summarize
+
+    summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
+               if not k.startswith("drift")}
+    rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
+    goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
+    agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
+           "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
+           "window_s": (window[1] - window[0]) / 1e9 if window else None,
+           "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
+           **hdr_tails(merged)}
+    return summary, agg
+
+
+def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[dict[str, str]]],
+                   alone_p50: dict[str, Any], clients: int, sample_rows: list[dict],
+                   summary_rows: list[dict]) -> dict[str, Any] | None:
+    """One payload's M phase (aggregate): its entry, its rows appended; None when no target
+    measured it."""
+    from hopbench.orchestration.stats import hdr_histogram
+
+    found = [(t, err, next((q for q in (rep or {}).get("payloads", []) if q["payload"] == label), None))
+             for t, _, err, rep in reports]
+    plan = next((p["plan"] for _, _, p in found if p is not None), None)
+    if plan is None:
+        return None
+    lines, window = _target_lines(label, found, samples_by_target, plan, reports)
     per: list[dict] = []
     pooled: list[int] = []
     merged = hdr_histogram()
@@ -291,16 +317,7 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
         pooled.extend(x.tolist())
         summary_rows.append({**p["summary"], **{k: row[k] for k in ("n", "p50_ns", "p99_ns", "p999_ns", "cycles_per_s",
                                                                    "goodput_mbit", "hdr_p99_ns", "hdr_p999_ns")}})
-    summary = {k: v for k, v in summarize(np.asarray(pooled, dtype=np.int64)).items()
-               if not k.startswith("drift")}
-    rates = [x["cycles_per_s"] for x in per if x.get("cycles_per_s")]
-    goodputs = [x["goodput_mbit"] for x in per if x.get("goodput_mbit")]
-    base = alone_p50.get(label)
-    agg = {"targets": clients, "measured": len(rates), "cycles_per_s": float(sum(rates)) if rates else None,
-           "goodput_mbit": float(sum(goodputs)) if goodputs else None, "jain": jain(goodputs),
-           "window_s": (window[1] - window[0]) / 1e9 if window else None,
-           "alone_p50_ns": base, "incast": summary.get("p50_ns") / base if base and summary.get("n") else None,
-           **hdr_tails(merged)}
+    summary, agg = _aggregate(per, pooled, merged, window, alone_p50.get(label), clients)
     first = next(p["summary"] for _, _, p in found if p is not None)
     summary.update({k: first.get(k) for k in ("payload", "transport", "tokens", "request_bytes", "reply_bytes", "k")},
                    complete=all(x["complete"] for x in per), target="all", clients=clients,
@@ -310,10 +327,9 @@ def _payload_entry(label: str, reports: list, samples_by_target: dict[int, list[
                    late_sends=sum(int(x.get("late_sends") or 0) for x in per) if first.get("offered_per_s") else None)
     summary_rows.append(summary)
     return {"payload": label, "tokens": first.get("tokens"), "plan": plan, "summary": summary,
-                    "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
-                    "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
-                    "started_unix": min((p.get("started_unix") or 0 for _, _, p in found if p is not None),
-                                        default=None)}
+            "completed_cycles": sum(int(x.get("n") or 0) for x in per), "targets": per, "aggregate": agg,
+            "hdr": merged.encode().decode(), "error": None if summary["complete"] else "a target failed",
+            "started_unix": min((p.get("started_unix") or 0 for _, _, p in found if p is not None), default=None)}
 
 
 def aggregate(alone: dict[str, Any] | None, targets: list[tuple[int, Path, str | None]],
@@ -387,6 +403,22 @@ class ClientsOptions:
     warn: Callable[[str], None] = print
 
 
+def admitted(host: str, port: int, timeouts: tuple[float, float], secret: str | None, asked: tuple[int, str],
+             cpu: str | None, warn: Callable[[str], None]) -> tuple[dict[str, Any], str | None, list[Any]]:
+    """Before any target runs: the server asked (over one short session) whether it serves
+    `asked` (the count, its flag) sessions at once, and each target's CPUs planned (a note
+    where they must share). The server's environment and software, and the CPUs."""
+    count, flag = asked
+    limit, server_env, software = server_limit(host, port, timeouts[0], secret, timeouts[1])
+    if count > limit:
+        raise ConfigError(f"{flag} {count}: the server at {host}:{port} serves {limit} session(s) at once "
+                          "(its --max-sessions); nothing was measured")
+    cpus, note = cpu_plan(cpu, count)
+    if note:
+        warn(note)
+    return server_env, software, cpus
+
+
 def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, folder: Callable[[], Path], *,
                 secret: str | None = None, cpu: str | None = None,
                 options: ClientsOptions = ClientsOptions()) -> dict[str, Any]:
@@ -394,15 +426,10 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     once the server has said it serves M sessions at once; its `clients` record
     (ClientsOptions: which phases, who runs the targets, what is said)."""
     runner = options.runner or run_targets
-    reference, extra, progress, say, warn = options.reference, options.extra, options.progress, options.say, options.warn
+    reference, extra, progress, say = options.reference, options.extra, options.progress, options.say
     m = cfg.clients
-    limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret, cfg.connect_timeout_s)
-    if m > limit:
-        raise ConfigError(f"--clients {m}: the server at {host}:{port} serves {limit} session(s) at once "
-                          f"(its --max-sessions); nothing was measured")
-    cpus, note = cpu_plan(cpu, m)
-    if note:
-        warn(note)
+    server_env, software, cpus = admitted(host, port, (cfg.timeout_s, cfg.connect_timeout_s), secret, (m, "--clients"),
+                                         cpu, options.warn)
     top = folder()
     sub = top / TARGETS_DIR
     sub.mkdir()
@@ -414,12 +441,10 @@ def run_clients(host: str, port: int, payloads: list[Payload], cfg: RunConfig, f
     many = [dataclasses.replace(p, label=clients_label(p.label, m)) for p in payloads]
     jobs = [TargetJob(host, port, many, cfg, sub / f"t{i + 1}", secret, cpus[i], group, i + 1, progress and i == 0)
             for i in range(m)]
-    interrupted = False
     try:
-        errors = runner(jobs)
+        errors, interrupted = runner(jobs), False
     except KeyboardInterrupt:  # the run keeps what it measured: the reference and the targets' partial folders
-        interrupted = True
-        errors = {j.target: "interrupted" for j in jobs}
+        errors, interrupted = {j.target: "interrupted" for j in jobs}, True
     entries, sample_rows, summary_rows = aggregate(alone, [(j.target or 0, j.folder, errors.get(j.target))
                                                            for j in jobs], m)
     record = {"targets": m, "group": group, "cpus": cpus, "reference": f"{TARGETS_DIR}/{ALONE}" if reference else None,
@@ -491,4 +516,4 @@ def _ms(ns: Any) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-__all__ = ["ClientsOptions", "aggregate", "cpu_plan", "json_record", "result_table", "run_clients", "run_targets"]
+__all__ = ["ClientsOptions", "admitted", "aggregate", "cpu_plan", "json_record", "result_table", "run_clients", "run_targets"]

@@ -11,12 +11,11 @@ can hand it fake trees.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hopbench.core.env import read_sys, route
+from hopbench.core.env import driver_of, read_sys, route
 
 IFF_UP = 0x1
 SLOWER_HOP_RATIO = 0.5  # goodput below half the negotiated speed: something slower sits in between
@@ -66,11 +65,7 @@ def interfaces(sys_root: Path = Path("/sys")) -> list[dict]:
     for dev in sorted(base.iterdir()) if base.exists() else []:
         raw_flags = read_sys(dev / "flags")
         flags = _int(str(int(raw_flags, 16)) if raw_flags else None)
-        driver = None
-        try:
-            driver = os.path.basename(os.readlink(dev / "device" / "driver"))
-        except OSError:
-            pass
+        driver = driver_of(dev)
         speed = _int(read_sys(dev / "speed"))
         out.append({
             "name": dev.name,

@@ -311,18 +311,26 @@ def _preflight(req: RunRequest, console: RunConsole) -> Any:
     return pre
 
 
+def _progress(loads: list[Payload], cfg: RunConfig, clients: int, console: RunConsole) -> Any:
+    """A run on a real-time schedule of over 30 s says so before measuring (as iperf3 says
+    -t) and prints each payload's progress: the callback, or None."""
+    from hopbench.orchestration.runner import PROGRESS_EVERY_S, progress_line
+
+    scheduled = scheduled_s(loads, cfg)
+    if scheduled <= 30:
+        return None
+    console.say(f"this run follows a real-time schedule (the streamed forward, --gap-ms or --mps): about "
+                f"{scheduled:.0f} s of it{' per target' if clients > 1 else ''}; a payload's progress prints "
+                f"every {PROGRESS_EVERY_S:.0f} s{' (target 1 for all)' if clients > 1 else ''}, its row as it "
+                "ends (Ctrl-C keeps what was measured)")
+    return lambda *a: console.say(progress_line(*a))
+
+
 def run(req: RunRequest, console: RunConsole) -> Path:
     """Check, plan, measure; the folder written. An error after the folder exists names it
     (what was measured is kept, status error); KeyboardInterrupt carries it as a note."""
     from hopbench.orchestration.calibrate import placement_note
-    from hopbench.orchestration.runner import (
-        PROGRESS_EVERY_S,
-        RunIdentity,
-        SessionHooks,
-        naming_what_was_kept,
-        progress_line,
-        run_session,
-    )
+    from hopbench.orchestration.runner import RunIdentity, SessionHooks, naming_what_was_kept, run_session
 
     loads, cfg = plan(req)
     source = None
@@ -331,6 +339,7 @@ def run(req: RunRequest, console: RunConsole) -> Path:
 
         source = source_for(req.payload_from, len(cfg.taps), cfg.hidden)
     pre = _preflight(req, console)
+    progress = _progress(loads, cfg, req.clients, console)
     made: list[Path] = []
 
     def make_folder() -> Path:
@@ -338,13 +347,6 @@ def run(req: RunRequest, console: RunConsole) -> Path:
         console.start(made[0], req, len(loads), None if req.cpu else placement_note(req.host))
         return made[0]
 
-    scheduled = scheduled_s(loads, cfg)
-    if scheduled > 30:  # a real-time schedule: said before measuring, as iperf3 says -t
-        console.say(f"this run follows a real-time schedule (the streamed forward, --gap-ms or --mps): about "
-                    f"{scheduled:.0f} s of it{' per target' if req.clients > 1 else ''}; a payload's progress prints "
-                    f"every {PROGRESS_EVERY_S:.0f} s{' (target 1 for all)' if req.clients > 1 else ''}, its row as it "
-                    "ends (Ctrl-C keeps what was measured)")
-    progress = (lambda *a: console.say(progress_line(*a))) if scheduled > 30 else None
     carried = _agreement(req, loads, console)
     if req.clients > 1:
         return _run_clients(req, console, loads, cfg, make_folder, made, progress is not None, carried)

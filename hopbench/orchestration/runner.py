@@ -403,6 +403,33 @@ def _stream_schedule(cfg: RunConfig, folder: Path) -> Any:
     return from_record(cfg.stream)
 
 
+def _measure_one(session: Session, p: Payload, planned: tuple[P.Plan, Any], cfg: RunConfig, source: Any, stream: Any,
+                 target: int | None, writer: "RunWriter", hooks: SessionHooks) -> None:
+    """One payload's plan (`planned`: it and the --time probe that sized it) measured and
+    written as it ends (what it measured before a failure too), its warnings and summary
+    handed to the hooks. `stream`: a streamed payload's schedule or real producer."""
+    plan, probe = planned
+    schedule = None
+    if cfg.mps:  # open loop: this target's intended send times
+        from hopbench.core.timing import open_schedule
+
+        schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
+    try:
+        with reporting_progress(session, p.label, plan.total, hooks.on_progress):
+            m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule, stream=stream)
+    except BaseException:
+        if session.measured is not None:  # what this plan measured before it stopped
+            writer.add(session.measured, p, probe)
+        raise
+    summary = writer.add(m, p, probe)
+    writer.write("running")
+    for note in m.data_info.get("warnings") or []:
+        if hooks.on_warning:
+            hooks.on_warning(note)
+    if hooks.on_payload:
+        hooks.on_payload(summary)
+
+
 def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg: RunConfig, folder: Any,
                       client_env: dict[str, Any], inputs: RunInputs, identity: RunIdentity, hooks: SessionHooks,
                       floor: bool) -> "RunWriter":
@@ -427,28 +454,8 @@ def _measure_payloads(session: Session, peer: str, payloads: list[Payload], cfg:
     try:
         for p in payloads:
             cycles, probe = duration_cycles(session, plan_for(p), cfg, source) if cfg.duration_s else (None, None)
-            plan = plan_for(p, cycles)
-            schedule = None
-            if cfg.mps:  # open loop: this target's intended send times
-                from hopbench.core.timing import open_schedule
-
-                schedule = open_schedule(plan.total, cfg.mps, cfg.arrivals, cfg.seed + (target or 0))
-            try:
-                with reporting_progress(session, p.label, plan.total, hooks.on_progress):
-                    m = session.measure(plan, gap_s=cfg.gap_ms / 1000.0, source=source, schedule=schedule,
-                                        stream=(inputs.producer if p.produced else stream_schedule)
-                                        if p.stream else None)
-            except BaseException:
-                if session.measured is not None:  # what this plan measured before it stopped
-                    writer.add(session.measured, p, probe)
-                raise
-            summary = writer.add(m, p, probe)
-            writer.write("running")
-            for note in m.data_info.get("warnings") or []:
-                if hooks.on_warning:
-                    hooks.on_warning(note)
-            if hooks.on_payload:
-                hooks.on_payload(summary)
+            stream = (inputs.producer if p.produced else stream_schedule) if p.stream else None
+            _measure_one(session, p, (plan_for(p, cycles), probe), cfg, source, stream, target, writer, hooks)
         session.bye()
         if floor:
             writer.header["floor"] = measure_floor(cfg.transport, cfg.k, cfg.id_bytes, min(cfg.cycles, 2000), cfg.poll,

@@ -10,6 +10,7 @@ atomically after every mode, so an interrupted run keeps what it measured."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -258,6 +259,15 @@ def _measure_mode(session: Session | None, cfg: SpecConfig, mode: str, seed: int
     return np.column_stack([m.stages[c] for c in S.CYCLE_COLUMNS]), m.data_info
 
 
+def _save(folder: Path, report: dict[str, Any], cycles_rows: list[dict], summaries: list[dict], status: str) -> None:
+    """The spec folder as far as it got: report.json (with `status`), the cycles and the summary."""
+    report["status"] = status
+    report["finished_utc"] = R.utc_iso()
+    R.ResultFolder(folder).write_run(report, {
+        R.CYCLES_FILE: R.csv_text(["mode", "repeat", *S.CYCLE_COLUMNS], cycles_rows),
+        R.SUMMARY_FILE: R.csv_text(SUMMARY_COLUMNS, summaries)})
+
+
 def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Path | Callable[[], Path],
              secret: str | None = None, on_mode: Callable[[dict], None] | None = None,
              group: dict[str, Any] | None = None, target: int = 0) -> Path:
@@ -282,29 +292,22 @@ def run_spec(host: str | None, port: int | None, cfg: SpecConfig, *, folder: Pat
                               client_env, session.server_env if session else None, group, target, source)
         cycles_rows: list[dict] = []
         summaries: list[dict] = []
-
-        def save(status: str) -> None:
-            report["status"] = status
-            report["finished_utc"] = R.utc_iso()
-            R.ResultFolder(folder).write_run(report, {
-                R.CYCLES_FILE: R.csv_text(["mode", "repeat", *S.CYCLE_COLUMNS], cycles_rows),
-                R.SUMMARY_FILE: R.csv_text(SUMMARY_COLUMNS, summaries)})
+        save = functools.partial(_save, folder, report, cycles_rows, summaries)
 
         order_rng = random.Random(seed)
         from hopbench.orchestration.runner import saving_status
 
         with saving_status(save, report):
             for rep in range(cfg.repeats):
-                info0 = S.SpecPlanInfo("sync", cfg.k, cfg.id_bytes, cfg.bytes_per_token, cfg.cycles, cfg.warmup,
-                                       seed + rep, cfg.fanout)
-                outcomes = acceptance.draw(info0.total, seed + rep + 7919 * target)  # the same for every mode
+                total = 1 + cfg.warmup + cfg.cycles
+                outcomes = acceptance.draw(total, seed + rep + 7919 * target)  # the same for every mode
                 modes = list(cfg.modes)
                 order_rng.shuffle(modes)
                 for mode in modes:
                     rows, channel_info = _measure_mode(session, cfg, mode, seed + rep, outcomes,
                                                        (acceptance, verify, local_draft, source), group)
-                    for r in rows:
-                        cycles_rows.append({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))})
+                    cycles_rows.extend({"mode": mode, "repeat": rep, **dict(zip(S.CYCLE_COLUMNS, map(int, r)))}
+                                       for r in rows)
                     s = _summary(rows, mode, rep)
                     summaries.append(s)
                     report["runs"].append({**s, "data_channel": channel_info})

@@ -18,6 +18,7 @@ the capacity is the largest M up to which every M measured does."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import uuid
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Callable
 from hopbench import results as R
 from hopbench.errors import ConfigError
 from hopbench.orchestration.spec import SpecConfig, run_spec
+from hopbench.records import CONNECT_TIMEOUT_S
 from hopbench.version import __version__
 
 SCHEMA, SCHEMA_VERSION = R.DOCUMENTS["spec-targets"]
@@ -114,23 +116,52 @@ def capacity(rows: list[dict[str, Any]], mode: str) -> int | None:
     return cap
 
 
-def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], folder: Callable[[], Path], *,
-                     secret: str | None = None, cpu: str | None = None, say: Callable[[str], None] = print,
-                     warn: Callable[[str], None] = print) -> Path:
-    from hopbench.orchestration.clients import cpu_plan, run_targets, server_limit
+def _admitted(host: str, port: int, cfg: SpecConfig, targets: list[int], secret: str | None, cpu: str | None,
+              warn: Callable[[str], None]) -> tuple[list[str], dict[str, Any], Any, list[Any]]:
+    """What is checked before any target runs: the remote modes, the counts against the
+    server's sessions, the CPUs each target is pinned to. Returns the modes, the server's
+    environment and software, and the CPUs."""
+    from hopbench.orchestration.clients import admitted
 
     modes = [m for m in cfg.modes if m != "local"]
     if not modes:
         raise ConfigError("--targets needs a remote mode (sync or overlap) besides local")
     if any(m < 1 for m in targets):
         raise ConfigError(f"--targets {','.join(map(str, targets))}: target counts are 1 or more")
-    limit, server_env, software = server_limit(host, port, cfg.timeout_s, secret)
-    if max(targets) > limit:
-        raise ConfigError(f"--targets {max(targets)}: the server at {host}:{port} serves {limit} session(s) at once "
-                          "(its --max-sessions); nothing was measured")
-    cpus, note = cpu_plan(cpu, max(targets))
-    if note:
-        warn(note)
+    server_env, software, cpus = admitted(host, port, (cfg.timeout_s, CONNECT_TIMEOUT_S), secret,
+                                         (max(targets), "--targets"), cpu, warn)
+    return modes, server_env, software, cpus
+
+
+def _one_m(m: int, jobs: list[SpecTargetJob], modes: list[str], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """M targets at once (their jobs), each paired with its own co-located run: M's rows, the
+    errors and the co-located tok/s (the first M's) kept in `doc`."""
+    from hopbench.orchestration.clients import run_targets
+
+    errors = run_targets(jobs, _spec_target_main)
+    doc["errors"].update({f"{m}/{t}": e for t, e in errors.items() if e})
+    folders = [j.folder for j in jobs]
+    if "local_tok_s" not in doc:  # what co-located makes, for the lines: the first M's targets' local runs
+        doc["local_tok_s"] = _estimate([v for f in folders for v in _per_repeat(f, "local")[0].values()])
+    rows = summarize_m(m, folders, errors, modes, doc["local_tok_s"])
+    doc["rows"].extend(rows)
+    return rows
+
+
+def _save(top: Path, doc: dict[str, Any], status: str) -> None:
+    doc["status"] = status
+    doc["finished_utc"] = R.utc_iso()
+    summary = [{"targets": r["targets"], "mode": r["mode"], "target": t["target"], "tok_s": t["tok_s"]["value"],
+                "tok_s_lo": t["tok_s"]["lo"], "tok_s_hi": t["tok_s"]["hi"], "batch_mean": t["batch_mean"],
+                "beats_colocated": t["beats"]} for r in doc["rows"] for t in r["per_target"]]
+    R.ResultFolder(top).write_run(doc, {R.SUMMARY_FILE: R.csv_text(
+        ["targets", "mode", "target", "tok_s", "tok_s_lo", "tok_s_hi", "batch_mean", "beats_colocated"], summary)})
+
+
+def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], folder: Callable[[], Path], *,
+                     secret: str | None = None, cpu: str | None = None, say: Callable[[str], None] = print,
+                     warn: Callable[[str], None] = print) -> Path:
+    modes, server_env, software, cpus = _admitted(host, port, cfg, targets, secret, cpu, warn)
     seed = cfg.seed or random.SystemRandom().randrange(1, 2**31)  # one seed: every target runs the modes in one order
     cfg = dataclasses.replace(cfg, seed=seed)
     top = folder()
@@ -138,19 +169,9 @@ def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], 
                            "created_utc": R.utc_iso(), "result_id": R.new_result_id(), "peer": f"{host}:{port}",
                            "config": {**cfg.to_dict(), "targets": targets, "cpus": cpus}, "server_env": server_env,
                            "server_software": software, "status": "running", "rows": [], "errors": {}}
-
-    def save(status: str) -> None:
-        doc["status"] = status
-        doc["finished_utc"] = R.utc_iso()
-        summary = [{"targets": r["targets"], "mode": r["mode"], "target": t["target"], "tok_s": t["tok_s"]["value"],
-                    "tok_s_lo": t["tok_s"]["lo"], "tok_s_hi": t["tok_s"]["hi"], "batch_mean": t["batch_mean"],
-                    "beats_colocated": t["beats"]} for r in doc["rows"] for t in r["per_target"]]
-        R.ResultFolder(top).write_run(doc, {R.SUMMARY_FILE: R.csv_text(
-            ["targets", "mode", "target", "tok_s", "tok_s_lo", "tok_s_hi", "batch_mean", "beats_colocated"], summary)})
-
     from hopbench.orchestration.runner import saving_status
 
-    with saving_status(save, doc) as status:
+    with saving_status(functools.partial(_save, top, doc), doc) as status:
         for m in targets:
             gid = uuid.uuid4().hex[:16]
             say(f"M = {m}: {m} target(s) at once against the drafter ({', '.join(modes)}, each paired with its own "
@@ -158,17 +179,9 @@ def run_spec_targets(host: str, port: int, cfg: SpecConfig, targets: list[int], 
             paired = dataclasses.replace(cfg, modes=("local", *modes))
             jobs = [SpecTargetJob(host, port, paired, top / f"m{m}" / f"t{i + 1}", secret, cpus[i],
                                   {"id": gid, "size": m}, i + 1) for i in range(m)]
-            errors = run_targets(jobs, _spec_target_main)
-            doc["errors"].update({f"{m}/{t}": e for t, e in errors.items() if e})
-            folders = [j.folder for j in jobs]
-            if "local_tok_s" not in doc:  # what co-located makes, for the lines: the first M's targets' local runs
-                doc["local_tok_s"] = _estimate([v for f in folders for v in _per_repeat(f, "local")[0].values()])
-            local = doc["local_tok_s"]
-            rows = summarize_m(m, folders, errors, modes, local)
-            doc["rows"].extend(rows)
-            for r in rows:
-                say(format_row(r, local))
-            save("running")
+            for r in _one_m(m, jobs, modes, doc):
+                say(format_row(r, doc["local_tok_s"]))
+            _save(top, doc, "running")
         doc["capacity"] = {mode: capacity(doc["rows"], mode) for mode in modes}
         if doc["errors"]:
             status[0] = "error"

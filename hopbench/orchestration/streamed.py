@@ -171,8 +171,6 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
                  console: Any) -> None:
     """After a streamed run: the exposed hop beside the model's (a warning when they disagree by
     more than 5% and 0.2 ms), the bytes it costs per cycle, and what the schedule assumed."""
-    from hopbench.workload import stream as ST
-
     assert cfg.stream is not None
     by = {r["payload"]: r for r in rows if r.get("n")}
 
@@ -184,18 +182,7 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
     sync = row(lambda p: p.tokens is not None and not p.stream and p.design == "taps" and p.codec == "none")
     streamed = row(lambda p: p.tokens is not None and p.stream and p.codec == "none" and not p.produced)
     st = cfg.stream
-    cost = f", extraction cost {st.cost_ms:g} ms" if st.cost_ms else ""
-    console.say(f"streamed: {st.chunks} chunks of {st.chunk_bytes:,} B (K + 1 = {cfg.k + 1} rows of each aux "
-                f"layer {list(st.taps)}) at {', '.join(f'{r:.2f}' for r in st.ready_ms)} ms of a {st.forward_ms:g} ms "
-                f"forward ({st.layers} layers{', profile ' + str(st.layer_times) if st.layer_times else ''}"
-                f"{cost}); "
-                f"the accept count at its end")
-    per = st.bytes_per_accepted_token
-    if per:
-        console.say(f"bytes per accepted token: streamed {per['streamed']:,.0f} B (K + 1 rows of every aux layer a "
-                    f"cycle, {per['accepted_per_cycle']:.2f} tokens accepted a cycle), against "
-                    f"{per['accepted_only']:,} B when only the accepted tokens cross after the forward "
-                    f"({per['streamed'] / per['accepted_only']:.2f}x)")
+    _schedule_lines(st, cfg.k, console)
     if streamed is None:
         return
     late = max((r.get("end_lag_p50_ns") or 0) for r in rows if r.get("end_lag_p50_ns") is not None) \
@@ -209,11 +196,32 @@ def stream_lines(cfg: RunConfig, model: Any, rows: list[dict[str, Any]], loads: 
               f"({exposed / (sync['p50_ns'] / 1e6):.2f}x)") if sync else ""
     console.say(f"exposed hop (ids back - the forward's end): p50 {_p50_ms(streamed)}{versus}")
     base = empty or small
-    if model is None or base is None:
-        return
+    if model is not None and base is not None:
+        _model_lines(model, base, empty is not None, exposed, console)
+
+
+def _schedule_lines(st: Any, k: int, console: Any) -> None:
+    """What the streamed schedule assumed: the chunks, when each goes, the bytes per accepted token."""
+    cost = f", extraction cost {st.cost_ms:g} ms" if st.cost_ms else ""
+    console.say(f"streamed: {st.chunks} chunks of {st.chunk_bytes:,} B (K + 1 = {k + 1} rows of each aux "
+                f"layer {list(st.taps)}) at {', '.join(f'{r:.2f}' for r in st.ready_ms)} ms of a {st.forward_ms:g} ms "
+                f"forward ({st.layers} layers{', profile ' + str(st.layer_times) if st.layer_times else ''}"
+                f"{cost}); the accept count at its end")
+    per = st.bytes_per_accepted_token
+    if per:
+        console.say(f"bytes per accepted token: streamed {per['streamed']:,.0f} B (K + 1 rows of every aux layer a "
+                    f"cycle, {per['accepted_per_cycle']:.2f} tokens accepted a cycle), against "
+                    f"{per['accepted_only']:,} B when only the accepted tokens cross after the forward "
+                    f"({per['streamed'] / per['accepted_only']:.2f}x)")
+
+
+def _model_lines(model: Any, base: dict[str, Any], empty: bool, exposed: float, console: Any) -> None:
+    """The exposed hop against the model's on the link's rate (a warning past 5% and 0.2 ms);
+    `base`: the empty-chunk hop (`empty`) or one small round trip."""
+    from hopbench.workload import stream as ST
+
     want = model.expected_exposed_ms(base["p50_ns"] / 1e6)
-    what = ("the empty-chunk hop (16-byte chunks on the same schedule)" if empty is not None
-            else "one small round trip")
+    what = "the empty-chunk hop (16-byte chunks on the same schedule)" if empty else "one small round trip"
     console.say(f"model at {model.rate_mbit:g} Mbit/s: tail {model.tail_ms:.3f} ms + {what} {_p50_ms(base)} "
                 f"= {want:.3f} ms expected; the link idles {model.idle_share:.0%} of the forward; the least rate that "
                 f"hides every chunk: {model.hiding_rate_mbit:.1f} Mbit/s")

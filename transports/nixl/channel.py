@@ -173,6 +173,14 @@ class NixlChannel:
         src = self._mem.region(buf)
         k = self._sent
         self._sent = k + 1
+        where = self._where(k, src)
+        if where is not None:  # (None: the message went in a notification)
+            rid, remote = where
+            self._write(src, rid, remote, self._data_notif(k, rid))
+
+    def _where(self, k: int, src: Any) -> tuple[int, Any] | None:
+        """The peer's buffer message k fills (its region id and descriptor), from its credit;
+        None where the message went in a notification instead (eager, or a mismatch)."""
         credits = self._box.credits
         c = credits.pop(k, None)
         if credits:  # credits of receives filled eagerly: their regions may be the ones named now
@@ -182,23 +190,30 @@ class NixlChannel:
             if c is None:  # eager: the message in the notification
                 self.eager_sends += 1
                 self._notify(_EAGER.pack(b"E", self._chan, k) + bytes(memoryview(src.obj).cast("B")), "send")
-                return
+                return None
         hard, rid, length, raw_credit = c
-        if hard:
-            if length != src.nbytes:
-                self._notify(_MISMATCH.pack(b"M", self._chan, k, src.nbytes), "send")
-                return
-            remote = self._mem.remote.get(rid)
-            if remote is None:
-                remote = self._mem.learn(raw_credit)  # type: ignore[arg-type]
-        else:
-            remote = self._mem.remote[rid]
+        if not hard:
+            return rid, self._mem.remote[rid]
+        if length != src.nbytes:
+            self._notify(_MISMATCH.pack(b"M", self._chan, k, src.nbytes), "send")
+            return None
+        remote = self._mem.remote.get(rid)
+        return rid, remote if remote is not None else self._mem.learn(raw_credit)  # type: ignore[arg-type]
+
+    def _data_notif(self, k: int, rid: int) -> bytes:
+        """Message k's data notification, predicting our own next receive (a credit riding on
+        it) when our last two receives used one buffer."""
         notif = _DATA.pack(b"D", self._chan, k, rid)
         a, b = self._last_rx
         if a == b and self._credited == self._received:  # steady: our next receive uses that buffer again
             notif += _NEXT.pack(self._received, a)
             self._predicted[self._received] = a
             self._credited += 1
+        return notif
+
+    def _write(self, src: Any, rid: int, remote: Any, notif: bytes) -> None:
+        """The WRITE of src into the peer's region rid with its notification (its transfer
+        handle made once per pair), waited to completion."""
         handle = self._mem.xfers.get((src.id, rid))
         raw = self._raw
         try:

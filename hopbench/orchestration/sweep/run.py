@@ -276,27 +276,38 @@ def _run_cell(rt: RungRuntime, job: dict[str, Any], est: float, key: str, attemp
         log(f"\ncell {key} failed: {answer.get('error')}")
 
 
+def _opened(rf: R.ResultFolder, seed: int, cfg: SweepConfig, rungs: list, shape: Shape,
+            said: tuple[str | None, dict[str, Any]], log: Callable[[str], None]) -> tuple[list[str], list, dict[str, Any]]:
+    """A sweep folder readied: its logs and the configs as measured copied in, the placements
+    resolved (calibrated where asked), the cells planned and the report's head (`said`: the
+    fallback rung's reason and the preflight)."""
+    folder = rf.path
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "configs").mkdir(exist_ok=True)
+    for path in [r.path for r in rungs] + ([cfg.path] if cfg.path else []):  # the configs as measured
+        shutil.copy(path, folder / "configs" / Path(path).name)
+    resolved, calibration = _placements(rf, cfg, log)
+    cells = plan_cells(cfg, rungs, shape, seed, resolved)
+    fallback, preflight = said
+    report: dict[str, Any] = R.SweepReport(
+        kind="sweep", seed=seed, config=asdict(cfg), shape=R.ShapeRecord(shape.bytes_per_token, cfg.k, shape.id_bytes),
+        preflight=preflight, extra={"fingerprint": _fingerprint(cfg), "fallback": fallback, "cells_total": len(cells),
+                                    "placements_resolved": resolved, "placement_calibration": calibration}).to_dict()
+    return resolved, cells, report
+
+
 def _measure(folder: Path, seed: int, cfg: SweepConfig, rungs: list, shape: Shape, fallback: str | None,
              preflight: dict[str, Any], log: Callable[[str], None],
              report_progress: Callable[[int, int, float, float, str], None],
              stream: dict[str, Any] | None = None) -> Path:
     """Measure the planned cells into a locked sweep folder (new or resumed)."""
     id_bytes = shape.id_bytes
-    (folder / "logs").mkdir(exist_ok=True)
-    (folder / "configs").mkdir(exist_ok=True)
-    for path in [r.path for r in rungs] + ([cfg.path] if cfg.path else []):  # the configs as measured
-        shutil.copy(path, folder / "configs" / Path(path).name)
     rf = R.ResultFolder(folder)
-    resolved, calibration = _placements(rf, cfg, log)
+    resolved, cells, report = _opened(rf, seed, cfg, rungs, shape, (fallback, preflight), log)
     from hopbench.core.placement import placement as _placement
 
     places = {n: _placement(n) for n in resolved}
-    cells = plan_cells(cfg, rungs, shape, seed, resolved)
     by_rung = {r.name: r for r in rungs}
-    report: dict[str, Any] = R.SweepReport(
-        kind="sweep", seed=seed, config=asdict(cfg), shape=R.ShapeRecord(shape.bytes_per_token, cfg.k, id_bytes),
-        preflight=preflight, extra={"fingerprint": _fingerprint(cfg), "fallback": fallback, "cells_total": len(cells),
-                                    "placements_resolved": resolved, "placement_calibration": calibration}).to_dict()
 
     def save(status: str) -> None:
         report["status"] = status
