@@ -2,7 +2,7 @@
 alternated in short ABBA blocks, many of them, on the same pinned CPUs, in one run.
 
     python benchmarks/native_paired.py [--transports tcp,ucx] [--sizes 64,4096,61440,184320]
-        [--block-s 1.0] [--max-pairs 40] [--max-s 60] [--halfwidth 0.03]
+        [--block-s 1.0] [--max-pairs 40] [--max-s 60] [--halfwidth 0.03] [--first 8] [--every 8]
         [--server-cpu 2] [--client-cpu 4] [--json FILE]
 
 Per transport and size: one `hopbench serve` pinned to the server CPU for the whole size
@@ -12,9 +12,13 @@ native tool's client pinned to the client CPU and its server to the server CPU. 
 alternate ABBA (hopbench, tool, tool, hopbench, ...); each adjacent pair gives one ratio,
 hopbench's statistic over the tool's, and the result is the median of the pairs' ratios
 with its distribution-free interval (hopbench.estimate.median_interval). Pairs are added
-until the interval is within `--halfwidth` of the median on both sides, or `--max-pairs` /
-`--max-s` is reached; then it says how many pairs the width seen would need (the width of
-a median's interval falls as 1/sqrt(n)).
+until a look decides the size (issue 66): a look after every `--every` pairs from the
+`--first`, each at 1 - 0.05 / looks (hopbench.estimate.sequential_stop), and the size ends
+once the interval lies at or below its target, above it, or within `--halfwidth` of the
+median on both sides, or at `--max-pairs` / `--max-s`; then it says how many pairs the width
+seen would need (the width of a median's interval falls as 1/sqrt(n)). The interval the
+size ends with keeps its 95% whatever look stopped it (benchmarks/sequential_coverage.py
+measures that coverage, and the naive rule's, on the pairs measured so far).
 
 Like statistics only:
 - TCP, up to 65,507 B: sockperf ping-pong (`--full-rtt`, its p50 of full round trips over
@@ -192,8 +196,8 @@ class Perftest:
         pass
 
 
-def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) -> dict[str, Any]:
-    from hopbench.estimate import median_interval
+def measure(transport: str, size: int, a: argparse.Namespace, port_base: int, target: float) -> dict[str, Any]:
+    from hopbench.estimate import looked_level, median_interval, sequential_stop
 
     cpus = (a.server_cpu, a.client_cpu)
     tool, stat, native, hb_stat = arm_for(transport, size, cpus, port_base)
@@ -201,6 +205,8 @@ def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) ->
     settings = {"UCX_TLS": "tcp"} if transport == "ucx" else {}
     hb = HopbenchArm(transport, size, a.server_cpu, poll, settings)
     pairs: list[tuple[float, float]] = []
+    looks = len(range(a.first, a.max_pairs + 1, a.every))
+    stopped = None
     t0 = time.monotonic()
     try:
         hb.block(0.2)  # warm-up block, and the block length from its p50
@@ -215,23 +221,22 @@ def measure(transport: str, size: int, a: argparse.Namespace, port_base: int) ->
                 else:
                     got["tool"] = native.block(last) if isinstance(native, Perftest) else native.block()
             pairs.append((got["hb"], got["tool"]))
-            if len(pairs) >= 8:
-                r = [h / t for h, t in pairs]
-                lo, hi, _ = median_interval(r)
-                med = float(np.median(r))
-                if max(med - lo, hi - med) <= a.halfwidth * med:
+            if len(pairs) >= a.first and (len(pairs) - a.first) % a.every == 0:  # a look
+                stopped, _ = sequential_stop([h / t for h, t in pairs], target, a.halfwidth, looks)
+                if stopped is not None:
                     break
     finally:
         hb.close()
         native.close()
     ratios = [h / t for h, t in pairs]
     med = float(np.median(ratios))
-    lo, hi, level = median_interval(ratios)
+    lo, hi, level = median_interval(ratios, looked_level(looks))  # the level that keeps its coverage
     half = max(med - lo, hi - med) / med
     need = int(np.ceil(len(ratios) * (half / a.halfwidth) ** 2)) if half > a.halfwidth else len(ratios)
     return {"transport": transport, "bytes": size, "tool": tool, "statistic": stat, "pairs": len(ratios),
             "hopbench_us": float(np.median([h for h, _ in pairs])), "tool_us": float(np.median([t for _, t in pairs])),
             "ratio": med, "lo": lo, "hi": hi, "level": level, "halfwidth": half, "pairs_needed": need,
+            "stopped": stopped or "limit", "looks": looks,
             "seconds": time.monotonic() - t0, "loops": hb.loop, "ratios": ratios}
 
 
@@ -243,6 +248,8 @@ def main() -> None:
     ap.add_argument("--max-pairs", type=int, default=40)
     ap.add_argument("--max-s", type=float, default=60.0, help="seconds per transport and size at most")
     ap.add_argument("--halfwidth", type=float, default=0.03, help="stop once the interval is within this of the ratio")
+    ap.add_argument("--first", type=int, default=8, help="pairs before the first look")
+    ap.add_argument("--every", type=int, default=8, help="pairs between looks (each look at 1 - 0.05 / looks)")
     ap.add_argument("--server-cpu", default="2")
     ap.add_argument("--client-cpu", default="4")
     ap.add_argument("--json", metavar="FILE", help="also write the table here (a new file)")
@@ -252,16 +259,18 @@ def main() -> None:
     os.sched_setaffinity(0, {int(a.client_cpu)})
     targets = {64: 1.10, 4096: 1.10}
     print(f"server CPU {a.server_cpu}, client CPU {a.client_cpu}; ABBA blocks of {a.block_s:g} s; the interval: "
-          f"distribution-free, of the median of the paired ratios; stop at +-{a.halfwidth:.0%}")
+          f"distribution-free, of the median of the paired ratios, a look every {a.every} pairs from the {a.first}th "
+          f"at {1 - 0.05 / len(range(a.first, a.max_pairs + 1, a.every)):.1%}; a size ends once decided at its "
+          f"target or within +-{a.halfwidth:.0%}")
     print(f"{'transport':>9} {'bytes':>7} {'tool':>12} {'statistic':>20} {'hopbench us':>11} {'tool us':>9} "
           f"{'ratio':>6} {'interval':>13} {'level':>6} {'+-':>6} {'pairs':>5}  verdict")
     rows = []
     try:
         for ti, transport in enumerate(a.transports.split(",")):
             for si, size in enumerate(int(x) for x in a.sizes.split(",")):
-                r = measure(transport, size, a, 21000 + 2000 * ti + 400 * si + 1)
-                rows.append(r)
                 target = targets.get(size, 1.05)
+                r = measure(transport, size, a, 21000 + 2000 * ti + 400 * si + 1, target)
+                rows.append(r)
                 width = "within" if r["halfwidth"] <= a.halfwidth else f"needs ~{r['pairs_needed']} pairs for"
                 verdict = (f"{'meets' if r['hi'] <= target else 'misses' if r['lo'] > target else 'undecided at'} "
                            f"<= {target:.2f}; {width} +-{a.halfwidth:.0%}")

@@ -93,6 +93,32 @@ def median_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) 
     return float(x[lo]), float(x[hi]), cov
 
 
+def looked_level(looks: int, level: float = LEVEL) -> float:
+    """The level each look's interval is taken at when a run may stop at any of `looks` looks
+    (Bonferroni over the looks: the chance that any look's interval misses is at most
+    1 - level, so the interval a run stops with covers the median at `level` whatever rule
+    stopped it)."""
+    return 1 - (1 - level) / max(1, looks)
+
+
+def sequential_stop(values: Sequence[float] | np.ndarray, target: float, halfwidth: float, looks: int,
+                    level: float = LEVEL) -> tuple[str | None, tuple[float, float, float]]:
+    """A sequential look at paired ratios: the median's interval at the looked level
+    (looked_level), and why to stop now, or None to go on: "meets" (the interval lies at or
+    below `target`), "misses" (above it), or "narrow" (within `halfwidth` of the median on
+    both sides). The interval the run stops with keeps its coverage (benchmarks/
+    sequential_coverage.py measures it)."""
+    lo, hi, achieved = median_interval(values, looked_level(looks, level))
+    med = float(np.median(np.asarray(values, dtype=float)))
+    if hi <= target:
+        return "meets", (lo, hi, achieved)
+    if lo > target:
+        return "misses", (lo, hi, achieved)
+    if max(med - lo, hi - med) <= halfwidth * med:
+        return "narrow", (lo, hi, achieved)
+    return None, (lo, hi, achieved)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A cell's latency estimate. Units are those of the input (ns in hopbench)."""
