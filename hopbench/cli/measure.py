@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -116,70 +118,65 @@ def _drafter(shape: str, weights: Path | None, device: str | None, window_us: fl
 
 def run_request(p: dict[str, Any]) -> Any:
     """`hopbench run`'s parameters (by name, as typer hands them over) as the RunRequest it
-    runs: one mapping, used by the command and by the reproduce line's round-trip test."""
+    runs, used by the command and by the reproduce line's round-trip test: a parameter named
+    as one of the request's fields is that field (an Enum its value); each grouped option
+    (GROUPED) sets the fields its spec names; the peer is the address."""
     from hopbench.orchestration import runjob
 
-    host, port = _address(p["peer"], p["port"])
-    memory, server_memory, gpu_path = _memory_fields(p)
-    mps, arrivals = _mps_fields(p)
-    return runjob.RunRequest(
-        host=host, port=port, transport=p["transport"], tokens=p["tokens"], bytes=p["bytes_"], k=p["k"],
-        reply_bytes=p["reply_bytes"], cycles=p["cycles"], time_s=p["time_s"], warmup=p["warmup"], verify=p["verify"],
-        gap_ms=p["gap_ms"], poll=p["poll"].value, timeout_s=p["timeout"], out=p["out"], name=p["name"],
-        results_dir=p["results_dir"], shape=p["shape"], opt=tuple(p["opt"] or ()), secret=p["secret"] or None,
-        **_link_fields(p), strict=p["strict"], cpu=p["cpu"], floor=p["floor"], memory=(memory, server_memory),
-        gpu_path=gpu_path, loop=p["loop"].value, codec=p["codec"], **_payload_fields(p), clients=p["clients"],
-        mps=mps, arrivals=arrivals, **_stream_fields(p), remote_drafter=p["remote_drafter"],
-        agreement=p["agreement"], agreement_from=p["agreement_from"])
+    fields = {f.name for f in dataclasses.fields(runjob.RunRequest)}
+    kw = {RENAMED.get(k, k): v.value if isinstance(v, Enum) else v for k, v in p.items() if RENAMED.get(k, k) in fields}
+    for option, parse in GROUPED.items():
+        kw.update(parse(p[option]))
+    kw.update(zip(("host", "port"), _address(p["peer"], p["port"])))
+    return runjob.RunRequest(**{**kw, "opt": tuple(p["opt"] or ()), "secret": p["secret"] or None})
 
 
 def _spec_link(link: str | None) -> dict[str, Any]:
     """spec's --link [NAME][,rate=MBIT] (no interface: spec checks no route)."""
-    fields = _link_fields({"link": link})
+    fields = _link_fields(link)
     if fields["interface"] is not None:
         raise ConfigError(f"spec --link {link}: NAME[,rate=MBIT] (spec checks no interface)")
     return {"rung": fields["rung"], "rate_mbit": fields["rate"]}
 
 
-def _link_fields(p: dict[str, Any]) -> dict[str, Any]:
+def _link_fields(text: str | None) -> dict[str, Any]:
     """--link [NAME][,rate=MBIT][,interface=IF] as the request's fields."""
-    name, rate, interface = parse_link(p["link"])
+    name, rate, interface = parse_link(text)
     return {"rung": name, "rate": rate, "interface": interface}
 
 
-def _payload_fields(p: dict[str, Any]) -> dict[str, Any]:
+def _payload_fields(text: str) -> dict[str, Any]:
     """--payload DESIGN[,from=FILE] as the request's fields."""
-    design, kw = parse_spec(p["payload"], "--payload", ("from",), "DESIGN[,from=FILE]")
+    design, kw = parse_spec(text, "--payload", ("from",), "DESIGN[,from=FILE]")
     return {"design": design, "payload_from": kw.get("from")}
 
 
-def _memory_fields(p: dict[str, Any]) -> tuple[str, str, str]:
-    """--memory's one spec, host | cuda | CLIENT:SERVER, with ,staged or ,direct: (client,
-    server, GPU path)."""
-    spec, _, path = p["memory"].partition(",")
+def _memory_fields(text: str) -> dict[str, Any]:
+    """--memory's one spec, host | cuda | CLIENT:SERVER, with ,staged or ,direct: both ends'
+    memory and the GPU path."""
+    spec, _, path = text.partition(",")
     client, _, server = spec.partition(":")
     if {client, server or client} - {"host", "cuda"} or path not in ("", "staged", "direct"):
-        raise ConfigError(f"--memory {p['memory']}: host or cuda, or CLIENT:SERVER (e.g. cuda:host), then "
-                          ",staged or ,direct")
-    return client, server or client, path or "staged"
+        raise ConfigError(f"--memory {text}: host or cuda, or CLIENT:SERVER (e.g. cuda:host), then ,staged or ,direct")
+    return {"memory": (client, server or client), "gpu_path": path or "staged"}
 
 
-def _mps_fields(p: dict[str, Any]) -> tuple[float | None, str]:
-    """--mps RATE[:poisson] as (rate, arrivals)."""
-    if p["mps"] is None:
-        return None, "fixed"
-    rate, _, arrivals = p["mps"].partition(":")
+def _mps_fields(text: str | None) -> dict[str, Any]:
+    """--mps RATE[:poisson]: the open loop's rate and arrivals."""
+    if text is None:
+        return {"mps": None, "arrivals": "fixed"}
+    rate, _, arrivals = text.partition(":")
     try:
         value = float(rate)
     except ValueError:
-        raise ConfigError(f"--mps {p['mps']}: RATE[:poisson], cycles per second per target") from None
-    return value, arrivals or "fixed"
+        raise ConfigError(f"--mps {text}: RATE[:poisson], cycles per second per target") from None
+    return {"mps": value, "arrivals": arrivals or "fixed"}
 
 
 def _spec_stream(stream: str) -> dict[str, Any]:
     """spec's --stream, the same spec as run's without forward=, times=, target= and early=
     (spec's forward is its verify work)."""
-    fields = _stream_fields({"stream": stream})
+    fields = _stream_fields(stream)
     if fields["forward_ms"] is not None or fields["layer_times"] is not None or fields["target"] != "clock" \
             or fields["early"] != "off":
         raise ConfigError(f"spec --stream {stream}: the forward is the verify work (--verify-work); give "
@@ -188,14 +185,23 @@ def _spec_stream(stream: str) -> dict[str, Any]:
     return fields
 
 
-def _stream_fields(p: dict[str, Any]) -> dict[str, Any]:
+def _stream_fields(text: str) -> dict[str, Any]:
     """--stream's one spec as the request's fields."""
     from hopbench.workload.stream import parse_args
 
-    st = parse_args(p["stream"])
+    st = parse_args(text)
     return {"stream": st.mode, "layers": st.layers, "forward_ms": st.forward_ms, "stream_cost_ms": st.cost_ms or 0.0,
             "layer_times": Path(st.times) if st.times is not None else None, "target": st.target or "clock",
             "early": st.early or "off"}
+
+
+#: run's grouped options (a kind's settings in one spec, as --codec zstd:3): each parses its
+#: text into the request's fields it names
+GROUPED: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "memory": _memory_fields, "mps": _mps_fields, "link": _link_fields, "payload": _payload_fields,
+    "stream": _stream_fields}
+#: run's parameters that typer spells otherwise than the request's field
+RENAMED = {"bytes_": "bytes", "timeout": "timeout_s"}
 
 
 @app.command(cls=Respelled)

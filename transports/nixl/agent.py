@@ -23,7 +23,6 @@ from hopbench.errors import (
 )
 
 from .._endwithout import end_without_library_destructors
-from .._loaded import loaded_library
 from .._ucxlog import LOG_PATH, LogTail  # before NIXL's UCX plugin loads libucs (at the first agent): UCX's log
 from .wire import _HEAD, _Inbox, _md_name
 
@@ -149,10 +148,6 @@ def _config() -> Any:
     cfg.lthrDelay = 100000
     cfg.captureTelemetry = False
     return cfg
-
-
-def _loaded_libucp() -> str | None:
-    return loaded_library("libucp", "nixl")
 
 
 class _Agent:

@@ -14,9 +14,10 @@ from hopbench.core.transport import NativeEndpoint, Spinner, TransportOptions
 from hopbench.errors import PeerClosed, ProtocolError, Timeout, TransportError
 from hopbench.lanes import bypass, bypass_note
 
+from .._loaded import loaded_library
 from .._onesided import Liveness
 from . import native
-from .agent import _BUSY_VALUE, _DONE_VALUE, BACKEND, _Agent, _loaded_libucp, _status_error, _translate, _version
+from .agent import _BUSY_VALUE, _DONE_VALUE, BACKEND, _Agent, _status_error, _translate, _version
 from .memory import Memory, _copy
 from .wire import _CREDIT, _DATA, _EAGER, _GOODBYE, _MISMATCH, _NEXT, EAGER_MAX, EAGER_WAIT_S, Credit, _Inbox
 
@@ -120,7 +121,7 @@ class NixlChannel:
                       "agent": agent.name, "peer_agent": peer, "write": "one-sided WRITE + notification",
                       "poll": "busy" if agent.busy else "block", "timeout_s": options.timeout_s,
                       "share_cpu": options.share_cpu,
-                      "libucp": _loaded_libucp(), **agent.settings}
+                      "libucp": loaded_library("libucp", "nixl"), **agent.settings}
         if not agent.busy:
             self._info["progress_delay_us"] = int(agent.delay_s * 1e6)
 
