@@ -13,7 +13,18 @@ import time
 from typing import Any, Callable, Protocol
 
 from hopbench.core.transport import TransportOptions
-from hopbench.errors import PeerClosed, Timeout
+from hopbench.errors import ConnectFailed, PeerClosed, Timeout
+
+
+def dial(host: str, port: int, options: TransportOptions, who: str) -> socket.socket:
+    """The client's setup (and then liveness) connection to the server's listener, no Nagle
+    delay on its small blocks, or a one-line ConnectFailed naming the transport."""
+    try:
+        sock = socket.create_connection((host, port), timeout=options.connect_timeout_s)
+    except OSError as exc:
+        raise ConnectFailed(f"cannot reach {host}:{port} over {who}: {exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def recv_exact(sock: socket.socket, n: int, who: str) -> bytes:

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from hopbench.core.transport import TransportBase, TransportOptions
-from hopbench.errors import ConfigError, ConnectFailed, PeerClosed, ProtocolError, Timeout
+from hopbench.errors import ConfigError, PeerClosed, ProtocolError, Timeout
 
-from .._onesided import SetupListener, recv_exact
+from .._onesided import SetupListener, dial, recv_exact
 from .channel import MooncakeChannel, Peer
 from .engine import PROTOCOLS, RDMA_DEVICES, Engine, Inbox, parse, rdma_devices, version
 
@@ -118,10 +118,7 @@ class MooncakeTransport(TransportBase):
 
     def connect(self, host: str, port: int, options: TransportOptions) -> MooncakeChannel:
         parse(options.settings)
-        try:
-            sock = socket.create_connection((host, port), timeout=options.connect_timeout_s)
-        except OSError as exc:
-            raise ConnectFailed(f"cannot reach {host}:{port} over mooncake: {exc}") from None
+        sock = dial(host, port, options, "mooncake")
         chan = int.from_bytes(os.urandom(4), "big") & ~1 & 0x7FFFFFFF
         try:
             return _handshake(sock, options, chan)

@@ -10,9 +10,9 @@ import struct
 from typing import Any
 
 from hopbench.core.transport import TransportBase, TransportOptions
-from hopbench.errors import ConnectFailed, PeerClosed, ProtocolError, Timeout
+from hopbench.errors import PeerClosed, ProtocolError, Timeout
 
-from .._onesided import SetupListener
+from .._onesided import SetupListener, dial
 from . import native
 from .agent import BACKEND, _Agent, _plugins, _split, _version
 from .channel import NixlChannel
@@ -81,11 +81,7 @@ class NixlTransport(TransportBase):
 
     def connect(self, host: str, port: int, options: TransportOptions) -> NixlChannel:
         agent = _Agent.get(options)
-        try:
-            sock = socket.create_connection((host, port), timeout=options.connect_timeout_s)
-        except OSError as exc:
-            raise ConnectFailed(f"cannot reach {host}:{port} over nixl: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = dial(host, port, options, "nixl")
         chan_id = int.from_bytes(os.urandom(4), "big") & ~1  # the client's end is even, the server's odd
         try:
             name, _ = _handshake(sock, agent, chan_id, options.connect_timeout_s)
