@@ -204,8 +204,8 @@ def test_the_suite_takes_any_maker():
         def __getattr__(self, attr):
             return getattr(self.inner, attr)
 
-    def broken(timeout_s, poll):
-        c, s = fake_pair()
+    def broken(timeout_s, poll):  # in-process: its peer's wait for bytes that never come ends in 0.5 s
+        c, s = fake_pair(0.5)
         return Corrupting(c), s
 
     with pytest.raises(AssertionError):
