@@ -93,3 +93,18 @@ def parse_int_list(text: str, what: str) -> list[int]:
     if not values or any(v <= 0 for v in values):
         raise ConfigError(f"{what}: expected positive integers, got {text!r}")
     return values
+
+
+def parse_spec(text: str, flag: str, keys: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """An option spelled HEAD[,KEY=VALUE...] (as --codec zstd:3, --stream layers,forward=MS and
+    --link NAME,rate=MBIT group a kind's settings): its head and its keys (`keys`: each key's
+    placeholder), each once, or a one-line error naming the keys it takes."""
+    head, *rest = [part.strip() for part in text.split(",")]
+    kw: dict[str, str] = {}
+    for part in rest:
+        key, eq, value = part.partition("=")
+        if not eq or key not in keys or key in kw or not value:
+            raise ConfigError(f"{flag} {text}: {part!r} is not one of "
+                              f"{', '.join(f'{k}={v}' for k, v in keys.items())} (each once)")
+        kw[key] = value
+    return head.strip(), kw

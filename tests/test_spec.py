@@ -80,8 +80,9 @@ def test_session_measure_runs_a_spec_plan_like_any_other_kind(server, mode):
     assert (m.samples_ns == m.stages["wait_ns"]).all() and (m.stages["wait_ns"] >= m.stages["draft_ns"]).all()
     if mode == "sync":  # every cycle drafts 0.2 ms on the server, its time in the reply's tail
         assert (m.stages["draft_ns"] >= 200_000).all() and not m.stages["hit"].any()
-    else:  # overlap: outcome 1 is ranked second of a fan-out of 2, pre-drafted while the target verified
-        assert m.stages["hit"].all() and not m.stages["draft_ns"].any()
+    else:  # overlap: outcome 1 is ranked second of a fan-out of 2, pre-drafted while the target verified (from
+        # cycle 1 on: the drafter is ready >= 1 ms before each header; cycle 0's start races the target's)
+        assert m.stages["hit"][1:].all() and not m.stages["draft_ns"][1:].any()
 
 
 def test_a_spec_plan_needs_its_targets_inputs_before_the_plan_crosses(server):

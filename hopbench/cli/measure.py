@@ -30,10 +30,9 @@ from hopbench.cli.options import (
     _pin,
     _shape,
     parse_link,
-    parse_spec,
 )
 from hopbench.cli.respell import Respelled
-from hopbench.config import DEFAULT_PORT, parse_int_list
+from hopbench.config import DEFAULT_PORT, parse_int_list, parse_spec
 from hopbench.core.transport import split_options
 from hopbench.errors import ConfigError, HopbenchError
 from hopbench.records import MAX_CYCLES, MAX_MESSAGE_BYTES, TIMEOUT_S, DrafterInfo
@@ -147,7 +146,7 @@ def _link_fields(text: str | None) -> dict[str, Any]:
 
 def _payload_fields(text: str) -> dict[str, Any]:
     """--payload DESIGN[,from=FILE] as the request's fields."""
-    design, kw = parse_spec(text, "--payload", ("from",), "DESIGN[,from=FILE]")
+    design, kw = parse_spec(text, "--payload", {"from": "FILE"})
     return {"design": design, "payload_from": kw.get("from")}
 
 

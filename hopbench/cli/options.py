@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hopbench.config import DEFAULT_PORT, parse_hostport
+from hopbench.config import DEFAULT_PORT, parse_hostport, parse_spec
 from hopbench.core.transport import options_help, transport_help
 from hopbench.errors import ConfigError
 from hopbench.models.shapes import PRESETS
@@ -126,27 +126,13 @@ TDraftRemoteOpt = Annotated[Optional[str], typer.Option(help="The remote drafter
 DrafterTargetsOpt = Annotated[int, typer.Option(help="With --t-draft-remote DRAFTER_FOLDER: the forward of a batch of this many targets (hopbench drafter --targets), what each target's cycle waits for when one drafter serves them.")]
 
 
-def parse_spec(text: str, flag: str, keys: tuple[str, ...], usage: str) -> tuple[str, dict[str, str]]:
-    """An option spelled HEAD[,KEY=VALUE...] (as --codec zstd:3 and --stream group a kind's
-    settings): its head and its keys, each once, or a one-line error naming the usage."""
-    head, *rest = [part.strip() for part in text.split(",")]
-    kw: dict[str, str] = {}
-    for part in rest:
-        key, eq, value = part.partition("=")
-        if not eq or key not in keys or key in kw or not value:
-            raise ConfigError(f"{flag} {text}: {part!r} does not fit {usage}")
-        kw[key] = value
-    return head, kw
-
-
 def parse_link(text: str | None) -> tuple[str | None, float | None, str | None]:
     """--link [NAME][,rate=MBIT][,interface=IF]: the link's name in the results, its nominal
     rate (checked against the interface's speed, recorded) and the interface the route to the
     peer must leave by (a warning otherwise)."""
     if text is None:
         return None, None, None
-    usage = "[NAME][,rate=MBIT][,interface=IF]"
-    name, kw = parse_spec(text, "--link", ("rate", "interface"), usage)
+    name, kw = parse_spec(text, "--link", {"rate": "MBIT", "interface": "IF"})
     try:
         rate = float(kw["rate"]) if "rate" in kw else None
     except ValueError:

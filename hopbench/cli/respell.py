@@ -91,7 +91,7 @@ def respell(args: list[str], table: tuple[Old, ...], say: Any = None) -> list[st
         i += 1
     for old, value in found:
         say(f"note: {old.note}; the old spelling goes in the next release")
-        spec = given.get(old.new, None if old.default is None else "" if old.part == "same" else old.default)
+        spec = given.get(old.new, old.default)
         if spec is None:
             continue
         given[old.new] = _merge(spec, old, value)

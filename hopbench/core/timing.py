@@ -417,7 +417,9 @@ class TargetSteps(Protocol):
 
     def verify(self, seq: int, t0: int) -> None: ...
 
-    def draft(self, seq: int, accepted: int) -> tuple[int, int, int] | None: ...
+    def draft(self, seq: int, accepted: int) -> None: ...
+
+    def drafted(self) -> tuple[int, int, int] | None: ...
 
     def check(self, seq: int) -> None: ...
 
@@ -440,9 +442,10 @@ def spec_target_cycles(steps: TargetSteps, outcomes: np.ndarray, rows: np.ndarra
                        clock: Callable[[], int], progress: Progress) -> int:
     """The target's decode loop, one row per cycle (hopbench.core.spec.CYCLE_COLUMNS): t0, the
     verify (`steps.verify`: a work model, or the forward that streams its taps), t1, the draft
-    (`steps.draft`: the hop, header to the drafter's ids, or the draft run here), t2, then the
-    reply's ids checked outside the next cycle's timed span. `outcomes[seq]`: the accepted
-    count; the hop is the wait less the drafter's own time."""
+    (`steps.draft`: the hop, header to the drafter's ids, or the draft run here), t2, then,
+    untimed, the reply's tail read (`steps.drafted`: the drafter's time, hit and batch; None
+    where the draft ran here) and its ids checked. `outcomes[seq]`: the accepted count; the
+    hop is the wait less the drafter's own time."""
     seq = 0
     try:
         for seq in range(len(rows)):
@@ -450,8 +453,9 @@ def spec_target_cycles(steps: TargetSteps, outcomes: np.ndarray, rows: np.ndarra
             t0 = clock()
             steps.verify(seq, t0)
             t1 = clock()
-            remote = steps.draft(seq, accepted)
+            steps.draft(seq, accepted)
             t2 = clock()
+            remote = steps.drafted()
             steps.check(seq)
             wait = t2 - t1
             draft_ns, hit, batch = remote if remote is not None else (wait, 0, 0)

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from hopbench.config import parse_spec
 from hopbench.errors import ConfigError
 from hopbench.records import MSS, WIRE_FRAME, StreamSpec
 
@@ -71,22 +72,16 @@ class StreamArgs:
 #: what of the remote drafter's forward may start on the landed taps (--stream layers,early=)
 EARLY = ("off", "fc", "all")
 STREAM_SPEC = "off, or layers[:LAYERS][,forward=MS][,cost=MS][,times=FILE][,target=WHO][,early=off|fc|all]"
-_KEYS = ("forward", "cost", "times", "target", "early")
+_KEYS = {"forward": "MS", "cost": "MS", "times": "FILE", "target": "WHO", "early": "off|fc|all"}
 
 
 def parse_args(text: str) -> StreamArgs:
     """`--stream` as typed, or a one-line ConfigError naming what is wrong."""
-    head, *rest = [part.strip() for part in text.split(",")]
-    mode, _, layers = head.partition(":")
+    head, _, rest = text.partition(",")
+    mode, _, layers = head.strip().partition(":")
     if mode not in ("off", "layers") or (mode == "off" and (layers or rest)):
         raise ConfigError(f"--stream {text}: {STREAM_SPEC}")
-    kw: dict[str, str] = {}
-    for part in rest:
-        key, eq, value = part.partition("=")
-        if not eq or key not in _KEYS or key in kw or not value:
-            raise ConfigError(f"--stream {text}: {part!r} is not one of forward=MS, cost=MS, times=FILE, target=WHO, "
-                              "early=off|fc|all (each once)")
-        kw[key] = value
+    _, kw = parse_spec(text, "--stream", _KEYS)
     if kw.get("early", "off") not in EARLY:
         raise ConfigError(f"--stream {text}: early={kw['early']}: off, fc or all")
     try:

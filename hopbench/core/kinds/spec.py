@@ -1,7 +1,7 @@
 """The spec kind's two ends (docs/SPEC.md): the target's path (`SpecTarget`, a ClientPath that
 `Session.measure` runs like every other) and the drafter's (`SpecDrafter`, a ServingPath).
 Both loops are in hopbench.core.timing (spec_target_cycles, spec_drafter_cycles); a mode is
-a strategy object here, picked once per plan (TARGET_STEPS, DRAFTER_STEPS), that says what
+a strategy object here, picked once per plan (SpecTarget.steps, DRAFTER_STEPS), that says what
 the loop does at each step: the verify (a work model, or the forward that streams its taps),
 what follows the header (the hidden states, or nothing where they went during the forward),
 and for the drafter whether the header's outcome was drafted while the target verified.
@@ -43,9 +43,9 @@ from hopbench.errors import ConfigError, HopbenchError, ProtocolError
 
 
 class TargetSteps:
-    """A mode's target steps: `verify(seq, t0)` (the work model, by default), `draft(seq,
-    accepted)` (the drafter's (draft_ns, hit, batch), or None where the draft ran here) and
-    `check(seq)` (the reply's ids, untimed)."""
+    """A mode's target steps: `verify(seq, t0)` (the work model, by default) and `draft(seq,
+    accepted)`, both timed; then, untimed, `drafted()` (the drafter's (draft_ns, hit, batch)
+    from the reply's tail, or None where the draft ran here) and `check(seq)` (its ids)."""
 
     reply: Any = None  # the host buffer the reply lands in (None: no network)
 
@@ -56,8 +56,11 @@ class TargetSteps:
         assert self.work is not None
         self.work.run(self.clock)
 
-    def draft(self, seq: int, accepted: int) -> tuple[int, int, int] | None:
+    def draft(self, seq: int, accepted: int) -> None:
         raise NotImplementedError
+
+    def drafted(self) -> tuple[int, int, int] | None:
+        return None  # the draft ran here: its time is the wait itself
 
     def check(self, seq: int) -> None:
         pass
@@ -70,9 +73,8 @@ class LocalTarget(TargetSteps):
         super().__init__(verify, clock)
         self.local_draft = local_draft
 
-    def draft(self, seq: int, accepted: int) -> tuple[int, int, int] | None:
+    def draft(self, seq: int, accepted: int) -> None:
         self.local_draft.run(self.clock)
-        return None  # the draft's time is the wait itself
 
 
 class HopTarget(TargetSteps):
@@ -92,11 +94,13 @@ class HopTarget(TargetSteps):
         self.span = info.k * info.id_bytes
         self.send_states = send_states or (lambda seq, tokens: channel.send(self.views[tokens]))
 
-    def draft(self, seq: int, accepted: int) -> tuple[int, int, int] | None:
+    def draft(self, seq: int, accepted: int) -> None:
         HEADER.pack_into(self.header, 0, seq, accepted + 1, accepted)
         self.channel.send(self.header)
         self.states(seq, accepted + 1)
         self.channel.recv_into(self.reply)
+
+    def drafted(self) -> tuple[int, int, int] | None:
         draft_ns, flags = TAIL.unpack_from(self.reply, self.span)
         return int(draft_ns), int(flags & HIT), int((flags >> BATCH_SHIFT) & BATCH_MASK)
 
