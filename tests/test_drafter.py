@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -364,3 +365,61 @@ def test_a_drafter_folders_batched_forward_carries_into_verdict_report_and_spec(
     assert (a, b) == pytest.approx((max(fit_a, 0), max(fit_b, 0))) and "ms by targets 1:" in source
     cfg = SpecConfig(bytes_per_token=640, id_bytes=4, modes=("local",), k=7, draft_remote=f"batch:{folder}").check()
     assert cfg.draft_remote == f"batch:{a:.4f}+{b:.4f}" and cfg.draft_remote_from == source
+
+
+def _group(st, plans):
+    """Each plan from a session of its own, started together; their measurements."""
+    got, errors = {}, []
+
+    def target(i, plan):
+        try:
+            with Session(st.host, st.port) as s:
+                got[i] = s.measure(plan)
+                s.bye()
+        except BaseException as exc:  # the test reads it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(i, p)) for i, p in enumerate(plans)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    return got
+
+
+def test_a_start_groups_sessions_are_served_by_one_loop_and_batched(model):
+    """Several targets, one drafter: one thread serves the group's cycles (core.batcher.Loop),
+    the waiting sessions' rows run as one forward, and each session's ledger adds up."""
+    batcher = Batcher(model, window_s=10.0, max_batch=4)
+    st = ServerThread(drafter=batcher, max_sessions=4)
+    try:
+        group = P.GroupPlan("g", 3)
+        plan = P.Plan("tcp", 3 * ROW, 8, 2, 4, 30, 3, drafter=P.DrafterPlan(), group=group)
+        got = _group(st, [plan] * 3)
+    finally:
+        st.stop()
+    assert batcher._loop is not None and not batcher._loop.held
+    for m in got.values():
+        st_ = m.stages
+        assert m.completed == plan.total
+        assert (st_["batch_rows"] == 9).mean() > 0.5, st_["batch_rows"]  # all three, once all had joined
+        parts = st_["queue_ns"] + st_["stage_ns"] + st_["draft_ns"] + st_["back_ns"]
+        assert ((0 < parts) & (parts <= st_["server_ns"]) & (st_["server_ns"] < m.samples_ns)).all()
+
+
+def test_a_group_member_that_ends_first_leaves_no_window_to_wait_out(model):
+    """A target of two whose plan is shorter ends first: the other's batches wait for nobody
+    (a 30 s window waited out each cycle would take 10 minutes)."""
+    batcher = Batcher(model, window_s=30.0, max_batch=4)
+    st = ServerThread(drafter=batcher, max_sessions=4)
+    group = P.GroupPlan("h", 2)
+    short, long = (P.Plan("tcp", 3 * ROW, 8, 2, 4, n, 0, drafter=P.DrafterPlan(), group=group) for n in (5, 25))
+    t0 = time.monotonic()
+    try:
+        got = _group(st, [short, long])
+    finally:
+        st.stop()
+    assert got[0].completed == short.total and got[1].completed == long.total
+    assert (got[1].stages["batch_rows"][short.total + 5:] == 3).all()
+    assert time.monotonic() - t0 < 60

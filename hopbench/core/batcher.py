@@ -3,11 +3,13 @@ targets"): the rows of the sessions waiting run as one forward of its DraftModel
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hopbench.core import protocol as P
 from hopbench.core.inputs import DraftModel
 from hopbench.errors import ConfigError, HopbenchError
 
@@ -50,6 +52,14 @@ class Batcher:
         self.running = False
         self.gpu = threading.Lock()  # one forward at a time on the device
         self.active = 0  # sessions serving a drafter plan now: a batch waits for no more than these
+        self._loop: Loop | None = None
+
+    def loop(self, spin: bool) -> Loop:
+        """The one thread that serves start-group sessions' cycles (Loop), made at the first."""
+        with self.cv:
+            if self._loop is None:
+                self._loop = Loop(self, spin)
+            return self._loop
 
     def join(self) -> None:
         with self.cv:
@@ -59,6 +69,8 @@ class Batcher:
         with self.cv:
             self.active -= 1
             self.arrived.notify_all()  # a leader waiting for this session's rows waits no more
+            if self._loop is not None:
+                self._loop.poke()  # nor does the loop's window
 
     def submit(self, body: Any, rows: int, k: int) -> Ask:
         ask = Ask(body, rows, k, time.perf_counter_ns())
@@ -119,3 +131,161 @@ class Batcher:
         for j, a in enumerate(batch):
             a.ids, a.draft_ns, a.queue_ns, a.stage_ns, a.back_ns = ids[j], ns, t_start - a.t_in, staged, back
             a.batch_rows, a.done = len(batch) * a.rows, True
+
+
+@dataclass(eq=False)
+class Cycles:
+    """One start-group session's drafter plan, served by the Loop: its channel, its buffers,
+    where it is (`seq`), and how it ended (`failed`: the forward's error, told to the client
+    on the data stream; `error`: the channel's; `bad`: a request out of place)."""
+
+    chan: Any
+    request: Any
+    reply: Any
+    ids: Any  # the reply's ids, a view into `reply`
+    times: Any  # (total, DRAFT_TAIL columns) int64: the draft tail's rows
+    rows: int
+    k: int
+    total: int
+    seq: int = 0
+    t_in: int = 0
+    failed: BaseException | None = None
+    error: BaseException | None = None
+    bad: bool = False
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+class Loop:
+    """One thread serves every start-group session's drafter cycles (SGLang's scheduler, vLLM's
+    engine core: one loop receives the requests, forms the batch, runs the forward, sends the
+    replies). With a thread per session, each cycle of M targets took 3-4 turns at the
+    interpreter's lock per session, one wake-up each, and full batches left ~1 ms between
+    forwards on an H100 (docs/DRAFTER.md "Capacity"). Here a session's thread hands its
+    channel over (`serve`) and waits; the loop waits for readable sockets (spinning where the
+    host has CPUs to spare: `spin`), reads whole requests, and runs a batch once the sessions
+    serving now have all asked (at most `max_batch`) or the window since the first ask ended."""
+
+    def __init__(self, batcher: Batcher, spin: bool = False) -> None:
+        import selectors
+
+        self.b, self.spin = batcher, spin
+        self.sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._new: list[Cycles] = []
+        self._lock = threading.Lock()
+        self.held: set[Cycles] = set()  # sessions in the loop
+        self.dead: BaseException | None = None
+        self.asked: list[Cycles] = []  # sessions whose request is in, waiting for a batch
+        self.thread = threading.Thread(target=self._run, name="drafter-loop", daemon=True)
+        self.thread.start()
+
+    def serve(self, c: Cycles) -> Cycles:
+        """Serve this session's cycles in the loop; returns once they ended, one way or another."""
+        with self._lock:
+            if self.dead is not None:
+                c.error = ConfigError(f"the drafter's serving loop failed: {self.dead!r}")
+                return c
+            self._new.append(c)
+        self.poke()
+        c.ended.wait()
+        return c
+
+    def poke(self) -> None:
+        """Wake the loop: a session came, or one left (a batch waits for no more than are serving)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:  # a wake-up is pending already
+            pass
+
+    def _run(self) -> None:
+        try:
+            self._serve_all()
+        except BaseException as exc:  # a fault of the loop's own: every session it holds learns it
+            with self._lock:
+                self.dead, held = exc, [*self._new, *self.held]
+            for c in held:
+                c.error = ConfigError(f"the drafter's serving loop failed: {exc!r}")
+                c.ended.set()
+
+    def _serve_all(self) -> None:
+        import selectors
+
+        while True:
+            wait: float | None = None  # nothing asked: until a socket is readable
+            if self.spin and self.held:
+                wait = 0.0
+            elif self.asked:
+                wait = max(0.0, self.asked[0].t_in / 1e9 + self.b.window_s - time.perf_counter())
+            for key, _ in self.sel.select(wait):
+                if key.data is None:
+                    self._take()
+                else:
+                    self._receive(key.data)
+            if self.asked and self._due():
+                self._batch(selectors.EVENT_READ)
+
+    def _take(self) -> None:
+        import selectors
+
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._lock:
+            new, self._new = self._new, []
+        for c in new:
+            self.held.add(c)
+            self.sel.register(c.chan.socket, selectors.EVENT_READ, c)
+
+    def _due(self) -> bool:
+        want = max(1, min(self.b.max_batch, self.b.active))
+        same = sum(1 for c in self.asked if (c.rows, c.k) == (self.asked[0].rows, self.asked[0].k))
+        return same >= want or time.perf_counter() >= self.asked[0].t_in / 1e9 + self.b.window_s
+
+    def _end(self, c: Cycles) -> None:
+        """The session's cycles ended (all served, or a fault): its thread goes on."""
+        self.held.discard(c)
+        c.ended.set()
+
+    def _receive(self, c: Cycles) -> None:
+        self.sel.unregister(c.chan.socket)  # nothing more from it until it is answered
+        try:
+            c.chan.recv_into(c.request)
+        except BaseException as exc:  # the session's thread raises it (a closed peer, a timeout)
+            c.error = exc
+            return self._end(c)
+        c.t_in = time.perf_counter_ns()
+        if P.SEQ.unpack_from(c.request, 0)[0] != c.seq:
+            c.bad = True
+            return self._end(c)
+        self.asked.append(c)
+
+    def _batch(self, readable: int) -> None:
+        first = self.asked[0]
+        batch = [c for c in self.asked if (c.rows, c.k) == (first.rows, first.k)][:self.b.max_batch]
+        self.asked = [c for c in self.asked if c not in batch]
+        asks = [Ask(c.request, c.rows, c.k, c.t_in) for c in batch]
+        self.b._run(asks)
+        for c, a in zip(batch, asks):
+            if a.error is not None:
+                c.failed = a.error
+                self._end(c)
+                continue
+            c.ids[:] = a.ids
+            t_out = time.perf_counter_ns()
+            try:
+                c.chan.send(c.reply)
+            except BaseException as exc:
+                c.error = exc
+                self._end(c)
+                continue
+            c.times[c.seq] = (a.draft_ns, a.queue_ns, a.batch_rows, 0, a.stage_ns, a.back_ns, t_out - c.t_in)
+            c.seq += 1
+            if c.seq == c.total:
+                self._end(c)
+            else:
+                self.sel.register(c.chan.socket, readable, c)

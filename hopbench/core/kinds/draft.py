@@ -12,18 +12,20 @@ records them as stages beside `hop_ex_draft_ns` (the reply time without the draf
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
 import numpy as np
 
 from hopbench.core import protocol as P
+from hopbench.core.batcher import Cycles
 from hopbench.core.client_paths import DataPath, PlanRun
 from hopbench.core.inputs import StreamedWork
 from hopbench.core.kinds.roundtrip import HostRoundTrip
 from hopbench.core.kinds.stream import StreamDrafter, StreamedRoundTrip
 from hopbench.core.serving import PlanContext, ServingPath, abort, bad_request
-from hopbench.core.transport import Channel, Transport
+from hopbench.core.transport import Channel, Transport, plan_poll
 from hopbench.errors import HopbenchError
 
 NO_DRAFTER = ("this server runs no drafter model: start it with `hopbench serve --drafter SHAPE` "
@@ -75,6 +77,8 @@ class DraftEcho(ServingPath):
         rows = plan.request_bytes // shape.row_bytes
         times = np.zeros((plan.total, P.DRAFT_TAIL.columns), dtype=np.int64)
         ids_view = np.frombuffer(reply, dtype=np.dtype(f"<u{plan.id_bytes}"), count=plan.k)
+        if plan.group is not None and isinstance(getattr(chan, "socket", None), socket.socket):
+            return self._looped(chan, plan, ctx, Cycles(chan, request, reply, ids_view, times, rows, plan.k, plan.total))
         clock = time.perf_counter_ns
         seq = 0
         batcher.join()
@@ -98,6 +102,27 @@ class DraftEcho(ServingPath):
             batcher.leave()
             ctx.progress.done = seq
         P.send_tails(chan, plan, {P.DRAFT_TAIL.name: times})
+        return plan.total
+
+    def _looped(self, chan: Channel, plan: P.Plan, ctx: PlanContext, c: Cycles) -> int:
+        """A start group's session (several targets, one drafter): the batcher's Loop serves
+        its cycles with the group's others in one thread; this thread waits, then ends the
+        plan as serve does."""
+        batcher = ctx.drafter
+        batcher.join()
+        try:
+            batcher.loop(plan_poll(ctx.config.poll, True) == "busy").serve(c)
+        finally:
+            batcher.leave()
+            ctx.progress.done = c.seq
+        if c.error is not None:
+            raise c.error
+        if c.bad:
+            bad_request(ctx, chan, c.request, c.seq, plan)
+            return c.seq
+        if c.failed is not None:
+            abort(chan, str(c.failed), plan)
+        P.send_tails(chan, plan, {P.DRAFT_TAIL.name: c.times})
         return plan.total
 
 
