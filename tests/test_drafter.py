@@ -423,3 +423,22 @@ def test_a_group_member_that_ends_first_leaves_no_window_to_wait_out(model):
     assert got[0].completed == short.total and got[1].completed == long.total
     assert (got[1].stages["batch_rows"][short.total + 5:] == 3).all()
     assert time.monotonic() - t0 < 60
+
+
+def test_a_batch_received_into_the_models_slots_runs_as_one_copied_in():
+    """DraftModel.slots: bodies received straight into the pinned slots (the Loop does) give
+    the ids of the same bodies copied in; on a CPU there are none (nothing is staged)."""
+    torch = pytest.importorskip("torch")
+    assert DM.Model(TINY, device="cpu").slots(3, 2) == []
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here: slots exist where a graphed GPU forward stages its batch")
+    m = DM.Model(TINY, device="cuda", sessions=4)
+    slots = m.slots(3, 2)
+    bodies = [_rows(3, i).tobytes() for i in range(3)]
+    for j, b in enumerate(bodies):
+        slots[j][:] = b
+    ids_slots, *_ = m.run_bodies(slots[:3], 3, 2)
+    ids_copied, *_ = m.run_bodies(bodies, 3, 2)
+    assert (np.asarray(ids_slots) == np.asarray(ids_copied)).all()
+    ids_out_of_order, *_ = m.run_bodies([slots[1], slots[0], slots[2]], 3, 2)  # not slots 0..n-1: copied in
+    assert (np.asarray(ids_out_of_order)[[1, 0, 2]] == np.asarray(ids_copied)).all()

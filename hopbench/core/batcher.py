@@ -149,6 +149,8 @@ class Cycles:
     total: int
     seq: int = 0
     t_in: int = 0
+    body: Any = None  # where this cycle's request was received: a slot of the model's, or `request`
+    slot: int | None = None
     failed: BaseException | None = None
     error: BaseException | None = None
     bad: bool = False
@@ -179,6 +181,8 @@ class Loop:
         self.held: set[Cycles] = set()  # sessions in the loop
         self.dead: BaseException | None = None
         self.asked: list[Cycles] = []  # sessions whose request is in, waiting for a batch
+        #: per (rows, K): the model's slots (DraftModel.slots) and those holding an asked request
+        self._slots: dict[tuple[int, int], tuple[list[Any], set[int]]] = {}
         self.thread = threading.Thread(target=self._run, name="drafter-loop", daemon=True)
         self.thread.start()
 
@@ -253,23 +257,33 @@ class Loop:
 
     def _receive(self, c: Cycles) -> None:
         self.sel.unregister(c.chan.socket)  # nothing more from it until it is answered
+        slots, taken = self._slots.get((c.rows, c.k)) or self._slots.setdefault(
+            (c.rows, c.k), (self.b.model.slots(c.rows, c.k), set()))
+        c.slot = next((j for j in range(len(slots)) if j not in taken), None)
+        c.body = c.request if c.slot is None else slots[c.slot]  # a slot: the forward's stage, no copy
         try:
-            c.chan.recv_into(c.request)
+            c.chan.recv_into(c.body)
         except BaseException as exc:  # the session's thread raises it (a closed peer, a timeout)
             c.error = exc
             return self._end(c)
         c.t_in = time.perf_counter_ns()
-        if P.SEQ.unpack_from(c.request, 0)[0] != c.seq:
+        if P.SEQ.unpack_from(c.body, 0)[0] != c.seq:
+            if c.body is not c.request:
+                memoryview(c.request).cast("B")[:] = c.body  # the session's thread reads what came
             c.bad = True
             return self._end(c)
+        if c.slot is not None:
+            taken.add(c.slot)
         self.asked.append(c)
 
     def _batch(self, readable: int) -> None:
         first = self.asked[0]
         batch = [c for c in self.asked if (c.rows, c.k) == (first.rows, first.k)][:self.b.max_batch]
         self.asked = [c for c in self.asked if c not in batch]
-        asks = [Ask(c.request, c.rows, c.k, c.t_in) for c in batch]
+        asks = [Ask(c.body, c.rows, c.k, c.t_in) for c in batch]
         self.b._run(asks)
+        taken = self._slots[first.rows, first.k][1]
+        taken.difference_update(c.slot for c in batch)
         for c, a in zip(batch, asks):
             if a.error is not None:
                 c.failed = a.error

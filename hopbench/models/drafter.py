@@ -70,6 +70,29 @@ def memory_free(torch: Any, device: str) -> int:
     return 1 << 62
 
 
+class _Pool:
+    """Model.slots' pinned buffer: `count` slots of `n` bytes, and the BF16 view of its first
+    b slots shaped as a batch's input (made once per b)."""
+
+    def __init__(self, torch: Any, count: int, n: int) -> None:
+        self.tensor = torch.empty(count * n, dtype=torch.uint8, pin_memory=True)
+        host = self.tensor.numpy()
+        self.n, self.base = n, host.ctypes.data
+        self.slots = [memoryview(host[j * n:(j + 1) * n]) for j in range(count)]
+        self._views: dict[int, Any] = {}
+        self.torch = torch
+
+    def holds(self, bodies: list[Any], n: int) -> bool:
+        """The bodies are slots 0..len-1, in order."""
+        return n == self.n and len(bodies) <= len(self.slots) and all(
+            np.frombuffer(b, dtype=np.uint8).ctypes.data == self.base + j * n for j, b in enumerate(bodies))
+
+    def batch(self, b: int, shape: Any) -> Any:
+        if b not in self._views:
+            self._views[b] = self.tensor[:b * self.n].view(self.torch.bfloat16).view(shape)
+        return self._views[b]
+
+
 class Model(DraftForward):
     """The drafter's weights on its device and its forward. `device`: "cuda" where torch
     sees a GPU, else "cpu" (`device="cpu"` forces it)."""
@@ -99,6 +122,8 @@ class Model(DraftForward):
         self._graphs: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
         #: run_bodies' pinned buffers (stage, ids back) and their views (host bytes, BF16 input, ids)
         self._stages: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: slots(): per (rows, K), pinned host memory for `sessions` requests and its batch views
+        self._pools: dict[tuple[int, int], _Pool] = {}
         self._ev: tuple[Any, ...] | None = None  # the timing events, made once (run_bodies)
         #: the SDPA backend each captured graph runs (the fastest measured: fastest_attention)
         self.attention: dict[tuple[Any, ...], str] = {}
@@ -193,8 +218,12 @@ class Model(DraftForward):
         g, inp, out, stage, back, host, src, ids = self._graph((len(bodies), rows, self.shape.fc_in_features), k,
                                                                staged=True)
         n = rows * self.shape.row_bytes
-        for j, b in enumerate(bodies):
-            host[j * n:(j + 1) * n] = np.frombuffer(b, dtype=np.uint8)
+        pool = self._pools.get((rows, k))
+        if pool is not None and pool.holds(bodies, n):  # received straight into its slots: no copy
+            src = pool.batch(len(bodies), src.shape)
+        else:
+            for j, b in enumerate(bodies):
+                host[j * n:(j + 1) * n] = np.frombuffer(b, dtype=np.uint8)
         copied = time.perf_counter_ns() - t0
         h2d, start, end, d2h = self._events()
         h2d.record()  # no autograd context: the tensors here need none, and entering one costs a cycle ~5 us
@@ -207,6 +236,18 @@ class Model(DraftForward):
         d2h.synchronize()
         return (ids.copy(), int(round(start.elapsed_time(end) * 1e6)),
                 copied + int(round(h2d.elapsed_time(start) * 1e6)), int(round(end.elapsed_time(d2h) * 1e6)))
+
+    def slots(self, rows: int, k: int) -> list[Any]:
+        """Pinned host memory for `sessions` requests of `rows` rows, where a graphed GPU
+        forward can stage its batch from: a batch whose bodies are slots 0..n-1, in order, is
+        copied to the device from there, with no host copy first (the server's Loop receives
+        into them; docs/DRAFTER.md "Batched across targets"). [] where nothing is staged (a
+        CPU, no graphs)."""
+        if not self.graphs:
+            return []
+        if (rows, k) not in self._pools:
+            self._pools[rows, k] = _Pool(self.torch, self.sessions, rows * self.shape.row_bytes)
+        return self._pools[rows, k].slots
 
     def _events(self) -> tuple[Any, Any, Any, Any]:
         """The timing events of run_bodies, made once: before the H2D copy, the forward's start
