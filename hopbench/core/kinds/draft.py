@@ -77,7 +77,7 @@ class DraftEcho(ServingPath):
         rows = plan.request_bytes // shape.row_bytes
         times = np.zeros((plan.total, P.DRAFT_TAIL.columns), dtype=np.int64)
         ids_view = np.frombuffer(reply, dtype=np.dtype(f"<u{plan.id_bytes}"), count=plan.k)
-        if plan.group is not None and isinstance(getattr(chan, "socket", None), socket.socket):
+        if isinstance(getattr(chan, "socket", None), socket.socket):
             return self._looped(chan, plan, ctx, Cycles(chan, request, reply, ids_view, times, rows, plan.k, plan.total))
         clock = time.perf_counter_ns
         seq = 0
@@ -105,9 +105,9 @@ class DraftEcho(ServingPath):
         return plan.total
 
     def _looped(self, chan: Channel, plan: P.Plan, ctx: PlanContext, c: Cycles) -> int:
-        """A start group's session (several targets, one drafter): the batcher's Loop serves
-        its cycles with the group's others in one thread; this thread waits, then ends the
-        plan as serve does."""
+        """A session whose messages arrive on a socket: the batcher's Loop serves its cycles,
+        with every other such session's, in one thread (docs/DRAFTER.md "Batched across
+        targets"); this thread waits, then ends the plan as serve does."""
         batcher = ctx.drafter
         batcher.join()
         try:
