@@ -71,8 +71,11 @@ def memory_free(torch: Any, device: str) -> int:
 
 
 class _Pool:
-    """Model.slots' pinned buffer: `count` slots of `n` bytes, and the BF16 view of its first
-    b slots shaped as a batch's input (made once per b)."""
+    """Model.slots' pinned host memory: `count` slots of `n` bytes (a request each), where a
+    graphed GPU forward can stage its batch from: a batch whose bodies are slots 0..b-1, in
+    order, is copied to the device from here, with no host copy first (the server's Loop
+    receives into them; docs/DRAFTER.md "Batched across targets"); `batch(b)` is the BF16
+    view of the first b slots shaped as the batch's input (made once per b)."""
 
     def __init__(self, torch: Any, count: int, n: int) -> None:
         self.tensor = torch.empty(count * n, dtype=torch.uint8, pin_memory=True)
@@ -238,16 +241,10 @@ class Model(DraftForward):
                 copied + int(round(h2d.elapsed_time(start) * 1e6)), int(round(end.elapsed_time(d2h) * 1e6)))
 
     def slots(self, rows: int, k: int) -> list[Any]:
-        """Pinned host memory for `sessions` requests of `rows` rows, where a graphed GPU
-        forward can stage its batch from: a batch whose bodies are slots 0..n-1, in order, is
-        copied to the device from there, with no host copy first (the server's Loop receives
-        into them; docs/DRAFTER.md "Batched across targets"). [] where nothing is staged (a
-        CPU, no graphs)."""
-        if not self.graphs:
-            return []
-        if (rows, k) not in self._pools:
+        """_Pool's slots for `sessions` requests of `rows` rows; [] where nothing is staged."""
+        if self.graphs and (rows, k) not in self._pools:
             self._pools[rows, k] = _Pool(self.torch, self.sessions, rows * self.shape.row_bytes)
-        return self._pools[rows, k].slots
+        return self._pools[rows, k].slots if self.graphs else []
 
     def _events(self) -> tuple[Any, Any, Any, Any]:
         """The timing events of run_bodies, made once: before the H2D copy, the forward's start
