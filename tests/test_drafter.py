@@ -442,3 +442,47 @@ def test_a_batch_received_into_the_models_slots_runs_as_one_copied_in():
     assert (np.asarray(ids_slots) == np.asarray(ids_copied)).all()
     ids_out_of_order, *_ = m.run_bodies([slots[1], slots[0], slots[2]], 3, 2)  # not slots 0..n-1: copied in
     assert (np.asarray(ids_out_of_order)[[1, 0, 2]] == np.asarray(ids_copied)).all()
+
+
+def test_a_group_member_out_of_step_ends_alone_and_the_server_serves_the_next(model, monkeypatch):
+    """In the loop, a target whose request carries the wrong seq is aborted (its session
+    ends); the group's other target runs all its cycles and a new session is served after."""
+    from hopbench.core import timing
+
+    real = timing.run_cycles
+
+    def run_cycles(chan, request, reply, *args, **kw):
+        if threading.current_thread().name != "bad":
+            return real(chan, request, reply, *args, **kw)
+        P.SEQ.pack_into(request, 0, 7)  # cycle 0 says it is cycle 7
+        chan.send(request)
+        chan.recv_into(reply)  # the server's abort, in a reply-sized message
+        raise ConnectionError("out of step")
+
+    monkeypatch.setattr(timing, "run_cycles", run_cycles)
+    batcher = Batcher(model, window_s=30.0, max_batch=4)
+    st = ServerThread(drafter=batcher, max_sessions=4)
+    plan = P.Plan("tcp", 3 * ROW, 8, 2, 4, 20, 0, drafter=P.DrafterPlan(), group=P.GroupPlan("b", 2))
+    got, failed = {}, {}
+
+    def target(name):
+        try:
+            with Session(st.host, st.port) as s:
+                got[name] = s.measure(plan)
+        except Exception as exc:  # the bad one's end, read below
+            failed[name] = exc
+
+    try:
+        threads = [threading.Thread(target=target, args=(n,), name=n) for n in ("good", "bad")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert set(got) == {"good"} and set(failed) == {"bad"}, (got, failed)
+        assert got["good"].completed == plan.total
+        with Session(st.host, st.port) as s:  # the next client
+            alone = s.measure(dataclasses.replace(plan, group=None))
+            s.bye()
+        assert alone.completed == plan.total
+    finally:
+        st.stop()
