@@ -486,3 +486,90 @@ def test_a_group_member_out_of_step_ends_alone_and_the_server_serves_the_next(mo
         assert alone.completed == plan.total
     finally:
         st.stop()
+
+
+def test_a_slow_sender_holds_up_no_other_session(model, monkeypatch):
+    """The loop takes what a socket has without waiting for the rest: a target whose first
+    request stops half-way does not stall another target's cycles (with a blocking receive
+    in the loop this test would hang: the slow one sends its rest only after the other ends)."""
+    from hopbench.core import timing
+
+    real, half_in, other_done = timing.run_cycles, threading.Event(), threading.Event()
+
+    def run_cycles(chan, request, reply, ids, samples, **kw):
+        if threading.current_thread().name != "slow":
+            assert half_in.wait(60)  # the other target's cycles start once the slow one's request is half in
+            done = real(chan, request, reply, ids, samples, **kw)
+            other_done.set()
+            return done
+        view = memoryview(request).cast("B")
+        for seq in range(len(samples)):
+            P.SEQ.pack_into(request, 0, seq)
+            if seq == 0:
+                chan.send(view[:len(view) // 2])
+                half_in.set()
+                assert other_done.wait(60)  # the other target's whole plan, while this request is half in
+                chan.send(view[len(view) // 2:])
+            else:
+                chan.send(request)
+            chan.recv_into(reply)
+            samples[seq] = 1
+        return len(samples)
+
+    monkeypatch.setattr(timing, "run_cycles", run_cycles)
+    st = ServerThread(drafter=Batcher(model), max_sessions=4)
+    plan = P.Plan("tcp", 3 * ROW, 8, 2, 4, 20, 0, drafter=P.DrafterPlan())
+    got, failed = {}, {}
+
+    def target(name):
+        try:
+            with Session(st.host, st.port) as s:
+                got[name] = s.measure(plan)
+                s.bye()
+        except Exception as exc:  # read below
+            failed[name] = exc
+
+    try:
+        slow = threading.Thread(target=target, args=("slow",), name="slow")
+        slow.start()
+        other = threading.Thread(target=target, args=("other",), name="other")
+        other.start()
+        for t in (other, slow):
+            t.join(90)
+    finally:
+        st.stop()
+    assert not failed and got["other"].completed == got["slow"].completed == plan.total, (got, failed)
+
+
+def test_a_silent_target_times_out_in_the_loop_and_the_next_is_served(model, monkeypatch):
+    """A target that stops sending mid-plan is ended after the server's timeout (its session's
+    log says so), as its own thread's receive would end it; the next client is served."""
+    from hopbench.core import timing
+
+    real = timing.run_cycles
+
+    def run_cycles(chan, request, reply, *args, **kw):
+        if threading.current_thread().name != "silent":
+            return real(chan, request, reply, *args, **kw)
+        chan.recv_into(reply)  # sends nothing: returns (or raises) once the server has given up on it
+        raise ConnectionError("silent")
+
+    monkeypatch.setattr(timing, "run_cycles", run_cycles)
+    st = ServerThread(drafter=Batcher(model), max_sessions=4, idle_timeout_s=1.0)
+    plan = P.Plan("tcp", 3 * ROW, 8, 2, 4, 10, 0, drafter=P.DrafterPlan())
+
+    def silent():
+        with pytest.raises(Exception), Session(st.host, st.port) as s:
+            s.measure(plan)
+
+    try:
+        t = threading.Thread(target=silent, name="silent")
+        t.start()
+        t.join(60)
+        assert not t.is_alive()
+        with Session(st.host, st.port) as s:
+            assert s.measure(plan).completed == plan.total
+            s.bye()
+    finally:
+        st.stop()  # the sessions have ended, and logged why
+    assert any("receive timed out after 1.0 s" in line for line in st.lines), st.lines

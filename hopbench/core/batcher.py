@@ -4,6 +4,7 @@ targets"): the rows of the sessions waiting run as one forward of its DraftModel
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 
 from hopbench.core import protocol as P
 from hopbench.core.inputs import DraftModel
-from hopbench.errors import ConfigError, HopbenchError
+from hopbench.errors import ConfigError, HopbenchError, PeerClosed, Timeout, TransportError
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Batcher:
         self._loop: Loop | None = None
 
     def loop(self, spin: bool) -> Loop:
-        """The one thread that serves start-group sessions' cycles (Loop), made at the first."""
+        """The one thread that serves socket sessions' cycles (Loop), made at the first."""
         with self.cv:
             if self._loop is None:
                 self._loop = Loop(self, spin)
@@ -133,11 +134,17 @@ class Batcher:
             a.batch_rows, a.done = len(batch) * a.rows, True
 
 
+#: how often the Loop looks for sessions silent past their timeout (s)
+_CHECK_S = 0.5
+
+
 @dataclass(eq=False)
 class Cycles:
-    """One start-group session's drafter plan, served by the Loop: its channel, its buffers,
-    where it is (`seq`), and how it ended (`failed`: the forward's error, told to the client
-    on the data stream; `error`: the channel's; `bad`: a request out of place)."""
+    """One session's drafter plan, served by the Loop: its channel (whose messages arrive on
+    `chan.socket`), its buffers, where it is (`seq`; `got` bytes of the request coming in), how
+    long it may stay silent (`timeout_s`, from the last byte that moved), and how it ended
+    (`failed`: the forward's error, told to the client on the data stream; `error`: the
+    channel's; `bad`: a request out of place)."""
 
     chan: Any
     request: Any
@@ -147,7 +154,10 @@ class Cycles:
     rows: int
     k: int
     total: int
+    timeout_s: float
     seq: int = 0
+    got: int = 0
+    deadline: float = 0.0  # time.monotonic() by which more of the next request must have come
     t_in: int = 0
     body: Any = None  # where this cycle's request was received: a slot of the model's, or `request`
     slot: int | None = None
@@ -158,14 +168,16 @@ class Cycles:
 
 
 class Loop:
-    """One thread serves every start-group session's drafter cycles (SGLang's scheduler, vLLM's
+    """One thread serves every socket session's drafter cycles (SGLang's scheduler, vLLM's
     engine core: one loop receives the requests, forms the batch, runs the forward, sends the
     replies). With a thread per session, each cycle of M targets took 3-4 turns at the
     interpreter's lock per session, one wake-up each, and full batches left ~1 ms between
     forwards on an H100 (docs/DRAFTER.md "Capacity"). Here a session's thread hands its
     channel over (`serve`) and waits; the loop waits for readable sockets (spinning where the
-    host has CPUs to spare: `spin`), reads whole requests, and runs a batch once the sessions
-    serving now have all asked (at most `max_batch`) or the window since the first ask ended."""
+    host has CPUs to spare: `spin`), takes what each has without waiting for the rest (a slow
+    sender holds up nobody else), and runs a batch once the sessions serving now have all
+    asked (at most `max_batch`) or the window since the first ask ended. A session silent for
+    its timeout ends with Timeout, as its own thread's receive would."""
 
     def __init__(self, batcher: Batcher, spin: bool = False) -> None:
         import selectors
@@ -217,8 +229,9 @@ class Loop:
     def _serve_all(self) -> None:
         import selectors
 
+        checked = time.monotonic()
         while True:
-            wait: float | None = None  # nothing asked: until a socket is readable
+            wait: float | None = None if not self.held else _CHECK_S  # the sessions' timeouts are looked at
             if self.spin and self.held:
                 wait = 0.0
             elif self.asked:
@@ -230,6 +243,18 @@ class Loop:
                     self._receive(key.data)
             if self.asked and self._due():
                 self._batch(selectors.EVENT_READ)
+            if (now := time.monotonic()) - checked >= _CHECK_S:
+                checked = now
+                self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        """End the sessions whose next request has not moved for their timeout."""
+        waiting = set(self.asked)
+        for c in [c for c in self.held if c not in waiting and now > c.deadline]:
+            self.sel.unregister(c.chan.socket)
+            self._release(c)
+            c.error = Timeout(f"receive timed out after {c.timeout_s} s")
+            self._end(c)
 
     def _take(self) -> None:
         import selectors
@@ -243,6 +268,7 @@ class Loop:
             new, self._new = self._new, []
         for c in new:
             self.held.add(c)
+            c.deadline = time.monotonic() + c.timeout_s
             self.sel.register(c.chan.socket, selectors.EVENT_READ, c)
 
     def _due(self) -> bool:
@@ -256,25 +282,52 @@ class Loop:
         c.ended.set()
 
     def _receive(self, c: Cycles) -> None:
-        self.sel.unregister(c.chan.socket)  # nothing more from it until it is answered
-        slots, taken = self._slots.get((c.rows, c.k)) or self._slots.setdefault(
-            (c.rows, c.k), (self.b.model.slots(c.rows, c.k), set()))
-        c.slot = next((j for j in range(len(slots)) if j not in taken), None)
-        c.body = c.request if c.slot is None else slots[c.slot]  # a slot: the forward's stage, no copy
+        """Take what the socket has of c's next request (never waiting for the rest); a whole
+        one joins the asked. A request starts in the first free slot of the model's, if any."""
+        if c.got == 0:
+            slots, taken = self._slots.get((c.rows, c.k)) or self._slots.setdefault(
+                (c.rows, c.k), (self.b.model.slots(c.rows, c.k), set()))
+            c.slot = next((j for j in range(len(slots)) if j not in taken), None)
+            c.body = c.request if c.slot is None else slots[c.slot]  # a slot: the forward's stage, no copy
+            if c.slot is not None:
+                taken.add(c.slot)
+        view = memoryview(c.body).cast("B")
         try:
-            c.chan.recv_into(c.body)
-        except BaseException as exc:  # the session's thread raises it (a closed peer, a timeout)
-            c.error = exc
-            return self._end(c)
+            moved = c.chan.socket.recv_into(view[c.got:], len(view) - c.got, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            return self._fail(c, PeerClosed("peer reset the connection") if isinstance(exc, ConnectionResetError)
+                              else TransportError(f"receive failed: {exc}"))
+        if moved == 0:
+            return self._fail(c, PeerClosed("peer closed the connection" + (
+                f" mid-message ({c.got} of {len(view)} bytes)" if c.got else "")))
+        c.got += moved
+        c.deadline = time.monotonic() + c.timeout_s
+        if c.got < len(view):
+            return
+        c.got = 0
+        self.sel.unregister(c.chan.socket)  # nothing more from it until it is answered
         c.t_in = time.perf_counter_ns()
         if P.SEQ.unpack_from(c.body, 0)[0] != c.seq:
             if c.body is not c.request:
                 memoryview(c.request).cast("B")[:] = c.body  # the session's thread reads what came
+            self._release(c)
             c.bad = True
             return self._end(c)
-        if c.slot is not None:
-            taken.add(c.slot)
         self.asked.append(c)
+
+    def _fail(self, c: Cycles, exc: BaseException) -> None:
+        self.sel.unregister(c.chan.socket)
+        self._release(c)
+        c.error = exc
+        self._end(c)
+
+    def _release(self, c: Cycles) -> None:
+        """c's slot is free again."""
+        if c.slot is not None:
+            self._slots[c.rows, c.k][1].discard(c.slot)
+            c.slot = None
 
     def _batch(self, readable: int) -> None:
         first = self.asked[0]
@@ -282,8 +335,8 @@ class Loop:
         self.asked = [c for c in self.asked if c not in batch]
         asks = [Ask(c.body, c.rows, c.k, c.t_in) for c in batch]
         self.b._run(asks)
-        taken = self._slots[first.rows, first.k][1]
-        taken.difference_update(c.slot for c in batch)
+        for c in batch:
+            self._release(c)
         for c, a in zip(batch, asks):
             if a.error is not None:
                 c.failed = a.error
@@ -302,4 +355,5 @@ class Loop:
             if c.seq == c.total:
                 self._end(c)
             else:
+                c.deadline = time.monotonic() + c.timeout_s
                 self.sel.register(c.chan.socket, readable, c)

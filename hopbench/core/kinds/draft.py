@@ -12,7 +12,6 @@ records them as stages beside `hop_ex_draft_ns` (the reply time without the draf
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
@@ -25,7 +24,7 @@ from hopbench.core.inputs import StreamedWork
 from hopbench.core.kinds.roundtrip import HostRoundTrip
 from hopbench.core.kinds.stream import StreamDrafter, StreamedRoundTrip
 from hopbench.core.serving import PlanContext, ServingPath, abort, bad_request
-from hopbench.core.transport import Channel, Transport, plan_poll
+from hopbench.core.transport import Channel, ControlChannel, Transport, plan_poll
 from hopbench.errors import HopbenchError
 
 NO_DRAFTER = ("this server runs no drafter model: start it with `hopbench serve --drafter SHAPE` "
@@ -77,8 +76,9 @@ class DraftEcho(ServingPath):
         rows = plan.request_bytes // shape.row_bytes
         times = np.zeros((plan.total, P.DRAFT_TAIL.columns), dtype=np.int64)
         ids_view = np.frombuffer(reply, dtype=np.dtype(f"<u{plan.id_bytes}"), count=plan.k)
-        if isinstance(getattr(chan, "socket", None), socket.socket):
-            return self._looped(chan, plan, ctx, Cycles(chan, request, reply, ids_view, times, rows, plan.k, plan.total))
+        if isinstance(chan, ControlChannel):  # its messages arrive on a socket: the batcher's loop serves it
+            return self._looped(chan, plan, ctx, Cycles(chan, request, reply, ids_view, times, rows, plan.k, plan.total,
+                                                        ctx.config.idle_timeout_s))
         clock = time.perf_counter_ns
         seq = 0
         batcher.join()
