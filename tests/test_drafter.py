@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -410,19 +409,17 @@ def test_a_start_groups_sessions_are_served_by_one_loop_and_batched(model):
 
 def test_a_group_member_that_ends_first_leaves_no_window_to_wait_out(model):
     """A target of two whose plan is shorter ends first: the other's batches wait for nobody
-    (a 30 s window waited out each cycle would take 10 minutes)."""
+    (a 30 s window waited out each cycle would outlast the threads' joins)."""
     batcher = Batcher(model, window_s=30.0, max_batch=4)
     st = ServerThread(drafter=batcher, max_sessions=4)
     group = P.GroupPlan("h", 2)
     short, long = (P.Plan("tcp", 3 * ROW, 8, 2, 4, n, 0, drafter=P.DrafterPlan(), group=group) for n in (5, 25))
-    t0 = time.monotonic()
     try:
         got = _group(st, [short, long])
     finally:
         st.stop()
     assert got[0].completed == short.total and got[1].completed == long.total
     assert (got[1].stages["batch_rows"][short.total + 5:] == 3).all()
-    assert time.monotonic() - t0 < 60
 
 
 def test_a_batch_received_into_the_models_slots_runs_as_one_copied_in():

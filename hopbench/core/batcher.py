@@ -4,6 +4,7 @@ targets"): the rows of the sessions waiting run as one forward of its DraftModel
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import threading
 import time
@@ -180,8 +181,6 @@ class Loop:
     its timeout ends with Timeout, as its own thread's receive would."""
 
     def __init__(self, batcher: Batcher, spin: bool = False) -> None:
-        import selectors
-
         self.b, self.spin = batcher, spin
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -227,8 +226,6 @@ class Loop:
                 c.ended.set()
 
     def _serve_all(self) -> None:
-        import selectors
-
         checked = time.monotonic()
         while True:
             wait: float | None = None if not self.held else _CHECK_S  # the sessions' timeouts are looked at
@@ -242,7 +239,7 @@ class Loop:
                 else:
                     self._receive(key.data)
             if self.asked and self._due():
-                self._batch(selectors.EVENT_READ)
+                self._batch()
             if (now := time.monotonic()) - checked >= _CHECK_S:
                 checked = now
                 self._expire(now)
@@ -257,8 +254,6 @@ class Loop:
             self._end(c)
 
     def _take(self) -> None:
-        import selectors
-
         try:
             while os.read(self._wake_r, 4096):
                 pass
@@ -329,7 +324,7 @@ class Loop:
             self._slots[c.rows, c.k][1].discard(c.slot)
             c.slot = None
 
-    def _batch(self, readable: int) -> None:
+    def _batch(self) -> None:
         first = self.asked[0]
         batch = [c for c in self.asked if (c.rows, c.k) == (first.rows, first.k)][:self.b.max_batch]
         self.asked = [c for c in self.asked if c not in batch]
@@ -356,4 +351,4 @@ class Loop:
                 self._end(c)
             else:
                 c.deadline = time.monotonic() + c.timeout_s
-                self.sel.register(c.chan.socket, readable, c)
+                self.sel.register(c.chan.socket, selectors.EVENT_READ, c)
